@@ -1,0 +1,266 @@
+"""Data types. DTypes are interned: building the same type twice gives the same object, so `is`,
+`==` and hashing are identity-fast on the UOp construction path."""
+from __future__ import annotations
+import math, struct
+from dataclasses import dataclass, fields
+from typing import Any, Final, Optional
+import numpy as np
+from kc.errors import DTypeError
+
+_INTERNED: dict[tuple, "DType"] = {}
+
+
+def _intern(cls, *args):
+  key = (cls, *args)
+  if (ret := _INTERNED.get(key)) is None:
+    ret = _INTERNED[key] = cls(*args)
+  return ret
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class DType:
+  priority: int        # position in the promotion order; also breaks ties in rendering
+  itemsize: int        # bytes of the whole (vector) value
+  name: str
+  fmt: Optional[str]   # struct/numpy format character of the scalar, None where numpy has none
+  count: int           # vector width, 1 for scalars
+  _scalar: Optional["DType"]
+
+  def __reduce__(self): return _intern, (type(self), *(getattr(self, f.name) for f in fields(self)))
+  def __repr__(self): return f"dtypes.{self.name}" if self.count == 1 else f"dtypes.{self.scalar().name}.vec({self.count})"
+  def __lt__(self, other: "DType"): return (self.priority, self.itemsize, self.name) < (other.priority, other.itemsize, other.name)
+
+  @property
+  def base(self) -> "DType": return self
+
+  def scalar(self) -> "DType": return self if self._scalar is None else self._scalar
+
+  def vec(self, n: int) -> "DType":
+    if not isinstance(n, int) or n < 1: raise DTypeError(f"vector width must be a positive int, got {n!r}")
+    if self.count != 1: raise DTypeError(f"cannot make a vector of the vector type {self}")
+    if n == 1 or self == dtypes.void: return self
+    return _intern(DType, self.priority, self.itemsize * n, f"{self.name}x{n}", None, n, self)
+
+  def ptr(self, local: bool = False, size: int = -1) -> "PtrDType":
+    return _intern(PtrDType, self.priority, 8, f"{'l' if local else ''}ptr.{self.name}", None, 1, None, self, local, 1, size)
+
+  @property
+  def np(self) -> Optional[np.dtype]:
+    """The numpy dtype of the scalar type, None where numpy has none (bfloat16, void, pointers)."""
+    return None if self.count != 1 or self.fmt is None else np.dtype(self.fmt)
+
+  @property
+  def min(self): return dtypes.min(self)
+  @property
+  def max(self): return dtypes.max(self)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PtrDType(DType):
+  _base: DType = None      # type: ignore[assignment]
+  local: bool = False      # points into work-group (local/shared) memory rather than global memory
+  v: int = 1               # a pointer to vectors of this width
+  size: int = -1           # elements behind the pointer, -1 when unknown
+
+  @property
+  def base(self) -> DType: return self._base
+  def __repr__(self): return f"{self._base!r}.ptr({'local=True' if self.local else ''}{f', size={self.size}' if self.size != -1 else ''})"
+  def scalar(self) -> "PtrDType": return self if self.v == 1 else self._base.ptr(self.local, self.size)
+  def vec(self, n: int) -> "PtrDType":
+    if self.v != 1: raise DTypeError(f"cannot make a vector of the vector pointer {self}")
+    return self if n == 1 else _intern(type(self), *self._fields_with(v=n))
+  def ptr(self, local=False, size=-1): raise DTypeError(f"cannot make a pointer to the pointer {self}")
+  def _fields_with(self, **kw): return tuple(kw.get(f.name, getattr(self, f.name)) for f in fields(self))
+  @property
+  def np(self): return None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ImageDType(PtrDType):
+  """An OpenCL image of RGBA texels of `_base` (half or float), `shape` = (height, width, 4)."""
+  shape: tuple = ()
+  def __repr__(self): return f"dtypes.{self.name}({self.shape})"
+
+
+class dtypes:
+  """The namespace of kc's dtypes and the functions over them."""
+  @staticmethod
+  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats or isinstance(x, ImageDType)
+  @staticmethod
+  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints
+  @staticmethod
+  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  @staticmethod
+  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+
+  @staticmethod
+  def min(dt: DType):
+    dt = dt.scalar()
+    if dt == dtypes.bool: return False
+    if dtypes.is_int(dt): return 0 if dtypes.is_unsigned(dt) else -2 ** (8 * dt.itemsize - 1)
+    if dtypes.is_float(dt): return -math.inf
+    raise DTypeError(f"{dt} has no minimum")
+
+  @staticmethod
+  def max(dt: DType):
+    dt = dt.scalar()
+    if dt == dtypes.bool: return True
+    if dtypes.is_int(dt): return 2 ** (8 * dt.itemsize) - 1 if dtypes.is_unsigned(dt) else 2 ** (8 * dt.itemsize - 1) - 1
+    if dtypes.is_float(dt): return math.inf
+    raise DTypeError(f"{dt} has no maximum")
+
+  @staticmethod
+  def finfo(dt: DType) -> tuple[int, int]:
+    """(exponent bits, mantissa bits) of a float dtype."""
+    if (r := {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}.get(dt.scalar())) is None:
+      raise DTypeError(f"{dt} is not a float type")
+    return r
+
+  @staticmethod
+  def from_numpy(x) -> DType:
+    try: key = np.dtype(x)
+    except TypeError as e: raise DTypeError(f"{x!r} is not a numpy dtype") from e
+    if (ret := _FROM_NUMPY.get(key)) is None:
+      raise DTypeError(f"numpy dtype {key} has no kc dtype; supported: {', '.join(sorted(str(k) for k in _FROM_NUMPY))}")
+    return ret
+
+  @staticmethod
+  def from_py(x) -> DType:
+    """The default dtype of a Python value (numpy's rules would make ints int64; kernels index with int32)."""
+    if isinstance(x, bool): return dtypes.bool
+    if isinstance(x, int): return dtypes.int32
+    if isinstance(x, float): return dtypes.float32
+    if isinstance(x, (tuple, list)) and x:
+      return max((dtypes.from_py(v) for v in x), key=lambda d: d.priority)
+    raise DTypeError(f"no dtype for the Python value {x!r}")
+
+  @staticmethod
+  def as_const(val: Any, dtype: DType):
+    """`val` as the Python scalar that a CONST of `dtype` holds: bool, int or float."""
+    dt = dtype.scalar()
+    if isinstance(val, (tuple, list)): return tuple(dtypes.as_const(v, dt) for v in val)
+    if dt == dtypes.bool: return bool(val)
+    if dtypes.is_int(dt):
+      if isinstance(val, float) and not math.isfinite(val): raise DTypeError(f"cannot hold {val} in {dt}")
+      return int(val)
+    if dtypes.is_float(dt): return float(val)
+    raise DTypeError(f"{dtype} cannot hold a constant")
+
+  @staticmethod
+  def fields() -> dict[str, DType]: return dict(_BY_NAME)
+
+  @staticmethod
+  def imageh(shp) -> ImageDType: return _image(dtypes.half, shp)
+  @staticmethod
+  def imagef(shp) -> ImageDType: return _image(dtypes.float32, shp)
+
+  void: Final[DType] = _intern(DType, -1, 0, "void", None, 1, None)
+  bool: Final[DType] = _intern(DType, 0, 1, "bool", "?", 1, None)
+  int8: Final[DType] = _intern(DType, 1, 1, "int8", "b", 1, None)
+  uint8: Final[DType] = _intern(DType, 2, 1, "uint8", "B", 1, None)
+  int16: Final[DType] = _intern(DType, 3, 2, "int16", "h", 1, None)
+  uint16: Final[DType] = _intern(DType, 4, 2, "uint16", "H", 1, None)
+  int32: Final[DType] = _intern(DType, 5, 4, "int32", "i", 1, None)
+  uint32: Final[DType] = _intern(DType, 6, 4, "uint32", "I", 1, None)
+  int64: Final[DType] = _intern(DType, 7, 8, "int64", "q", 1, None)
+  uint64: Final[DType] = _intern(DType, 8, 8, "uint64", "Q", 1, None)
+  float16: Final[DType] = _intern(DType, 9, 2, "float16", "e", 1, None)
+  bfloat16: Final[DType] = _intern(DType, 10, 2, "bfloat16", None, 1, None)
+  float32: Final[DType] = _intern(DType, 11, 4, "float32", "f", 1, None)
+  float64: Final[DType] = _intern(DType, 12, 8, "float64", "d", 1, None)
+
+  # aliases
+  half = float16; float = float32; double = float64
+  char = int8; uchar = uint8; short = int16; ushort = uint16; int = int32; uint = uint32; long = int64; ulong = uint64
+
+  uints = (uint8, uint16, uint32, uint64)
+  sints = (int8, int16, int32, int64)
+  ints = uints + sints
+  floats = (float16, bfloat16, float32, float64)
+  all = (bool,) + ints + floats
+
+  default_int = int32
+  default_float = float32
+
+
+def _image(base: DType, shp) -> ImageDType:
+  shp = tuple(shp)
+  if len(shp) != 3 or shp[2] != 4 or not all(isinstance(s, int) and s > 0 for s in shp):
+    raise DTypeError(f"an image shape is (height, width, 4) of positive ints, got {shp}")
+  name = f"image{'h' if base == dtypes.half else 'f'}"
+  return _intern(ImageDType, 100, 4 * base.itemsize, name, None, 1, None, base, False, 4, -1, shp)
+
+
+_BY_NAME: dict[str, DType] = {dt.name: dt for dt in dtypes.all}
+_FROM_NUMPY: dict[np.dtype, DType] = {np.dtype(dt.fmt): dt for dt in _BY_NAME.values() if dt.fmt is not None}
+
+# The promotion lattice: each type's immediate supertypes. It reproduces numpy's promote_types for every
+# pair numpy has (int8+uint8 -> int16, int64+uint64 -> float64, int16+float16 -> float32, ...), with
+# bfloat16 placed beside float16 (both widen to float32, and to each other only through float32).
+_PROMOTES_TO: dict[DType, tuple[DType, ...]] = {
+  dtypes.bool: (dtypes.int8, dtypes.uint8),
+  dtypes.int8: (dtypes.int16, dtypes.float16, dtypes.bfloat16), dtypes.uint8: (dtypes.int16, dtypes.uint16, dtypes.float16, dtypes.bfloat16),
+  dtypes.int16: (dtypes.int32, dtypes.float32), dtypes.uint16: (dtypes.int32, dtypes.uint32, dtypes.float32),
+  dtypes.int32: (dtypes.int64, dtypes.float64), dtypes.uint32: (dtypes.int64, dtypes.uint64, dtypes.float64),
+  dtypes.int64: (dtypes.float64,), dtypes.uint64: (dtypes.float64,),
+  dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,), dtypes.float64: (),
+}
+
+
+def _upper_set(dt: DType) -> frozenset[DType]:
+  out, todo = {dt}, [dt]
+  while todo:
+    for sup in _PROMOTES_TO[todo.pop()]:
+      if sup not in out: out.add(sup); todo.append(sup)
+  return frozenset(out)
+
+
+_UPPER = {dt: _upper_set(dt) for dt in _PROMOTES_TO}
+
+
+def least_upper_dtype(*dts: DType) -> DType:
+  """The smallest dtype every argument promotes to (the join in the promotion lattice)."""
+  if not dts: raise DTypeError("least_upper_dtype needs at least one dtype")
+  scalars = [d.scalar() for d in dts]
+  for d in scalars:
+    if d not in _UPPER: raise DTypeError(f"{d} takes no part in type promotion")
+  common = frozenset.intersection(*(_UPPER[d] for d in scalars))
+  # the minimal common supertypes; where ints and floats both qualify (int8+uint8 -> int16 or float16) numpy
+  # keeps the integer kind, which is the lower priority
+  minimal = [c for c in common if not any(o is not c and c in _UPPER[o] for o in common)]
+  return min(minimal, key=lambda d: d.priority)
+
+
+def least_upper_float(dt: DType) -> DType:
+  return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.float32)
+
+
+def _round_bfloat16(x: float) -> float:
+  if not math.isfinite(x): return x
+  bits = struct.unpack("<I", struct.pack("<f", x))[0]
+  bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even on the dropped 16 bits
+  return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _round_float(fmt: str):
+  def rnd(x: float) -> float:
+    with np.errstate(over="ignore"): return float(np.array(x, dtype=fmt))
+  return rnd
+
+
+def _wrap_int(dt: DType):
+  bits, signed = 8 * dt.itemsize, not dtypes.is_unsigned(dt)
+  mask, half = (1 << bits) - 1, 1 << (bits - 1)
+  def wrap(x) -> int:
+    x = int(x) & mask
+    return x - (1 << bits) if signed and x >= half else x
+  return wrap
+
+
+def truncate(dt: DType, x):
+  """`x` as the backend would hold it in `dt`: ints wrap around, floats round to the type's precision."""
+  return _TRUNCATE[dt.scalar()](x)
+
+
+_TRUNCATE = {dtypes.bool: bool, dtypes.float64: float, dtypes.float32: _round_float("f"), dtypes.float16: _round_float("e"),
+             dtypes.bfloat16: lambda x: _round_bfloat16(float(x)), **{dt: _wrap_int(dt) for dt in dtypes.ints}}

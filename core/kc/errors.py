@@ -1,0 +1,48 @@
+"""The typed errors of kc. Every failure a user can cause is one of these, never a bare assert."""
+
+
+class KcError(Exception):
+  """Base class of every error kc raises on purpose."""
+
+
+class UOpError(KcError, TypeError):
+  """A UOp that breaks the IR's typing rules (wrong dtype for its op, wrong arity, bad arg)."""
+
+
+class SymbolicError(KcError, ValueError):
+  """A symbolic expression that cannot be built or evaluated (Variable min > max, unbound variable, undecidable)."""
+
+
+class RewriteError(KcError, RuntimeError):
+  """A graph rewrite that does not reach a fixed point (rules that undo each other or grow without end)."""
+
+
+class InvalidASTError(KcError, ValueError):
+  """An AST that breaks the rules of a kernel; the message names the offending op and shapes."""
+
+
+class ShapeError(InvalidASTError):
+  """A movement op that does not apply to the shape it is given (the message names both)."""
+
+
+class KernelOptError(KcError):
+  """An optimization that cannot be applied to this kernel; the Kernel is left unchanged."""
+
+
+class CompileError(KcError):
+  """The backend compiler failed; carries the source and the compiler's message."""
+  def __init__(self, msg: str, src: str = "", log: str = ""):
+    super().__init__(msg)
+    self.src, self.log = src, log
+
+
+class DeviceUnavailable(KcError):
+  """A known device that cannot be opened on this machine; the message says why."""
+
+
+class PluginError(KcError):
+  """A plugin failed to load or speaks another plugin API version."""
+
+
+class DTypeError(KcError, TypeError):
+  """A dtype that does not exist, cannot be mapped, or cannot hold a value."""

@@ -1,0 +1,58 @@
+"""Small dependency-free helpers shared by every layer."""
+from __future__ import annotations
+import functools, math, operator, os
+from typing import Iterable, TypeVar
+
+T = TypeVar("T")
+
+
+def prod(xs: Iterable, start=1):
+  return functools.reduce(operator.mul, xs, start)
+
+
+def dedup(xs: Iterable[T]) -> list[T]:
+  return list(dict.fromkeys(xs))
+
+
+def all_same(xs: list) -> bool:
+  return all(x == xs[0] for x in xs)
+
+
+def all_int(xs) -> bool:
+  return all(isinstance(x, int) for x in xs)
+
+
+@functools.cache
+def getenv(key: str, default=0):
+  return type(default)(os.getenv(key, default))
+
+
+def c_div(a: int, b: int) -> int:
+  """Integer division truncating toward zero, as C and every kc backend do it."""
+  q = abs(a) // abs(b)
+  return q if (a < 0) == (b < 0) else -q
+
+
+def c_mod(a: int, b: int) -> int:
+  """Remainder with the sign of the dividend, the partner of c_div: a == b*c_div(a, b) + c_mod(a, b)."""
+  return a - b * c_div(a, b)
+
+
+def ceildiv(a: int, b: int) -> int:
+  return -(-a // b)
+
+
+def is_pow2(x: int) -> bool:
+  return x > 0 and x & (x - 1) == 0
+
+
+def round_up(x: int, multiple: int) -> int:
+  return ceildiv(x, multiple) * multiple
+
+
+def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
+  return [x for xs in xss for x in xs]
+
+
+def isfinite(x: float) -> bool:
+  return not (math.isinf(x) or math.isnan(x))

@@ -1,0 +1,204 @@
+"""The rewrite engine: UPat patterns, PatternMatcher (dispatch by op) and graph_rewrite (fixed point).
+
+This is the only rewrite engine in kc: symbolic simplification, kernel AST fix-ups, lowering and
+expansion are all PatternMatchers run through graph_rewrite."""
+from __future__ import annotations
+import inspect, itertools
+from typing import Any, Callable, Iterable, Optional, Union
+from kc.dtype import DType
+from kc.errors import RewriteError, UOpError
+from kc.uop import GroupOp, Ops, UOp
+
+_ANY = object()  # "match any arg"; None is a real arg value in the IR
+
+
+class UPat:
+  """A pattern over UOps.
+
+  op:    an Ops, a set/tuple of Ops, or None for any op
+  dtype: a DType or a tuple of them, or None for any; a vector UOp matches its scalar type too
+  src:   None (any sources); a tuple (sources in that order); a list (the sources in any order: for
+         commutative ops); or one UPat that every source must match
+  arg:   the exact arg to match (any arg when not given)
+  name:  bind the matched UOp to this name for the callback; a name used twice must bind the same UOp
+  """
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "alternatives", "early_reject", "_src_mode")
+
+  def __init__(self, op: Union[Ops, Iterable[Ops], None] = None, dtype: Union[DType, Iterable[DType], None] = None,
+               src: Union[tuple, list, "UPat", None] = None, arg: Any = _ANY, name: Optional[str] = None,
+               allow_any_len: bool = False, alternatives: Optional[tuple["UPat", ...]] = None):
+    self.op: Optional[frozenset] = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
+    self.dtype: Optional[frozenset] = None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
+    self.arg, self.name, self.allow_any_len, self.alternatives = arg, name, allow_any_len, alternatives
+    if src is None: self._src_mode = None
+    elif isinstance(src, UPat): self._src_mode = "each"
+    elif isinstance(src, list): self._src_mode = "permute"
+    elif isinstance(src, tuple): self._src_mode = "ordered"
+    else: raise UOpError(f"UPat src must be None, a UPat, a tuple or a list, got {type(src).__name__}")
+    self.src = src
+    # ops that must appear among the direct sources: a cheap test that rejects most candidates at once
+    fixed = [] if src is None or isinstance(src, UPat) else [p.op for p in src if p.op is not None and len(p.op) == 1]
+    self.early_reject = frozenset(next(iter(o)) for o in fixed)
+
+  # ***** constructors *****
+
+  @staticmethod
+  def var(name: Optional[str] = None, dtype=None) -> "UPat": return UPat(dtype=dtype, name=name)
+
+  @staticmethod
+  def cvar(name: Optional[str] = None, dtype=None) -> "UPat": return UPat(Ops.CONST, dtype, name=name)
+
+  @staticmethod
+  def const(dtype, value) -> "UPat": return UPat(Ops.CONST, dtype, arg=value)
+
+  @staticmethod
+  def any(*alternatives: "UPat", name: Optional[str] = None) -> "UPat":
+    """Matches when any of the alternatives matches (each tried in order)."""
+    return UPat(name=name, alternatives=tuple(alternatives))
+
+  def named(self, name: str) -> "UPat":
+    return UPat(self.op, self.dtype, self.src, self.arg, name, self.allow_any_len, self.alternatives)
+
+  # ***** building patterns with operators, like UOps *****
+
+  def _alu(self, op: Ops, *src: "UPat") -> "UPat":
+    pats = [self, *(s if isinstance(s, UPat) else UPat.const(None, s) for s in src)]
+    return UPat(op, src=pats if op in GroupOp.Commutative else tuple(pats))
+
+  def __add__(self, x): return self._alu(Ops.ADD, x)
+  def __radd__(self, x): return self._alu(Ops.ADD, x)
+  def __mul__(self, x): return self._alu(Ops.MUL, x)
+  def __rmul__(self, x): return self._alu(Ops.MUL, x)
+  def __floordiv__(self, x): return self._alu(Ops.IDIV, x)
+  def __mod__(self, x): return self._alu(Ops.MOD, x)
+  def __lt__(self, x): return self._alu(Ops.CMPLT, x)
+  def __and__(self, x): return self._alu(Ops.AND, x)
+  def __or__(self, x): return self._alu(Ops.OR, x)
+  def ne(self, x): return self._alu(Ops.CMPNE, x)
+  def maximum(self, x): return self._alu(Ops.MAX, x)
+  def where(self, a, b): return self._alu(Ops.WHERE, a, b)
+
+  def __repr__(self):
+    ops = None if self.op is None else "{" + ", ".join(sorted(o.name for o in self.op)) + "}"
+    return f"UPat({ops}, name={self.name!r}, src={self.src!r})"
+
+  # ***** matching *****
+
+  def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
+    """Every way this pattern matches `uop`, each as the bindings `store` extended with this pattern's names."""
+    if self.alternatives is not None:
+      out = [m for alt in self.alternatives for m in alt.match(uop, store)]
+      return [b for m in out for b in _bind(self.name, uop, m)] if self.name is not None else out
+    if (self.op is not None and uop.op not in self.op) or \
+       (self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar() not in self.dtype) or \
+       (self.arg is not _ANY and self.arg != uop.arg):
+      return []
+    if self.name is not None:
+      bound = store.get(self.name)
+      if bound is None: store = {**store, self.name: uop}
+      elif bound is not uop: return []
+    mode = self._src_mode
+    if mode is None: return [store]
+    src = uop.src
+    if mode == "each":
+      stores = [store]
+      for s in src: stores = [m for st in stores for m in self.src.match(s, st)]
+      return stores
+    pats = self.src
+    if len(src) != len(pats) and not (self.allow_any_len and len(src) >= len(pats)): return []
+    orders = (pats,) if mode == "ordered" else itertools.permutations(pats)
+    out: list[dict[str, UOp]] = []
+    for order in orders:
+      stores = [store]
+      for p, s in zip(order, src):
+        stores = [m for st in stores for m in p.match(s, st)]
+        if not stores: break
+      out.extend(stores)
+    return out
+
+
+def _bind(name: str, uop: UOp, store: dict) -> list[dict]:
+  bound = store.get(name)
+  if bound is None: return [{**store, name: uop}]
+  return [store] if bound is uop else []
+
+
+def _wants_ctx(fxn: Callable) -> bool:
+  try: return "ctx" in inspect.signature(fxn).parameters
+  except (TypeError, ValueError): return False
+
+
+class PatternMatcher:
+  """An ordered list of (UPat, callback) rules, dispatched by the op of the UOp being rewritten.
+
+  A callback gets the pattern's named bindings as keyword arguments (and `ctx` if it declares it) and
+  returns a replacement UOp, or None to decline. The first rule whose callback returns a new UOp wins."""
+
+  def __init__(self, patterns: list[tuple[UPat, Callable]]):
+    self.patterns = list(patterns)
+    self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset, bool]]] = {}
+    for pat, fxn in self.patterns:
+      if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
+      for op in _pattern_ops(pat): self.pdict.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn)))
+
+  def __add__(self, other: "PatternMatcher") -> "PatternMatcher": return PatternMatcher(self.patterns + other.patterns)
+
+  def rewrite(self, uop: UOp, ctx: Any = None) -> Optional[UOp]:
+    """One step: the replacement that the first applicable rule gives for `uop`, or None."""
+    rules = self.pdict.get(uop.op)
+    if not rules: return None
+    src_ops = {s.op for s in uop.src}
+    for pat, fxn, early, wants_ctx in rules:
+      if not early <= src_ops: continue
+      for bindings in pat.match(uop, {}):
+        ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)
+        if ret is not None and ret is not uop: return ret
+    return None
+
+
+def _pattern_ops(pat: UPat) -> Iterable[Ops]:
+  if pat.alternatives is not None:
+    return {op for alt in pat.alternatives for op in _pattern_ops(alt)}
+  return pat.op if pat.op is not None else list(Ops)
+
+
+# the most rewrite steps one graph_rewrite may take: far above any real graph, low enough to stop a runaway rule set
+MAX_REWRITES = 1_000_000
+
+
+def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
+  """Rewrite the graph under `sink` to a fixed point: sources first, then the node, and every replacement is
+  itself rewritten until no rule applies. Each distinct UOp is rewritten once (memoised). Rules that undo
+  each other raise RewriteError instead of looping."""
+  done: dict[UOp, UOp] = {}
+  in_progress: set[UOp] = set()
+  steps = 0
+  # stack entries: (uop, stage, replacement); stage 0 = visit sources, 1 = rewrite the node, 2 = adopt the replacement's result
+  stack: list[tuple[UOp, int, Optional[UOp]]] = [(sink, 0, None)]
+  while stack:
+    node, stage, repl = stack.pop()
+    if stage == 0:
+      if node in done: continue
+      if node in in_progress:
+        raise RewriteError(f"rules rewrite {node.op} back into itself (a rewrite cycle); the rules undo each other:\n{node.render(simplify=False)}")
+      in_progress.add(node)
+      stack.append((node, 1, None))
+      stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
+    elif stage == 1:
+      new_src = tuple(done[s] for s in node.src)
+      if all(a is b for a, b in zip(new_src, node.src)):
+        repl = pm.rewrite(node, ctx)
+        if repl is None:
+          done[node] = node
+          in_progress.discard(node)
+          continue
+      else:
+        repl = UOp(node.op, node.dtype, new_src, node.arg)
+      steps += 1
+      if steps > MAX_REWRITES: raise RewriteError(f"graph_rewrite took more than {MAX_REWRITES} steps: the rules grow the graph without end")
+      stack.append((node, 2, repl))
+      if repl not in done: stack.append((repl, 0, None))
+    else:
+      done[node] = done[repl]
+      in_progress.discard(node)
+  return done[sink]

@@ -1,0 +1,291 @@
+"""Symbolic integer algebra as rewrite rules: index expressions of shapes and kernels get simplified here.
+
+Integer semantics are C's: `//` truncates toward zero and `%` takes the dividend's sign. Every rule below is
+exact under those semantics (the property tests check this against direct evaluation); rules that only
+hold for non-negative values check `vmin >= 0` first. Wrap-around is assumed not to happen in index math,
+as every backend does; range analysis widens to the dtype's range wherever it could."""
+from __future__ import annotations
+import math
+from typing import Optional, Union
+from kc.dtype import DType, dtypes
+from kc.errors import SymbolicError
+from kc.rewrite import PatternMatcher, UPat, graph_rewrite
+from kc.uop import GroupOp, Ops, UOp, Variable, exec_alu, register_simplifier, sint
+
+__all__ = ["symbolic", "Variable", "sint", "resolve", "sym_infer", "ssimplify", "smax", "smin", "split_sum", "simplify"]
+
+
+# ***** sums as (terms with coefficients) + constant *****
+
+def split_sum(x: UOp) -> tuple[dict[UOp, int], int]:
+  """An integer expression as {term: coefficient} and a constant: x*3 + y + x + 5 -> ({x: 4, y: 1}, 5)."""
+  terms: dict[UOp, int] = {}
+  const = 0
+  stack = [(x, 1)]
+  while stack:
+    u, coef = stack.pop()
+    if u.op is Ops.ADD:
+      stack.append((u.src[1], coef)); stack.append((u.src[0], coef))
+    elif u.op is Ops.CONST: const += coef * u.arg
+    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST: stack.append((u.src[0], coef * u.src[1].arg))
+    else: terms[u] = terms.get(u, 0) + coef
+  return terms, const
+
+
+def build_sum(terms: dict[UOp, int], const: int, dtype: DType) -> UOp:
+  """The expression of split_sum's output: terms in their order, the constant last, coefficients folded in."""
+  out: Optional[UOp] = None
+  for t, c in terms.items():
+    if c == 0: continue
+    term = t if c == 1 else UOp(Ops.MUL, dtype, (t, UOp.const(dtype, c)))
+    out = term if out is None else UOp(Ops.ADD, dtype, (out, term))
+  if out is None: return UOp.const(dtype, const)
+  return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
+
+
+def _fits(dtype: DType, lo: int, hi: int) -> bool:
+  return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
+
+
+# ***** rule callbacks *****
+
+def fold_constants(x: UOp) -> Optional[UOp]:
+  if x.op in (Ops.IDIV, Ops.MOD) and x.src[1].arg == 0: return None  # division by zero is left for the backend to report
+  if x.op in (Ops.SHL, Ops.SHR) and not 0 <= x.src[1].arg < 8 * x.dtype.itemsize: return None  # undefined in C
+  return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in x.src)))
+
+
+def fold_by_range(x: UOp) -> Optional[UOp]:
+  """An integer or bool expression whose range is one value is that value."""
+  if x.dtype.count == 1 and (dtypes.is_int(x.dtype) or dtypes.is_bool(x.dtype)) and x.vmin == x.vmax:
+    return UOp.const(x.dtype, x.vmin)
+  return None
+
+
+def canonical_sum(x: UOp) -> Optional[UOp]:
+  """Combine like terms and gather constants of an integer sum: (a+2)+(a*3+b) -> (a*4+b)+2."""
+  if not dtypes.is_int(x.dtype) or x.dtype.count != 1: return None
+  terms, const = split_sum(x)
+  return build_sum(terms, const, x.dtype)
+
+
+def divmod_fold(x: UOp, c: UOp, op: Ops) -> Optional[UOp]:
+  """Fold x // c or x % c for a constant c from the ranges and the coefficients of the sum x."""
+  d = c.arg
+  if not dtypes.is_int(x.dtype) or x.dtype.count != 1 or d == 0: return None
+  if d < 0:  # C semantics: x // -d == -(x // d) and x % -d == x % d
+    return -(x // -d) if op is Ops.IDIV else x % -d
+  if d == 1: return x if op is Ops.IDIV else x.const_like(0)
+  dt = x.dtype
+  # the whole range of x sits in one quotient bucket
+  if x.vmin >= 0 and x.vmin // d == x.vmax // d:
+    q = x.vmin // d
+    return x.const_like(q) if op is Ops.IDIV else (x if q == 0 else x - q * d)
+  if x.vmax <= 0 and -x.vmax // d == -x.vmin // d:
+    q = -(-x.vmin // d)
+    return x.const_like(q) if op is Ops.IDIV else (x if q == 0 else x - q * d)
+  terms, const = split_sum(x)
+  # a common factor of every coefficient, the constant and the divisor cancels (exact for any sign)
+  g = math.gcd(d, const, *terms.values())
+  if g > 1:
+    inner = build_sum({t: k // g for t, k in terms.items()}, const // g, dt)
+    return inner // (d // g) if op is Ops.IDIV else (inner % (d // g)) * g
+  if x.vmin < 0: return None
+  # x == d*Q + R exactly; when R always lies in [0, d), Q is the quotient and R the remainder
+  quot = {t: k // d for t, k in terms.items()}
+  rem = {t: k % d for t, k in terms.items()}
+  if any(quot.values()) or const >= d:
+    r = build_sum(rem, const % d, dt)
+    if r.vmin >= 0 and r.vmax < d:
+      return build_sum(quot, const // d, dt) if op is Ops.IDIV else r
+  # pull out the multiples of d when the rest is non-negative: (d*A + B) // d == A + B // d for B >= 0
+  multiples = {t: k for t, k in terms.items() if k % d == 0}
+  if multiples and len(multiples) < len(terms) or (multiples and const != 0):
+    rest = build_sum({t: k for t, k in terms.items() if k % d != 0}, const, dt)
+    if rest.vmin >= 0:
+      a = build_sum({t: k // d for t, k in multiples.items()}, 0, dt)
+      return a + rest // d if op is Ops.IDIV else rest % d
+  return None
+
+
+def nested_div(x: UOp, a: UOp, b: UOp) -> Optional[UOp]:
+  """(x // a) // b == x // (a*b) for positive a and b (for truncating and flooring division alike)."""
+  if a.arg > 0 and b.arg > 0 and _fits(x.dtype, 0, a.arg * b.arg): return x // (a.arg * b.arg)
+  return None
+
+
+def nested_mod(x: UOp, a: UOp, b: UOp) -> Optional[UOp]:
+  """(x % a) % b == x % b when b divides a and x >= 0."""
+  if a.arg > 0 and b.arg > 0 and a.arg % b.arg == 0 and x.vmin >= 0: return x % b.arg
+  return None
+
+
+def lt_fold(x: UOp, c: UOp) -> Optional[UOp]:
+  """Move constants across `x < c` for integer x."""
+  if not dtypes.is_int(x.dtype) or x.dtype.count != 1: return None
+  bound = c.arg
+  if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+    inner, k = x.src[0], x.src[1].arg
+    if _fits(x.dtype, inner.vmin + k, inner.vmax + k) and _fits(x.dtype, bound - k, bound - k): return inner < (bound - k)
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+    return x.src[0] < -(-bound // x.src[1].arg)  # y*k < c  <=>  y < ceil(c/k)
+  if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0 and x.src[0].vmin >= 0:
+    if _fits(x.dtype, bound * x.src[1].arg, bound * x.src[1].arg): return x.src[0] < bound * x.src[1].arg  # y//k < c  <=>  y < c*k
+  # a sum whose coefficients share a factor with no remainder left over: 4*a + 8*b < 6  <=>  a + 2*b < 2
+  if x.op is Ops.ADD:
+    terms, const = split_sum(x)
+    if terms and const == 0:
+      g = math.gcd(*terms.values())
+      if g > 1: return build_sum({t: k // g for t, k in terms.items()}, 0, x.dtype) < -(-bound // g)
+  return None
+
+
+def ne_fold(x: UOp, c: UOp) -> Optional[UOp]:
+  """Move constants across `x != c` for integer x."""
+  if not dtypes.is_int(x.dtype) or x.dtype.count != 1: return None
+  if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
+    inner, k = x.src[0], x.src[1].arg
+    if _fits(x.dtype, inner.vmin + k, inner.vmax + k) and _fits(x.dtype, c.arg - k, c.arg - k): return inner.ne(c.arg - k)
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg != 0:
+    k = x.src[1].arg
+    return UOp.const(dtypes.bool, True) if c.arg % k != 0 else x.src[0].ne(c.arg // k)
+  return None
+
+
+def max_fold(a: UOp, b: UOp) -> Optional[UOp]:
+  if a.vmin >= b.vmax: return a
+  if b.vmin >= a.vmax: return b
+  return None
+
+
+def _is_not(x: UOp) -> Optional[UOp]:
+  return x.src[0] if x.op is Ops.CMPNE and x.src[1].op is Ops.CONST and x.src[1].arg is True else None
+
+
+def where_not(c: UOp, a: UOp, b: UOp) -> Optional[UOp]:
+  return inner.where(b, a) if (inner := _is_not(c)) is not None else None
+
+
+def distribute_mul(x: UOp, y: UOp, c: UOp) -> Optional[UOp]:
+  """(x + y) * c -> x*c + y*c for ints, so sums stay flat for division folding."""
+  if not dtypes.is_int(c.dtype) or c.dtype.count != 1: return None
+  return x * c + y * c
+
+
+def _int(dt: Optional[DType] = None): return dtypes.ints if dt is None else dt
+
+
+var, cvar = UPat.var, UPat.cvar
+ints = dtypes.ints
+bools = (dtypes.bool,)
+
+symbolic = PatternMatcher([
+  # everything known: constant operands, or a range of one value
+  (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="x"), fold_constants),
+  (UPat(GroupOp.ALU, name="x"), fold_by_range),
+  (UPat((Ops.CAST,), src=(UPat(Ops.CONST, name="c"),), name="x"), lambda x, c: UOp.const(x.dtype, c.arg) if x.dtype.count == 1 else None),
+  # constants on the right of commutative ops
+  (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), UPat(name="y")), name="x"),
+   lambda x, c, y: x.replace(src=(y, c)) if y.op is not Ops.CONST else None),
+  # identities that hold for every dtype
+  (var("x") + 0, lambda x: x),
+  (var("x") * 1, lambda x: x),
+  (UPat(Ops.WHERE, src=(var(), var("x"), var("x"))), lambda x: x),
+  (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), var("a"), var("b"))), lambda c, a, b: a if c.arg else b),
+  (UPat(Ops.WHERE, src=(var("c"), var("a"), var("b"))), where_not),
+  (UPat(Ops.WHERE, dtype=bools, src=(var("c"), UPat.const(dtypes.bool, True), UPat.const(dtypes.bool, False))), lambda c: c),
+  (UPat(Ops.WHERE, dtype=bools, src=(var("c"), UPat.const(dtypes.bool, False), UPat.const(dtypes.bool, True))), lambda c: c.logical_not()),
+  (UPat(Ops.MAX, src=(var("x"), var("x"))), lambda x: x),
+  (UPat(Ops.MAX, dtype=ints, src=(var("a"), var("b"))), max_fold),
+  # integer identities
+  (var("x", ints) * 0, lambda x: x.const_like(0)),
+  (UPat(Ops.SUB, dtype=ints, src=(var("a"), var("b"))), lambda a, b: a + b * -1),
+  (UPat(Ops.CMPLT, src=(var("x", ints), var("x"))), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.CMPNE, src=(var("x", ints + bools), var("x"))), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.XOR, src=[var("x", ints), UPat.const(None, 0)]), lambda x: x),
+  # booleans
+  (UPat((Ops.AND, Ops.OR), dtype=bools, src=(var("x"), var("x"))), lambda x: x),
+  (UPat(Ops.AND, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, True)]), lambda x: x),
+  (UPat(Ops.AND, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, False)]), lambda x: x.const_like(False)),
+  (UPat(Ops.OR, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, False)]), lambda x: x),
+  (UPat(Ops.OR, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, True)]), lambda x: x.const_like(True)),
+  (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(var("x", bools), UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))), lambda x: x),
+  # integer sums: like terms, constants gathered at the end; products: constants gathered at the end
+  (UPat(Ops.ADD, dtype=ints, name="x"), canonical_sum),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.MUL, src=(var("x"), cvar("c1"))), cvar("c2"))), lambda x, c1, c2: x * (c1.arg * c2.arg)),
+  (UPat(Ops.MUL, dtype=ints, src=[UPat(Ops.MUL, src=(var("x"), cvar("c"))), var("y")]),
+   lambda x, c, y: (x * y) * c if y.op is not Ops.CONST else None),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.ADD, src=(var("x"), var("y"))), cvar("c"))), distribute_mul),
+  # division and modulo by constants
+  (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(var("x"), cvar("a"))), cvar("b"))), nested_div),
+  (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(var("x"), cvar("a"))), cvar("b"))), nested_mod),
+  (UPat(Ops.IDIV, dtype=ints, src=(var("x"), cvar("c"))), lambda x, c: divmod_fold(x, c, Ops.IDIV)),
+  (UPat(Ops.MOD, dtype=ints, src=(var("x"), cvar("c"))), lambda x, c: divmod_fold(x, c, Ops.MOD)),
+  # comparisons against constants
+  (UPat(Ops.CMPLT, src=(var("x", ints), cvar("c"))), lt_fold),
+  (UPat(Ops.CMPNE, src=(var("x", ints), cvar("c"))), ne_fold),
+])
+
+
+def simplify(x: UOp) -> UOp:
+  return graph_rewrite(x, symbolic)
+
+
+register_simplifier(simplify)
+
+
+# ***** sint helpers used by the shape and kernel layers *****
+
+def ssimplify(x: sint) -> sint:
+  """A symbolic int simplified; a constant comes back as a plain int."""
+  if not isinstance(x, UOp): return x
+  x = x.simplify()
+  return x.arg if x.op is Ops.CONST else x
+
+
+def resolve(x: Union[bool, int, UOp], default: bool = True) -> bool:
+  """The truth of a condition that may depend on variables: its value where the ranges decide it, else `default`."""
+  if not isinstance(x, UOp): return bool(x)
+  if not dtypes.is_bool(x.dtype): x = x.ne(0)
+  x = x.simplify()
+  return bool(x.vmin) if x.vmin == x.vmax else default
+
+
+def smax(*xs: sint) -> sint:
+  out = xs[0]
+  for x in xs[1:]:
+    out = max(out, x) if not isinstance(out, UOp) and not isinstance(x, UOp) else ssimplify(_uop(out, x).maximum(x))
+  return out
+
+
+def smin(*xs: sint) -> sint:
+  out = xs[0]
+  for x in xs[1:]:
+    out = min(out, x) if not isinstance(out, UOp) and not isinstance(x, UOp) else ssimplify(_uop(out, x).minimum(x))
+  return out
+
+
+def _uop(a: sint, b: sint) -> UOp:
+  return a if isinstance(a, UOp) else UOp.const(b.dtype, a)  # type: ignore[union-attr]
+
+
+def sym_infer(expr: Union[int, UOp], var_vals: dict) -> Union[int, float, bool]:
+  """The value of `expr` with its variables set by `var_vals` (keys are Variables or their names). Bound
+  variables not in `var_vals` take their bound value."""
+  if not isinstance(expr, UOp): return expr
+  by_name = {(k.expr if isinstance(k, UOp) else k): v for k, v in var_vals.items()}
+  vals: dict[UOp, object] = {}
+  for u in expr.toposort:
+    if u.op is Ops.CONST: vals[u] = u.arg
+    elif u.op is Ops.DEFINE_VAR:
+      if u.arg[0] not in by_name: raise SymbolicError(f"no value for Variable {u.arg[0]!r}; give it in var_vals")
+      v = by_name[u.arg[0]]
+      if not u.arg[1] <= v <= u.arg[2]: raise SymbolicError(f"value {v} is outside the range [{u.arg[1]}, {u.arg[2]}] of Variable {u.arg[0]!r}")
+      vals[u] = v
+    elif u.op is Ops.BIND: vals[u] = by_name.get(u.src[0].arg[0], u.src[1].arg)
+    elif u.op in GroupOp.ALU:
+      vals[u] = exec_alu(u.op, u.dtype, tuple(vals[s] for s in u.src))
+    elif u.op is Ops.CAST: vals[u] = exec_alu(Ops.ADD, u.dtype, (vals[u.src[0]], 0)) if not dtypes.is_bool(u.dtype) else bool(vals[u.src[0]])
+    elif u.op is Ops.VIEW: vals[u] = None
+    else: raise SymbolicError(f"sym_infer cannot evaluate {u.op}")
+  return vals[expr]

@@ -1,0 +1,518 @@
+"""The IR: Ops, GroupOp and the immutable, hash-consed UOp.
+
+A UOp is (op, dtype, src, arg). Construction goes through a cache, so building the same UOp twice
+returns the same object: equality is identity, hashing is by id, and a graph shares every common
+subexpression by construction. Everything above this module (shapes, kernels, lowering, renderers)
+is a function from UOp graphs to UOp graphs."""
+from __future__ import annotations
+import functools, math, weakref
+from enum import IntEnum, auto
+from typing import Any, Callable, Iterator, Optional, Union
+from kc.dtype import DType, PtrDType, dtypes, truncate
+from kc.errors import SymbolicError, UOpError
+from kc.helpers import c_div, c_mod
+
+
+class Ops(IntEnum):
+  # the order is the tie-break priority the linearizer uses later: definitions first, control flow last
+  # graph and kernel structure
+  SINK = auto(); NOOP = auto(); VIEW = auto(); KERNEL_INFO = auto()
+  # definitions
+  DEFINE_GLOBAL = auto(); DEFINE_LOCAL = auto(); DEFINE_VAR = auto(); BIND = auto(); SPECIAL = auto()
+  DEFINE_ACC = auto(); CONST = auto(); VALID = auto()
+  # vector structure and expansion
+  EXPAND = auto(); CONTRACT = auto(); VECTORIZE = auto(); GEP = auto()
+  # memory
+  INDEX = auto(); LOAD = auto(); STORE = auto(); ASSIGN = auto()
+  # reductions and tensor cores
+  REDUCE_AXIS = auto(); REDUCE = auto(); WMMA = auto()
+  # conversions
+  CAST = auto(); BITCAST = auto()
+  # unary ALU
+  EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); NEG = auto()
+  # binary ALU
+  ADD = auto(); SUB = auto(); MUL = auto(); IDIV = auto(); MOD = auto(); MAX = auto(); FDIV = auto(); POW = auto()
+  CMPLT = auto(); CMPNE = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()
+  # ternary ALU
+  WHERE = auto(); MULACC = auto()
+  # control flow
+  BARRIER = auto(); RANGE = auto(); IF = auto(); ENDRANGE = auto(); ENDIF = auto()
+
+  def __repr__(self): return f"Ops.{self.name}"
+  def __str__(self): return f"Ops.{self.name}"
+
+
+class GroupOp:
+  Unary = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.NEG})
+  Binary = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.FDIV, Ops.POW, Ops.CMPLT, Ops.CMPNE,
+                      Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR})
+  Ternary = frozenset({Ops.WHERE, Ops.MULACC})
+  ALU = Unary | Binary | Ternary
+  Comparison = frozenset({Ops.CMPLT, Ops.CMPNE})
+  Commutative = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.XOR, Ops.AND, Ops.OR})
+  Associative = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.MAX})
+  Idempotent = frozenset({Ops.OR, Ops.AND, Ops.MAX})
+  IntOnly = frozenset({Ops.IDIV, Ops.MOD, Ops.SHL, Ops.SHR})
+  IntOrBool = frozenset({Ops.AND, Ops.OR, Ops.XOR})
+  FloatOnly = frozenset({Ops.FDIV, Ops.RECIP, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.POW})
+  # ops whose value at 0 is not 0: padding their input with zeros changes the result (PADTO on a reduce)
+  UnsafePad = frozenset({Ops.RECIP, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW})
+  Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
+  Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.VALID})
+  Block = frozenset({Ops.RANGE, Ops.IF})
+  BlockEnd = frozenset({Ops.ENDRANGE, Ops.ENDIF})
+  Meta = frozenset({Ops.SINK, Ops.NOOP, Ops.VIEW, Ops.KERNEL_INFO})
+
+
+def _arity(op: Ops) -> int: return 1 if op in GroupOp.Unary else 2 if op in GroupOp.Binary else 3
+
+
+# ***** exact scalar semantics of the ALU ops (C semantics: truncating division, wrap-around ints) *****
+
+def _safe_exp2(x):
+  try: return 2.0 ** x
+  except OverflowError: return math.inf
+
+
+def _safe_log2(x):
+  if math.isnan(x) or x < 0: return math.nan
+  return -math.inf if x == 0 else math.log2(x)
+
+
+def _fdiv(a, b):
+  if b == 0:
+    if a == 0 or math.isnan(a): return math.nan
+    return math.copysign(math.inf, a) * math.copysign(1.0, b)
+  return a / b
+
+
+def _pow(a, b):
+  try: return float(a) ** b if not (a < 0 and b != int(b)) else math.nan
+  except OverflowError: return math.inf
+  except ZeroDivisionError: return math.inf
+
+
+PYTHON_ALU: dict[Ops, Callable] = {
+  Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
+  Ops.IDIV: lambda a, b: c_div(a, b) if b != 0 else 0, Ops.MOD: lambda a, b: c_mod(a, b) if b != 0 else 0,
+  Ops.MAX: max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
+  Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
+  Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b, Ops.FDIV: _fdiv, Ops.POW: _pow,
+  Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
+  Ops.NEG: lambda a: (not a) if isinstance(a, bool) else -a, Ops.RECIP: lambda a: _fdiv(1.0, a),
+  Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2, Ops.SQRT: lambda a: math.sqrt(a) if a >= 0 else math.nan,
+  Ops.SIN: lambda a: math.sin(a) if math.isfinite(a) else math.nan,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: tuple):
+  """The value of `op` on Python scalars, as a backend computing in `dtype` would produce it."""
+  if dtype.count > 1:
+    return tuple(exec_alu(op, dtype.scalar(), tuple(x[i] if isinstance(x, tuple) else x for x in operands)) for i in range(dtype.count))
+  return truncate(dtype, PYTHON_ALU[op](*operands))
+
+
+# ***** the hash-consed UOp *****
+
+_UCACHE: dict[tuple, weakref.ReferenceType] = {}
+
+
+def _cache_key(op, dtype, src, arg) -> tuple:
+  # 0.0 == -0.0 and they hash alike, but they are different constants
+  return (op, dtype, src, (arg, math.copysign(1.0, arg)) if type(arg) is float else arg)
+
+
+def _check(op, dtype, src, arg):
+  """The IR's typing rules, checked once per distinct UOp (on a cache miss)."""
+  if type(op) is not Ops: raise UOpError(f"op must be an Ops member, got {op!r}")
+  if not isinstance(dtype, DType): raise UOpError(f"{op}: dtype must be a DType, got {dtype!r}")
+  if type(src) is not tuple or not all(type(s) is UOp for s in src): raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
+  if op in GroupOp.ALU:
+    if len(src) != _arity(op): raise UOpError(f"{op} takes {_arity(op)} sources, got {len(src)}")
+    sdt = [s.dtype for s in src]
+    if op is Ops.WHERE:
+      if sdt[0].scalar() != dtypes.bool: raise UOpError(f"{op}: the condition must be bool, got {sdt[0]}")
+      if not (sdt[1] == sdt[2] == dtype): raise UOpError(f"{op}: both branches and the result must share one dtype, got {sdt[1]}, {sdt[2]} -> {dtype}")
+      return
+    if op in GroupOp.Comparison:
+      if dtype.scalar() != dtypes.bool or dtype.count != sdt[0].count: raise UOpError(f"{op} yields bool of the operands' width, got {dtype}")
+      if sdt[0] != sdt[1]: raise UOpError(f"{op}: operands must share one dtype, got {sdt[0]} and {sdt[1]}")
+      return
+    if op in (Ops.SHL, Ops.SHR):
+      if sdt[0] != dtype or not dtypes.is_int(dtype) or not dtypes.is_int(sdt[1]):
+        raise UOpError(f"{op}: shifts take ints and keep the left operand's dtype, got {sdt} -> {dtype}")
+      return
+    if any(d != dtype for d in sdt): raise UOpError(f"{op}: every operand must have the result dtype {dtype}, got {sdt}")
+    if op in GroupOp.IntOnly and not dtypes.is_int(dtype): raise UOpError(f"{op} is defined on ints only, got {dtype}")
+    if op in GroupOp.IntOrBool and not (dtypes.is_int(dtype) or dtypes.is_bool(dtype)): raise UOpError(f"{op} is defined on ints and bools only, got {dtype}")
+    if op in GroupOp.FloatOnly and not dtypes.is_float(dtype): raise UOpError(f"{op} is defined on floats only, got {dtype}")
+  elif op is Ops.CONST:
+    if len(src) > 1 or (src and src[0].op is not Ops.VIEW): raise UOpError(f"CONST takes no sources (or one VIEW in an AST), got {[s.op for s in src]}")
+    scalar = dtype.scalar()
+    want = bool if scalar == dtypes.bool else int if dtypes.is_int(scalar) else float if dtypes.is_float(scalar) else None
+    if want is None: raise UOpError(f"CONST cannot have dtype {dtype}")
+    if type(arg) is not want: raise UOpError(f"CONST of {dtype} holds a Python {want.__name__}, got {arg!r}; build it with UOp.const")
+  elif op is Ops.DEFINE_VAR:
+    if not (isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str)): raise UOpError(f"DEFINE_VAR arg is (name, min, max), got {arg!r}")
+    if not dtypes.is_int(dtype): raise UOpError(f"a Variable is an integer, got {dtype}")
+    if not (isinstance(arg[1], int) and isinstance(arg[2], int)): raise SymbolicError(f"Variable {arg[0]!r} needs int bounds, got {arg[1]!r}..{arg[2]!r}")
+    if arg[1] > arg[2]: raise SymbolicError(f"Variable {arg[0]!r} has min {arg[1]} > max {arg[2]}")
+  elif op is Ops.CAST or op is Ops.BITCAST:
+    if len(src) != 1: raise UOpError(f"{op} takes one source, got {len(src)}")
+    if op is Ops.BITCAST and src[0].dtype.itemsize != dtype.itemsize:
+      raise UOpError(f"BITCAST needs equal sizes, got {src[0].dtype} ({src[0].dtype.itemsize} B) -> {dtype} ({dtype.itemsize} B)")
+  elif op is Ops.BIND:
+    if len(src) != 2 or src[0].op is not Ops.DEFINE_VAR or src[1].op is not Ops.CONST: raise UOpError("BIND takes (DEFINE_VAR, CONST)")
+    v, (name, lo, hi) = src[1].arg, src[0].arg
+    if not lo <= v <= hi: raise SymbolicError(f"value {v} is outside the range [{lo}, {hi}] of Variable {name!r}")
+
+
+class UOpMetaClass(type):
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
+    key = _cache_key(op, dtype, src, arg)
+    try:
+      if (ref := _UCACHE.get(key)) is not None and (ret := ref()) is not None: return ret
+    except TypeError as e:
+      raise UOpError(f"{op}: arg must be hashable, got {type(arg).__name__} {arg!r}") from e
+    _check(op, dtype, src, arg)
+    ret = super().__call__(op, dtype, src, arg)
+    ret._key = key
+    ret._ref = _UCACHE[key] = weakref.ref(ret)
+    return ret
+
+
+def _as_uop(x, like: "UOp") -> "UOp":
+  return x if isinstance(x, UOp) else UOp.const(like.dtype, x)
+
+
+class UOp(metaclass=UOpMetaClass):
+  __slots__ = ("op", "dtype", "src", "arg", "_key", "_ref", "__weakref__", "__dict__")
+
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
+    object.__setattr__(self, "op", op)
+    object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", src)
+    object.__setattr__(self, "arg", arg)
+
+  def __setattr__(self, name, value):
+    if name in ("_key", "_ref") or name not in UOp.__slots__: object.__setattr__(self, name, value)
+    else: raise AttributeError(f"UOp is immutable: cannot set {name}")
+
+  def __del__(self):
+    try:
+      if _UCACHE.get(self._key) is self._ref: del _UCACHE[self._key]
+    except (AttributeError, TypeError, KeyError): pass  # interpreter shutdown or a half-built UOp
+
+  def __reduce__(self): return UOp, (self.op, self.dtype, self.src, self.arg)
+  __hash__ = object.__hash__
+
+  def replace(self, **kwargs) -> "UOp":
+    return UOp(kwargs.get("op", self.op), kwargs.get("dtype", self.dtype), kwargs.get("src", self.src), kwargs.get("arg", self.arg))
+
+  # ***** graph structure *****
+
+  @functools.cached_property
+  def toposort(self) -> dict["UOp", None]:
+    """Every UOp this one depends on, itself last, each after all of its sources."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      node, expanded = stack.pop()
+      if node in out: continue
+      if expanded: out[node] = None
+      else:
+        stack.append((node, True))
+        stack.extend((s, False) for s in reversed(node.src) if s not in out)
+    return out
+
+  @property
+  def parents(self) -> dict["UOp", None]:
+    """Every UOp this one depends on, not itself."""
+    return {u: None for u in self.toposort if u is not self}
+
+  @property
+  def sparents(self) -> dict["UOp", None]: return self.toposort
+
+  def variables(self) -> list["UOp"]:
+    """The DEFINE_VARs this expression uses (bound ones unbound), ordered by name."""
+    vs = {u.src[0] if u.op is Ops.BIND else u: None for u in self.toposort if u.op in (Ops.DEFINE_VAR, Ops.BIND)}
+    return sorted(vs, key=lambda v: v.arg)
+
+  def substitute(self, mapping: dict["UOp", "UOp"]) -> "UOp":
+    """This graph with each key UOp replaced by its value (keys are matched by identity, outermost wins)."""
+    memo: dict[UOp, UOp] = dict(mapping)
+    for node in self.toposort:
+      if node in memo: continue
+      new_src = tuple(memo[s] for s in node.src)
+      memo[node] = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+    return memo[self]
+
+  # ***** constructors *****
+
+  @staticmethod
+  def const(dtype: DType, value) -> "UOp":
+    """A constant; `value` is converted to what `dtype` holds (wrapping ints, rounding floats). A vector dtype
+    with a scalar value broadcasts; a tuple value gives a VECTORIZE of constants."""
+    if isinstance(value, UOp): return value
+    if isinstance(value, tuple):
+      if len(value) != dtype.count: raise UOpError(f"{len(value)} values for the vector dtype {dtype}")
+      return UOp(Ops.VECTORIZE, dtype, tuple(UOp.const(dtype.scalar(), v) for v in value))
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar(), value),) * dtype.count)
+    return UOp(Ops.CONST, dtype, (), truncate(dtype, dtypes.as_const(value, dtype)))
+
+  def const_like(self, value) -> "UOp": return UOp.const(self.dtype, value)
+
+  @staticmethod
+  def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> "UOp":
+    return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_val, max_val))
+
+  @staticmethod
+  def range(dtype: DType, start, end, idx: int) -> "UOp":
+    return UOp(Ops.RANGE, dtype, (_as_uop(start, UOp.const(dtype, 0)), _as_uop(end, UOp.const(dtype, 0))), idx)
+
+  def cast(self, dtype: DType) -> "UOp": return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> "UOp": return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+  def alu(self, op: Ops, *src) -> "UOp":
+    operands = (self,) + tuple(_as_uop(s, self) for s in src)
+    if op in GroupOp.Comparison: out = dtypes.bool.vec(self.dtype.count)
+    elif op is Ops.WHERE: out = operands[1].dtype
+    else: out = self.dtype
+    return UOp(op, out, operands)
+
+  # ***** Python operators: integers use C semantics (// truncates toward zero, % keeps the dividend's sign) *****
+
+  def _lift(self, x) -> "UOp":
+    if isinstance(x, UOp): return x
+    if not isinstance(x, (bool, int, float)): raise UOpError(f"cannot combine a UOp with {type(x).__name__} {x!r}")
+    return UOp.const(self.dtype, x)
+
+  def __add__(self, x): return self.alu(Ops.ADD, self._lift(x))
+  def __radd__(self, x): return self._lift(x).alu(Ops.ADD, self)
+  def __sub__(self, x): return self + (-self._lift(x))
+  def __rsub__(self, x): return self._lift(x) + (-self)
+  def __mul__(self, x): return self.alu(Ops.MUL, self._lift(x))
+  def __rmul__(self, x): return self._lift(x).alu(Ops.MUL, self)
+  def __floordiv__(self, x): return self.alu(Ops.IDIV, self._lift(x))
+  def __rfloordiv__(self, x): return self._lift(x).alu(Ops.IDIV, self)
+  def __mod__(self, x): return self.alu(Ops.MOD, self._lift(x))
+  def __rmod__(self, x): return self._lift(x).alu(Ops.MOD, self)
+  def __truediv__(self, x): return self.alu(Ops.FDIV, self._lift(x))
+  def __rtruediv__(self, x): return self._lift(x).alu(Ops.FDIV, self)
+  def __neg__(self):
+    if dtypes.is_bool(self.dtype): return self.alu(Ops.CMPNE, self.const_like(True))
+    return self * -1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)
+  def __lt__(self, x): return self.alu(Ops.CMPLT, self._lift(x))
+  def __gt__(self, x): return self._lift(x).alu(Ops.CMPLT, self)
+  def __le__(self, x): return self._lift(x).lt(self).logical_not()
+  def __ge__(self, x): return self.lt(x).logical_not()
+  def __and__(self, x): return self.alu(Ops.AND, self._lift(x))
+  def __rand__(self, x): return self._lift(x).alu(Ops.AND, self)
+  def __or__(self, x): return self.alu(Ops.OR, self._lift(x))
+  def __ror__(self, x): return self._lift(x).alu(Ops.OR, self)
+  def __xor__(self, x): return self.alu(Ops.XOR, self._lift(x))
+  def __lshift__(self, x): return self.alu(Ops.SHL, self._lift(x))
+  def __rshift__(self, x): return self.alu(Ops.SHR, self._lift(x))
+
+  def lt(self, x) -> "UOp": return self.__lt__(x)
+  def ne(self, x) -> "UOp": return self.alu(Ops.CMPNE, self._lift(x))
+  def eq(self, x) -> "UOp": return self.ne(x).logical_not()
+  def logical_not(self) -> "UOp": return self.ne(True) if dtypes.is_bool(self.dtype) else self.eq(0)
+  def maximum(self, x) -> "UOp": return self.alu(Ops.MAX, self._lift(x))
+  def minimum(self, x) -> "UOp": return self.lt(x).where(self, self._lift(x))
+  def where(self, a, b) -> "UOp":
+    a = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else UOp.const(dtypes.from_py(a), a))
+    return self.alu(Ops.WHERE, a, a._lift(b))
+  def recip(self) -> "UOp": return self.alu(Ops.RECIP)
+  def sqrt(self) -> "UOp": return self.alu(Ops.SQRT)
+  def exp2(self) -> "UOp": return self.alu(Ops.EXP2)
+  def log2(self) -> "UOp": return self.alu(Ops.LOG2)
+  def sin(self) -> "UOp": return self.alu(Ops.SIN)
+
+  # ***** Variables *****
+
+  def bind(self, value: int) -> "UOp":
+    if self.op is not Ops.DEFINE_VAR: raise SymbolicError(f"only a Variable can be bound, not {self.op}")
+    if not isinstance(value, int) or isinstance(value, bool): raise SymbolicError(f"Variable {self.arg[0]!r} binds an int, got {value!r}")
+    return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, value)))
+
+  def unbind(self) -> tuple["UOp", int]:
+    if self.op is not Ops.BIND: raise SymbolicError(f"only a bound Variable can be unbound, not {self.op}")
+    return self.src[0], self.src[1].arg
+
+  @property
+  def expr(self) -> str:
+    if self.op is Ops.DEFINE_VAR: return self.arg[0]
+    if self.op is Ops.BIND: return self.src[0].arg[0]
+    raise SymbolicError(f"{self.op} has no variable name")
+
+  # ***** range analysis *****
+
+  @property
+  def vmin(self): return self._min_max[0]
+  @property
+  def vmax(self): return self._min_max[1]
+
+  @functools.cached_property
+  def _min_max(self) -> tuple:
+    """Bounds that hold for every value this UOp can take (exact for constants, conservative elsewhere)."""
+    return _bounds(self)
+
+  def simplify(self) -> "UOp":
+    """This expression with kc's symbolic rules applied until nothing changes (memoized per UOp)."""
+    if (ret := self.__dict__.get("_simplified")) is None:
+      if _SIMPLIFIER is None: raise SymbolicError("kc.symbolic is not loaded; import kc first")
+      ret = _SIMPLIFIER(self)
+      self.__dict__["_simplified"] = ret
+      ret.__dict__["_simplified"] = ret
+    return ret
+
+  # ***** Python protocol *****
+
+  def __bool__(self):
+    if self.vmin == self.vmax: return bool(self.vmin)
+    raise SymbolicError(f"the truth of {self.render()} depends on its variables; use kc.resolve(expr, default) to decide it")
+
+  def __int__(self):
+    if self.vmin == self.vmax and (dtypes.is_int(self.dtype) or dtypes.is_bool(self.dtype)): return int(self.vmin)
+    raise SymbolicError(f"{self.render()} is not a constant integer")
+
+  def __repr__(self) -> str: return pretty_print(self)
+
+  def render(self, simplify: bool = True) -> str:
+    """A Python-like string of the expression (variables by name)."""
+    return render_expr(self.simplify() if simplify else self)
+
+
+_SIMPLIFIER: Optional[Callable[[UOp], UOp]] = None
+
+
+def register_simplifier(fxn: Callable[[UOp], UOp]) -> None:
+  """The symbolic layer installs UOp.simplify here, so that this module does not import a layer above it."""
+  global _SIMPLIFIER
+  _SIMPLIFIER = fxn
+
+
+# ***** range analysis *****
+
+def _corners(fxn, a: UOp, b: UOp) -> tuple:
+  vals = [fxn(x, y) for x in (a.vmin, a.vmax) for y in (b.vmin, b.vmax)]
+  return min(vals), max(vals)
+
+
+def _div_bounds(a: UOp, b: UOp) -> Optional[tuple]:
+  if b.vmin > 0 or b.vmax < 0: return _corners(c_div, a, b)  # truncating division is monotone in each argument away from 0
+  return None
+
+
+def _mod_bounds(a: UOp, b: UOp) -> Optional[tuple]:
+  if b.vmin == b.vmax and b.vmin != 0:
+    c = abs(b.vmin)
+    if a.vmin >= 0 and c_div(a.vmin, c) == c_div(a.vmax, c): return c_mod(a.vmin, c), c_mod(a.vmax, c)
+    if a.vmax <= 0 and c_div(a.vmin, c) == c_div(a.vmax, c): return c_mod(a.vmin, c), c_mod(a.vmax, c)
+  if b.vmin > 0 or b.vmax < 0:
+    c = max(abs(b.vmin), abs(b.vmax)) - 1  # |a % b| < |b| and the remainder has the dividend's sign
+    return (0 if a.vmin >= 0 else max(a.vmin, -c)), (0 if a.vmax <= 0 else min(a.vmax, c))
+  return None
+
+
+def _bounds(u: UOp) -> tuple:
+  dt = u.dtype
+  if dt.count > 1 or isinstance(dt, PtrDType) or dt == dtypes.void: return (-math.inf, math.inf)
+  lo, hi = dtypes.min(dt), dtypes.max(dt)
+  op, s = u.op, u.src
+  r: Optional[tuple] = None
+  if op is Ops.CONST: return u.arg, u.arg
+  if op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
+  if op is Ops.BIND: return s[0].vmin, s[0].vmax
+  if op is Ops.RANGE: r = (s[0].vmin, s[1].vmax - 1)
+  elif op is Ops.SPECIAL: r = (0, u.arg[1] - 1) if isinstance(u.arg[1], int) else (0, u.arg[1].vmax - 1)
+  elif op is Ops.ADD: r = (s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax)
+  elif op is Ops.SUB: r = (s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin)
+  elif op is Ops.MUL: r = _corners(lambda x, y: x * y if x != 0 and y != 0 else 0, s[0], s[1])
+  elif op is Ops.NEG: r = (-s[0].vmax, -s[0].vmin) if not dtypes.is_bool(dt) else None
+  elif op is Ops.MAX: r = (max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax))
+  elif op is Ops.IDIV and dtypes.is_int(dt): r = _div_bounds(s[0], s[1])
+  elif op is Ops.MOD and dtypes.is_int(dt): r = _mod_bounds(s[0], s[1])
+  elif op is Ops.WHERE:
+    if s[0].vmin == s[0].vmax: r = (s[1].vmin, s[1].vmax) if s[0].vmin else (s[2].vmin, s[2].vmax)
+    else: r = (min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax))
+  elif op is Ops.CMPLT:
+    if s[0].vmax < s[1].vmin: r = (True, True)
+    elif s[0].vmin >= s[1].vmax: r = (False, False)
+  elif op is Ops.CMPNE:
+    if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax: r = (True, True)
+    elif s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax: r = (False, False)
+  elif op is Ops.AND and dtypes.is_bool(dt): r = (bool(s[0].vmin and s[1].vmin), bool(s[0].vmax and s[1].vmax))
+  elif op is Ops.OR and dtypes.is_bool(dt): r = (bool(s[0].vmin or s[1].vmin), bool(s[0].vmax or s[1].vmax))
+  elif op is Ops.AND and dtypes.is_int(dt) and s[0].vmin >= 0 and s[1].vmin >= 0: r = (0, min(s[0].vmax, s[1].vmax))
+  elif op is Ops.SHL and s[1].vmin == s[1].vmax and s[0].vmin >= 0 and 0 <= s[1].vmin < 8 * dt.itemsize: r = (s[0].vmin << s[1].vmin, s[0].vmax << s[1].vmin)
+  elif op is Ops.SHR and s[0].vmin >= 0 and s[1].vmin >= 0: r = (s[0].vmin >> s[1].vmax, s[0].vmax >> s[1].vmin)
+  elif op is Ops.CAST and dtypes.is_int(dt) and dtypes.is_int(s[0].dtype) or op is Ops.CAST and dtypes.is_float(dt):
+    r = (s[0].vmin, s[0].vmax)
+  elif op is Ops.CAST and dtypes.is_bool(dt): r = (bool(s[0].vmin) if s[0].vmin == s[0].vmax else False, bool(s[0].vmin or s[0].vmax))
+  if r is None or r[0] < lo or r[1] > hi:  # unknown, or it may wrap around: only the dtype's own range is certain
+    return lo, hi
+  if dtypes.is_bool(dt): return bool(r[0]), bool(r[1])
+  if dtypes.is_int(dt): return int(r[0]), int(r[1])
+  return r
+
+
+# ***** printing *****
+
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.FDIV: "/", Ops.CMPLT: "<",
+          Ops.CMPNE: "!=", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>", Ops.POW: "**"}
+_CALL = {Ops.MAX: "max", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.RECIP: "recip"}
+
+
+def render_expr(root: UOp) -> str:
+  """Render an expression graph as Python-like text; each shared node is rendered once and reused."""
+  out: dict[UOp, str] = {}
+  for u in root.toposort:
+    s = [out[x] for x in u.src]
+    if u.op is Ops.CONST: r = repr(u.arg)
+    elif u.op is Ops.DEFINE_VAR: r = u.arg[0]
+    elif u.op is Ops.BIND: r = f"{s[0]}={u.src[1].arg}"
+    elif u.op is Ops.SPECIAL: r = str(u.arg[0])
+    elif u.op is Ops.RANGE: r = f"ridx{u.arg}"
+    elif u.op is Ops.ADD and u.src[1].op is Ops.MUL and u.src[1].src[1].op is Ops.CONST and u.src[1].src[1].arg == -1:
+      r = f"({s[0]}-{out[u.src[1].src[0]]})"
+    elif u.op is Ops.MUL and u.src[1].op is Ops.CONST and u.src[1].arg == -1 and dtypes.is_int(u.dtype): r = f"(-{s[0]})"
+    elif u.op is Ops.CMPNE and u.src[1].op is Ops.CONST and u.src[1].arg is True: r = f"(not {s[0]})"
+    elif u.op in _INFIX: r = f"({s[0]}{_INFIX[u.op]}{s[1]})"
+    elif u.op in _CALL: r = f"{_CALL[u.op]}({', '.join(s)})"
+    elif u.op is Ops.NEG: r = f"(-{s[0]})"
+    elif u.op is Ops.WHERE: r = f"({s[1]} if {s[0]} else {s[2]})"
+    elif u.op is Ops.MULACC: r = f"(({s[0]}*{s[1]})+{s[2]})"
+    elif u.op is Ops.CAST: r = f"{u.dtype.name}({s[0]})"
+    else: r = f"{u.op.name}({', '.join(s + ([repr(u.arg)] if u.arg is not None else []))})"
+    out[u] = r
+  return out[root]
+
+
+def pretty_print(root: UOp, indent: str = "  ") -> str:
+  """The graph as nested UOp(...) constructors; a node used more than once is named x<n> where it first
+  appears and referred to by that name afterwards."""
+  uses: dict[UOp, int] = {}
+  for u in root.toposort:
+    for s in u.src: uses[s] = uses.get(s, 0) + 1
+  names: dict[UOp, str] = {}
+
+  def fmt(u: UOp, depth: int) -> str:
+    if u in names: return names[u]
+    tag = ""
+    if uses.get(u, 0) > 1:
+      names[u] = f"x{len(names)}"
+      tag = f"{names[u]}:="
+    pad = indent * (depth + 1)
+    srcs = "" if not u.src else ", src=(\n" + "".join(pad + fmt(s, depth + 1) + ",\n" for s in u.src) + indent * depth + ")"
+    return f"{tag}UOp({u.op}, {u.dtype!r}, arg={u.arg!r}{srcs})"
+  return fmt(root, 0)
+
+
+def Variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int32) -> UOp:
+  """A symbolic integer in [min_val, max_val], given its value at run time."""
+  return UOp.variable(name, min_val, max_val, dtype)
+
+
+sint = Union[int, UOp]
