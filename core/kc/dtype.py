@@ -84,30 +84,26 @@ class ImageDType(PtrDType):
 
 class dtypes:
   """The namespace of kc's dtypes and the functions over them."""
+  # the kind of a scalar type ("b"ool, "i"nt, "u"nsigned, "f"loat) and its value range are looked up in tables
+  # filled once below: these predicates run for every UOp built and every range computed
   @staticmethod
-  def is_float(x: DType) -> bool: return x.scalar() in dtypes.floats or isinstance(x, ImageDType)
+  def is_float(x: DType) -> bool: return _KIND.get(x._scalar or x) == "f" or isinstance(x, ImageDType)
   @staticmethod
-  def is_int(x: DType) -> bool: return x.scalar() in dtypes.ints
+  def is_int(x: DType) -> bool: return _KIND.get(x._scalar or x) in ("i", "u")
   @staticmethod
-  def is_unsigned(x: DType) -> bool: return x.scalar() in dtypes.uints
+  def is_unsigned(x: DType) -> bool: return _KIND.get(x._scalar or x) == "u"
   @staticmethod
-  def is_bool(x: DType) -> bool: return x.scalar() == dtypes.bool
+  def is_bool(x: DType) -> bool: return (x._scalar or x) is dtypes.bool
 
   @staticmethod
   def min(dt: DType):
-    dt = dt.scalar()
-    if dt == dtypes.bool: return False
-    if dtypes.is_int(dt): return 0 if dtypes.is_unsigned(dt) else -2 ** (8 * dt.itemsize - 1)
-    if dtypes.is_float(dt): return -math.inf
-    raise DTypeError(f"{dt} has no minimum")
+    if (r := _RANGE.get(dt._scalar or dt)) is None: raise DTypeError(f"{dt} has no minimum")
+    return r[0]
 
   @staticmethod
   def max(dt: DType):
-    dt = dt.scalar()
-    if dt == dtypes.bool: return True
-    if dtypes.is_int(dt): return 2 ** (8 * dt.itemsize) - 1 if dtypes.is_unsigned(dt) else 2 ** (8 * dt.itemsize - 1) - 1
-    if dtypes.is_float(dt): return math.inf
-    raise DTypeError(f"{dt} has no maximum")
+    if (r := _RANGE.get(dt._scalar or dt)) is None: raise DTypeError(f"{dt} has no maximum")
+    return r[1]
 
   @staticmethod
   def finfo(dt: DType) -> tuple[int, int]:
@@ -191,6 +187,11 @@ def _image(base: DType, shp) -> ImageDType:
   return _intern(ImageDType, 100, 4 * base.itemsize, name, None, 1, None, base, False, 4, -1, shp)
 
 
+_KIND: dict[DType, str] = {dtypes.bool: "b", **{d: "i" for d in dtypes.sints}, **{d: "u" for d in dtypes.uints},
+                           **{d: "f" for d in dtypes.floats}}
+_RANGE: dict[DType, tuple] = {dtypes.bool: (False, True), **{d: (-math.inf, math.inf) for d in dtypes.floats},
+                              **{d: (0, 2 ** (8 * d.itemsize) - 1) for d in dtypes.uints},
+                              **{d: (-2 ** (8 * d.itemsize - 1), 2 ** (8 * d.itemsize - 1) - 1) for d in dtypes.sints}}
 _BY_NAME: dict[str, DType] = {dt.name: dt for dt in dtypes.all}
 _FROM_NUMPY: dict[np.dtype, DType] = {np.dtype(dt.fmt): dt for dt in _BY_NAME.values() if dt.fmt is not None}
 

@@ -10,6 +10,7 @@ from kc.errors import RewriteError, UOpError
 from kc.uop import GroupOp, Ops, UOp
 
 _ANY = object()  # "match any arg"; None is a real arg value in the IR
+_MEMO_IDS = itertools.count()
 
 
 class UPat:
@@ -22,7 +23,7 @@ class UPat:
   arg:   the exact arg to match (any arg when not given)
   name:  bind the matched UOp to this name for the callback; a name used twice must bind the same UOp
   """
-  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "alternatives", "early_reject", "_src_mode")
+  __slots__ = ("op", "dtype", "src", "arg", "name", "allow_any_len", "alternatives", "early_reject", "_src_mode", "_matcher")
 
   def __init__(self, op: Union[Ops, Iterable[Ops], None] = None, dtype: Union[DType, Iterable[DType], None] = None,
                src: Union[tuple, list, "UPat", None] = None, arg: Any = _ANY, name: Optional[str] = None,
@@ -30,6 +31,7 @@ class UPat:
     self.op: Optional[frozenset] = None if op is None else frozenset((op,) if isinstance(op, Ops) else op)
     self.dtype: Optional[frozenset] = None if dtype is None else frozenset((dtype,) if isinstance(dtype, DType) else dtype)
     self.arg, self.name, self.allow_any_len, self.alternatives = arg, name, allow_any_len, alternatives
+    self._matcher: Optional[Callable] = None
     if src is None: self._src_mode = None
     elif isinstance(src, UPat): self._src_mode = "each"
     elif isinstance(src, list): self._src_mode = "permute"
@@ -86,35 +88,70 @@ class UPat:
 
   def match(self, uop: UOp, store: dict[str, UOp]) -> list[dict[str, UOp]]:
     """Every way this pattern matches `uop`, each as the bindings `store` extended with this pattern's names."""
-    if self.alternatives is not None:
-      out = [m for alt in self.alternatives for m in alt.match(uop, store)]
-      return [b for m in out for b in _bind(self.name, uop, m)] if self.name is not None else out
-    if (self.op is not None and uop.op not in self.op) or \
-       (self.dtype is not None and uop.dtype not in self.dtype and uop.dtype.scalar() not in self.dtype) or \
-       (self.arg is not _ANY and self.arg != uop.arg):
-      return []
-    if self.name is not None:
-      bound = store.get(self.name)
-      if bound is None: store = {**store, self.name: uop}
-      elif bound is not uop: return []
-    mode = self._src_mode
-    if mode is None: return [store]
-    src = uop.src
-    if mode == "each":
-      stores = [store]
-      for s in src: stores = [m for st in stores for m in self.src.match(s, st)]
+    if self._matcher is None: self._matcher = _compile(self)
+    return self._matcher(uop, store)
+
+
+_NO_MATCH: list = []
+
+
+def _compile(p: UPat) -> Callable[[UOp, dict], list]:
+  """A closure that matches one UPat. The checks a pattern does not need are left out of its closure, since
+  matching runs for every node of every rewrite."""
+  if p.alternatives is not None:
+    alts = [_compile(a) for a in p.alternatives]
+    name = p.name
+    def match_any(u, store):
+      out = [m for alt in alts for m in alt(u, store)]
+      return [b for m in out for b in _bind(name, u, m)] if name is not None else out
+    return match_any
+  ops, dts, arg, name, mode = p.op, p.dtype, p.arg, p.name, p._src_mode
+  any_arg = arg is _ANY
+
+  def head(u, store):
+    """The checks on the node itself; the bindings after them, or None."""
+    if ops is not None and u.op not in ops: return None
+    if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts: return None
+    if not any_arg and arg != u.arg: return None
+    if name is not None:
+      bound = store.get(name)
+      if bound is None: return {**store, name: u}
+      if bound is not u: return None
+    return store
+
+  if mode is None:
+    def match_leaf(u, store):
+      st = head(u, store)
+      return _NO_MATCH if st is None else [st]
+    return match_leaf
+  if mode == "each":
+    each = _compile(p.src)
+    def match_each(u, store):
+      st = head(u, store)
+      if st is None: return _NO_MATCH
+      stores = [st]
+      for s in u.src:
+        stores = [m for x in stores for m in each(s, x)]
+        if not stores: break
       return stores
-    pats = self.src
-    if len(src) != len(pats) and not (self.allow_any_len and len(src) >= len(pats)): return []
-    orders = (pats,) if mode == "ordered" else itertools.permutations(pats)
-    out: list[dict[str, UOp]] = []
+    return match_each
+  subs = [_compile(x) for x in p.src]
+  n, any_len = len(subs), p.allow_any_len
+  orders = [subs] if mode == "ordered" else [list(o) for o in itertools.permutations(subs)]
+  def match_src(u, store):
+    src = u.src
+    if len(src) != n and not (any_len and len(src) >= n): return _NO_MATCH
+    st = head(u, store)
+    if st is None: return _NO_MATCH
+    out: list = []
     for order in orders:
-      stores = [store]
-      for p, s in zip(order, src):
-        stores = [m for st in stores for m in p.match(s, st)]
+      stores = [st]
+      for sub, s in zip(order, src):
+        stores = [m for x in stores for m in sub(s, x)]
         if not stores: break
       out.extend(stores)
     return out
+  return match_src
 
 
 def _bind(name: str, uop: UOp, store: dict) -> list[dict]:
@@ -134,8 +171,11 @@ class PatternMatcher:
   A callback gets the pattern's named bindings as keyword arguments (and `ctx` if it declares it) and
   returns a replacement UOp, or None to decline. The first rule whose callback returns a new UOp wins."""
 
-  def __init__(self, patterns: list[tuple[UPat, Callable]]):
+  def __init__(self, patterns: list[tuple[UPat, Callable]], memoize: bool = False):
+    """memoize: the rules are pure functions of the UOp (no ctx, no outside state), so a rewritten result can be
+    remembered on the UOp itself and reused by every later graph_rewrite with this matcher."""
     self.patterns = list(patterns)
+    self.memo_key: Optional[str] = f"_rw{next(_MEMO_IDS)}" if memoize else None
     self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset, bool]]] = {}
     for pat, fxn in self.patterns:
       if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
@@ -152,7 +192,9 @@ class PatternMatcher:
       if not early <= src_ops: continue
       for bindings in pat.match(uop, {}):
         ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)
-        if ret is not None and ret is not uop: return ret
+        if ret is not None and ret is not uop:
+          if type(ret) is not UOp: raise RewriteError(f"the rule for {pat!r} returned {type(ret).__name__} {ret!r}, not a UOp or None")
+          return ret
     return None
 
 
@@ -162,43 +204,93 @@ def _pattern_ops(pat: UPat) -> Iterable[Ops]:
   return pat.op if pat.op is not None else list(Ops)
 
 
-# the most rewrite steps one graph_rewrite may take: far above any real graph, low enough to stop a runaway rule set
-MAX_REWRITES = 1_000_000
-
-
 def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
   """Rewrite the graph under `sink` to a fixed point: sources first, then the node, and every replacement is
   itself rewritten until no rule applies. Each distinct UOp is rewritten once (memoised). Rules that undo
   each other raise RewriteError instead of looping."""
-  done: dict[UOp, UOp] = {}
-  in_progress: set[UOp] = set()
-  steps = 0
-  # stack entries: (uop, stage, replacement); stage 0 = visit sources, 1 = rewrite the node, 2 = adopt the replacement's result
-  stack: list[tuple[UOp, int, Optional[UOp]]] = [(sink, 0, None)]
-  while stack:
-    node, stage, repl = stack.pop()
-    if stage == 0:
-      if node in done: continue
-      if node in in_progress:
-        raise RewriteError(f"rules rewrite {node.op} back into itself (a rewrite cycle); the rules undo each other:\n{node.render(simplify=False)}")
-      in_progress.add(node)
-      stack.append((node, 1, None))
-      stack.extend((s, 0, None) for s in reversed(node.src) if s not in done)
-    elif stage == 1:
-      new_src = tuple(done[s] for s in node.src)
-      if all(a is b for a, b in zip(new_src, node.src)):
-        repl = pm.rewrite(node, ctx)
-        if repl is None:
-          done[node] = node
-          in_progress.discard(node)
-          continue
+  return _Rewriter(pm, ctx).run(sink)
+
+
+class _Rewriter:
+  # the most rewrite steps one graph_rewrite may take: far above any real graph, low enough to stop a runaway rule set
+  MAX_STEPS = 1_000_000
+
+  def __init__(self, pm: PatternMatcher, ctx: Any):
+    self.pm, self.ctx = pm, ctx
+    self.done: dict[UOp, UOp] = {}
+    self.in_progress: set[UOp] = set()
+    self.steps = 0
+    self.memo_key = pm.memo_key if ctx is None else None
+
+  def remembered(self, node: UOp) -> Optional[UOp]:
+    """The result an earlier graph_rewrite with a memoizing matcher left on `node`."""
+    if self.memo_key is None or (ret := node.__dict__.get(self.memo_key)) is None: return None
+    ret = node if ret is True else ret
+    self.done[node] = ret
+    return ret
+
+  def finish(self, node: UOp, ret: UOp) -> None:
+    self.done[node] = ret
+    self.in_progress.discard(node)
+    if self.memo_key is not None:
+      node.__dict__[self.memo_key] = True if ret is node else ret  # True, not a reference to itself: no cycle to collect
+      ret.__dict__[self.memo_key] = True
+
+  def run(self, sink: UOp) -> UOp:
+    # recursion is the fast path; a graph too deep for Python's stack continues iteratively from the same memo
+    try: return self.rewrite_recursive(sink)
+    except RecursionError:
+      self.in_progress.clear()
+      return self.rewrite_iterative(sink)
+
+  def cycle(self, node: UOp) -> RewriteError:
+    return RewriteError(f"rules rewrite {node.op} back into itself (a rewrite cycle); the rules undo each other:\n{node.render(simplify=False)}")
+
+  def step(self) -> None:
+    self.steps += 1
+    if self.steps > self.MAX_STEPS: raise RewriteError(f"graph_rewrite took more than {self.MAX_STEPS} steps: the rules grow the graph without end")
+
+  def rewrite_recursive(self, node: UOp) -> UOp:
+    if (ret := self.done.get(node)) is not None or (ret := self.remembered(node)) is not None: return ret
+    if node in self.in_progress: raise self.cycle(node)
+    self.in_progress.add(node)
+    new_src = tuple([self.rewrite_recursive(s) for s in node.src])
+    if new_src == node.src:  # element-wise identity: UOps are hash-consed
+      repl = self.pm.rewrite(node, self.ctx)
+      if repl is None: ret = node
       else:
-        repl = UOp(node.op, node.dtype, new_src, node.arg)
-      steps += 1
-      if steps > MAX_REWRITES: raise RewriteError(f"graph_rewrite took more than {MAX_REWRITES} steps: the rules grow the graph without end")
-      stack.append((node, 2, repl))
-      if repl not in done: stack.append((repl, 0, None))
+        self.step()
+        ret = self.rewrite_recursive(repl)
     else:
-      done[node] = done[repl]
-      in_progress.discard(node)
-  return done[sink]
+      self.step()
+      ret = self.rewrite_recursive(UOp(node.op, node.dtype, new_src, node.arg))
+    self.finish(node, ret)
+    return ret
+
+  def rewrite_iterative(self, sink: UOp) -> UOp:
+    done, in_progress = self.done, self.in_progress
+    # stack entries: (uop, stage, replacement); stage 0 = visit sources, 1 = rewrite the node, 2 = adopt the replacement's result
+    stack: list[tuple[UOp, int, Optional[UOp]]] = [(sink, 0, None)]
+    while stack:
+      node, stage, repl = stack.pop()
+      if stage == 0:
+        if node in done or self.remembered(node) is not None: continue
+        if node in in_progress: raise self.cycle(node)
+        in_progress.add(node)
+        stack.append((node, 1, None))
+        stack.extend((s, 0, None) for s in reversed(node.src))
+      elif stage == 1:
+        new_src = tuple(done[s] for s in node.src)
+        if new_src == node.src:
+          repl = self.pm.rewrite(node, self.ctx)
+          if repl is None:
+            self.finish(node, node)
+            continue
+        else:
+          repl = UOp(node.op, node.dtype, new_src, node.arg)
+        self.step()
+        stack.append((node, 2, repl))
+        stack.append((repl, 0, None))
+      else:
+        self.finish(node, done[repl])
+    return done[sink]

@@ -18,18 +18,26 @@ __all__ = ["symbolic", "Variable", "sint", "resolve", "sym_infer", "ssimplify", 
 # ***** sums as (terms with coefficients) + constant *****
 
 def split_sum(x: UOp) -> tuple[dict[UOp, int], int]:
-  """An integer expression as {term: coefficient} and a constant: x*3 + y + x + 5 -> ({x: 4, y: 1}, 5)."""
+  """An integer expression as {term: coefficient} and a constant: x*3 + y + x + 5 -> ({x: 4, y: 1}, 5).
+  Cached on each ADD; callers must not mutate the returned dict."""
+  if (ret := x.__dict__.get("_sum")) is not None: return ret
   terms: dict[UOp, int] = {}
   const = 0
   stack = [(x, 1)]
   while stack:
     u, coef = stack.pop()
     if u.op is Ops.ADD:
-      stack.append((u.src[1], coef)); stack.append((u.src[0], coef))
+      if (cached := u.__dict__.get("_sum")) is not None:
+        for t, k in cached[0].items(): terms[t] = terms.get(t, 0) + coef * k
+        const += coef * cached[1]
+      else:
+        stack.append((u.src[1], coef)); stack.append((u.src[0], coef))
     elif u.op is Ops.CONST: const += coef * u.arg
     elif u.op is Ops.MUL and u.src[1].op is Ops.CONST: stack.append((u.src[0], coef * u.src[1].arg))
     else: terms[u] = terms.get(u, 0) + coef
-  return terms, const
+  ret = (terms, const)
+  if x.op is Ops.ADD: x.__dict__["_sum"] = ret
+  return ret
 
 
 def build_sum(terms: dict[UOp, int], const: int, dtype: DType) -> UOp:
@@ -43,28 +51,49 @@ def build_sum(terms: dict[UOp, int], const: int, dtype: DType) -> UOp:
   return out if const == 0 else UOp(Ops.ADD, dtype, (out, UOp.const(dtype, const)))
 
 
+def sum_bounds(terms: dict[UOp, int], const: int) -> tuple[int, int]:
+  """The range of build_sum(terms, const) from the terms' ranges, without building it."""
+  lo = hi = const
+  for t, k in terms.items():
+    a, b = k * t.vmin, k * t.vmax
+    lo, hi = lo + min(a, b), hi + max(a, b)
+  return lo, hi
+
+
 def _fits(dtype: DType, lo: int, hi: int) -> bool:
   return dtypes.min(dtype) <= lo and hi <= dtypes.max(dtype)
 
 
 # ***** rule callbacks *****
 
-def fold_constants(x: UOp) -> Optional[UOp]:
-  if x.op in (Ops.IDIV, Ops.MOD) and x.src[1].arg == 0: return None  # division by zero is left for the backend to report
-  if x.op in (Ops.SHL, Ops.SHR) and not 0 <= x.src[1].arg < 8 * x.dtype.itemsize: return None  # undefined in C
-  return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in x.src)))
-
-
-def fold_by_range(x: UOp) -> Optional[UOp]:
-  """An integer or bool expression whose range is one value is that value."""
-  if x.dtype.count == 1 and (dtypes.is_int(x.dtype) or dtypes.is_bool(x.dtype)) and x.vmin == x.vmax:
-    return UOp.const(x.dtype, x.vmin)
+def fold_alu(x: UOp) -> Optional[UOp]:
+  """What every ALU op tries first: fold constant operands, fold an int/bool whose range is one value, and put a
+  constant operand of a commutative op on the right (so the other rules need to look in one place only)."""
+  src = x.src
+  if all(s.op is Ops.CONST for s in src):
+    if x.op in (Ops.IDIV, Ops.MOD) and src[1].arg == 0: return None  # division by zero is left for the backend to report
+    if x.op in (Ops.SHL, Ops.SHR) and not 0 <= src[1].arg < 8 * x.dtype.itemsize: return None  # undefined in C
+    return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in src)))
+  if x.dtype in _INT_OR_BOOL and (mm := (x.vmin, x.vmax))[0] == mm[1]: return UOp.const(x.dtype, mm[0])
+  if x.op in GroupOp.Commutative and src[0].op is Ops.CONST: return x.replace(src=(src[1], src[0]))
   return None
+
+
+_INT_OR_BOOL = frozenset(dtypes.ints + (dtypes.bool,))
 
 
 def canonical_sum(x: UOp) -> Optional[UOp]:
   """Combine like terms and gather constants of an integer sum: (a+2)+(a*3+b) -> (a*4+b)+2."""
   if not dtypes.is_int(x.dtype) or x.dtype.count != 1: return None
+  a, b = x.src
+  # sources are rewritten first, so `a` is already canonical: x is too when b adds a constant or a new term
+  # to an `a` that carries no constant (the common case, decided without rebuilding the sum)
+  if b.op is not Ops.ADD and a.op is not Ops.CONST and not (a.op is Ops.ADD and a.src[1].op is Ops.CONST):
+    if b.op is Ops.CONST:
+      if b.arg != 0: return None
+    else:
+      base = b.src[0] if b.op is Ops.MUL and b.src[1].op is Ops.CONST else b
+      if base.op not in (Ops.ADD, Ops.CONST, Ops.MUL) and base not in split_sum(a)[0]: return None
   terms, const = split_sum(x)
   return build_sum(terms, const, x.dtype)
 
@@ -91,20 +120,28 @@ def divmod_fold(x: UOp, c: UOp, op: Ops) -> Optional[UOp]:
     inner = build_sum({t: k // g for t, k in terms.items()}, const // g, dt)
     return inner // (d // g) if op is Ops.IDIV else (inner % (d // g)) * g
   if x.vmin < 0: return None
+  # terms that share a factor g of d, plus a rest R that stays in [0, g): x // d == (A/g) // (d/g) and
+  # x % d == (A/g % d/g)*g + R, since floor((g*A' + R)/(g*m)) == floor(A'/m) there: (x*4+l)//8 -> x//2 for l in [0, 4)
+  for g in sorted({math.gcd(d, k) for k in terms.values()} - {1, d}, reverse=True):
+    rest = {t: k for t, k in terms.items() if k % g != 0}
+    lo, hi = sum_bounds(rest, const)
+    if lo >= 0 and hi < g:
+      a = build_sum({t: k // g for t, k in terms.items() if k % g == 0}, 0, dt)
+      return a // (d // g) if op is Ops.IDIV else (a % (d // g)) * g + build_sum(rest, const, dt)
   # x == d*Q + R exactly; when R always lies in [0, d), Q is the quotient and R the remainder
   quot = {t: k // d for t, k in terms.items()}
   rem = {t: k % d for t, k in terms.items()}
   if any(quot.values()) or const >= d:
-    r = build_sum(rem, const % d, dt)
-    if r.vmin >= 0 and r.vmax < d:
-      return build_sum(quot, const // d, dt) if op is Ops.IDIV else r
+    lo, hi = sum_bounds(rem, const % d)
+    if lo >= 0 and hi < d:
+      return build_sum(quot, const // d, dt) if op is Ops.IDIV else build_sum(rem, const % d, dt)
   # pull out the multiples of d when the rest is non-negative: (d*A + B) // d == A + B // d for B >= 0
   multiples = {t: k for t, k in terms.items() if k % d == 0}
   if multiples and len(multiples) < len(terms) or (multiples and const != 0):
-    rest = build_sum({t: k for t, k in terms.items() if k % d != 0}, const, dt)
-    if rest.vmin >= 0:
-      a = build_sum({t: k // d for t, k in multiples.items()}, 0, dt)
-      return a + rest // d if op is Ops.IDIV else rest % d
+    rest = {t: k for t, k in terms.items() if k % d != 0}
+    if sum_bounds(rest, const)[0] >= 0:
+      a, b = build_sum({t: k // d for t, k in multiples.items()}, 0, dt), build_sum(rest, const, dt)
+      return a + b // d if op is Ops.IDIV else b % d
   return None
 
 
@@ -181,12 +218,8 @@ bools = (dtypes.bool,)
 
 symbolic = PatternMatcher([
   # everything known: constant operands, or a range of one value
-  (UPat(GroupOp.ALU, src=UPat(Ops.CONST), name="x"), fold_constants),
-  (UPat(GroupOp.ALU, name="x"), fold_by_range),
+  (UPat(GroupOp.ALU, name="x"), fold_alu),
   (UPat((Ops.CAST,), src=(UPat(Ops.CONST, name="c"),), name="x"), lambda x, c: UOp.const(x.dtype, c.arg) if x.dtype.count == 1 else None),
-  # constants on the right of commutative ops
-  (UPat(GroupOp.Commutative, src=(UPat(Ops.CONST, name="c"), UPat(name="y")), name="x"),
-   lambda x, c, y: x.replace(src=(y, c)) if y.op is not Ops.CONST else None),
   # identities that hold for every dtype
   (var("x") + 0, lambda x: x),
   (var("x") * 1, lambda x: x),
@@ -224,7 +257,7 @@ symbolic = PatternMatcher([
   # comparisons against constants
   (UPat(Ops.CMPLT, src=(var("x", ints), cvar("c"))), lt_fold),
   (UPat(Ops.CMPNE, src=(var("x", ints), cvar("c"))), ne_fold),
-])
+], memoize=True)
 
 
 def simplify(x: UOp) -> UOp:

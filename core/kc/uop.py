@@ -117,11 +117,6 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple):
 _UCACHE: dict[tuple, weakref.ReferenceType] = {}
 
 
-def _cache_key(op, dtype, src, arg) -> tuple:
-  # 0.0 == -0.0 and they hash alike, but they are different constants
-  return (op, dtype, src, (arg, math.copysign(1.0, arg)) if type(arg) is float else arg)
-
-
 def _check(op, dtype, src, arg):
   """The IR's typing rules, checked once per distinct UOp (on a cache miss)."""
   if type(op) is not Ops: raise UOpError(f"op must be an Ops member, got {op!r}")
@@ -169,15 +164,16 @@ def _check(op, dtype, src, arg):
 
 class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
-    key = _cache_key(op, dtype, src, arg)
-    try:
-      if (ref := _UCACHE.get(key)) is not None and (ret := ref()) is not None: return ret
-    except TypeError as e:
-      raise UOpError(f"{op}: arg must be hashable, got {type(arg).__name__} {arg!r}") from e
+    # 0.0 == -0.0 and they hash alike, but they are different constants
+    key = (op, dtype, src, arg) if type(arg) is not float else (op, dtype, src, (arg, math.copysign(1.0, arg)))
+    try: ref = _UCACHE.get(key)
+    except TypeError as e: raise UOpError(f"{op}: arg must be hashable, got {type(arg).__name__} {arg!r}") from e
+    if ref is not None and (ret := ref()) is not None: return ret
     _check(op, dtype, src, arg)
-    ret = super().__call__(op, dtype, src, arg)
-    ret._key = key
-    ret._ref = _UCACHE[key] = weakref.ref(ret)
+    ret = object.__new__(cls)
+    _set_op(ret, op); _set_dtype(ret, dtype); _set_src(ret, src); _set_arg(ret, arg); _set_key(ret, key)
+    _set_ref(ret, ref := weakref.ref(ret))
+    _UCACHE[key] = ref
     return ret
 
 
@@ -188,15 +184,14 @@ def _as_uop(x, like: "UOp") -> "UOp":
 class UOp(metaclass=UOpMetaClass):
   __slots__ = ("op", "dtype", "src", "arg", "_key", "_ref", "__weakref__", "__dict__")
 
-  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
-    object.__setattr__(self, "op", op)
-    object.__setattr__(self, "dtype", dtype)
-    object.__setattr__(self, "src", src)
-    object.__setattr__(self, "arg", arg)
+  op: Ops
+  dtype: DType
+  src: tuple["UOp", ...]
+  arg: Any
 
   def __setattr__(self, name, value):
-    if name in ("_key", "_ref") or name not in UOp.__slots__: object.__setattr__(self, name, value)
-    else: raise AttributeError(f"UOp is immutable: cannot set {name}")
+    if name in UOp.__slots__: raise AttributeError(f"UOp is immutable: cannot set {name}")
+    object.__setattr__(self, name, value)
 
   def __del__(self):
     try:
@@ -253,6 +248,8 @@ class UOp(metaclass=UOpMetaClass):
   def const(dtype: DType, value) -> "UOp":
     """A constant; `value` is converted to what `dtype` holds (wrapping ints, rounding floats). A vector dtype
     with a scalar value broadcasts; a tuple value gives a VECTORIZE of constants."""
+    if type(value) is int and (r := _INT_RANGE.get(dtype)) is not None and r[0] <= value <= r[1]:
+      return UOp(Ops.CONST, dtype, (), value)  # the common case of index math, without conversions
     if isinstance(value, UOp): return value
     if isinstance(value, tuple):
       if len(value) != dtype.count: raise UOpError(f"{len(value)} values for the vector dtype {dtype}")
@@ -349,23 +346,14 @@ class UOp(metaclass=UOpMetaClass):
   # ***** range analysis *****
 
   @property
-  def vmin(self): return self._min_max[0]
+  def vmin(self): return (self.__dict__.get("_mm") or _min_max(self))[0]
   @property
-  def vmax(self): return self._min_max[1]
-
-  @functools.cached_property
-  def _min_max(self) -> tuple:
-    """Bounds that hold for every value this UOp can take (exact for constants, conservative elsewhere)."""
-    return _bounds(self)
+  def vmax(self): return (self.__dict__.get("_mm") or _min_max(self))[1]
 
   def simplify(self) -> "UOp":
-    """This expression with kc's symbolic rules applied until nothing changes (memoized per UOp)."""
-    if (ret := self.__dict__.get("_simplified")) is None:
-      if _SIMPLIFIER is None: raise SymbolicError("kc.symbolic is not loaded; import kc first")
-      ret = _SIMPLIFIER(self)
-      self.__dict__["_simplified"] = ret
-      ret.__dict__["_simplified"] = ret
-    return ret
+    """This expression with kc's symbolic rules applied until nothing changes (the rules memoize on each UOp)."""
+    if _SIMPLIFIER is None: raise SymbolicError("kc.symbolic is not loaded; import kc first")
+    return _SIMPLIFIER(self)
 
   # ***** Python protocol *****
 
@@ -383,6 +371,9 @@ class UOp(metaclass=UOpMetaClass):
     """A Python-like string of the expression (variables by name)."""
     return render_expr(self.simplify() if simplify else self)
 
+
+# construction writes the slots through their descriptors: UOp.__setattr__ refuses them, so UOps stay immutable
+_set_op, _set_dtype, _set_src, _set_arg, _set_key, _set_ref = (UOp.__dict__[n].__set__ for n in ("op", "dtype", "src", "arg", "_key", "_ref"))
 
 _SIMPLIFIER: Optional[Callable[[UOp], UOp]] = None
 
@@ -416,10 +407,29 @@ def _mod_bounds(a: UOp, b: UOp) -> Optional[tuple]:
   return None
 
 
+def _min_max(root: UOp) -> tuple:
+  """Bounds that hold for every value `root` can take (exact for constants, conservative elsewhere), cached on
+  each UOp. Sources are done first, without recursion, so deep graphs need no deep Python stack."""
+  stack = [root]
+  while stack:
+    u = stack[-1]
+    if "_mm" in u.__dict__:
+      stack.pop()
+      continue
+    missing = [s for s in u.src if "_mm" not in s.__dict__]
+    if missing: stack.extend(missing)
+    else: u.__dict__["_mm"] = _bounds(stack.pop())
+  return root.__dict__["_mm"]
+
+
+_DTYPE_RANGE = {dt: (dtypes.min(dt), dtypes.max(dt)) for dt in dtypes.all}
+_INT_RANGE = {dt: r for dt, r in _DTYPE_RANGE.items() if dtypes.is_int(dt)}
+
+
 def _bounds(u: UOp) -> tuple:
   dt = u.dtype
-  if dt.count > 1 or isinstance(dt, PtrDType) or dt == dtypes.void: return (-math.inf, math.inf)
-  lo, hi = dtypes.min(dt), dtypes.max(dt)
+  if (dt_range := _DTYPE_RANGE.get(dt)) is None: return (-math.inf, math.inf)  # vectors, pointers, void
+  lo, hi = dt_range
   op, s = u.op, u.src
   r: Optional[tuple] = None
   if op is Ops.CONST: return u.arg, u.arg
