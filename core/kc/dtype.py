@@ -233,7 +233,9 @@ def least_upper_dtype(*dts: DType) -> DType:
 
 
 def least_upper_float(dt: DType) -> DType:
-  return dt if dtypes.is_float(dt) else least_upper_dtype(dt, dtypes.float32)
+  """The float type an operation that needs floats (exp2, division) computes a `dt` in: floats keep their type,
+  bools and ints use the default float, as kernel code does (numpy would widen int32 to float64)."""
+  return dt if dtypes.is_float(dt) else dtypes.default_float
 
 
 def _round_bfloat16(x: float) -> float:

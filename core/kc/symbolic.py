@@ -307,6 +307,8 @@ def sym_infer(expr: Union[int, UOp], var_vals: dict) -> Union[int, float, bool]:
   variables not in `var_vals` take their bound value."""
   if not isinstance(expr, UOp): return expr
   by_name = {(k.expr if isinstance(k, UOp) else k): v for k, v in var_vals.items()}
+  for u in expr.toposort:
+    if u.op is Ops.BIND: by_name.setdefault(u.src[0].arg[0], u.src[1].arg)
   vals: dict[UOp, object] = {}
   for u in expr.toposort:
     if u.op is Ops.CONST: vals[u] = u.arg
@@ -315,7 +317,7 @@ def sym_infer(expr: Union[int, UOp], var_vals: dict) -> Union[int, float, bool]:
       v = by_name[u.arg[0]]
       if not u.arg[1] <= v <= u.arg[2]: raise SymbolicError(f"value {v} is outside the range [{u.arg[1]}, {u.arg[2]}] of Variable {u.arg[0]!r}")
       vals[u] = v
-    elif u.op is Ops.BIND: vals[u] = by_name.get(u.src[0].arg[0], u.src[1].arg)
+    elif u.op is Ops.BIND: vals[u] = vals[u.src[0]]
     elif u.op in GroupOp.ALU:
       vals[u] = exec_alu(u.op, u.dtype, tuple(vals[s] for s in u.src))
     elif u.op is Ops.CAST: vals[u] = exec_alu(Ops.ADD, u.dtype, (vals[u.src[0]], 0)) if not dtypes.is_bool(u.dtype) else bool(vals[u.src[0]])
