@@ -118,6 +118,7 @@ def divmod_fold(x: UOp, c: UOp, op: Ops) -> Optional[UOp]:
   g = math.gcd(d, const, *terms.values())
   if g > 1:
     inner = build_sum({t: k // g for t, k in terms.items()}, const // g, dt)
+    if g == d: return inner if op is Ops.IDIV else x.const_like(0)
     return inner // (d // g) if op is Ops.IDIV else (inner % (d // g)) * g
   if x.vmin < 0: return None
   # terms that share a factor g of d, plus a rest R that stays in [0, g): x // d == (A/g) // (d/g) and
@@ -203,10 +204,11 @@ def where_not(c: UOp, a: UOp, b: UOp) -> Optional[UOp]:
   return inner.where(b, a) if (inner := _is_not(c)) is not None else None
 
 
-def distribute_mul(x: UOp, y: UOp, c: UOp) -> Optional[UOp]:
-  """(x + y) * c -> x*c + y*c for ints, so sums stay flat for division folding."""
+def distribute_mul(s: UOp, c: UOp) -> Optional[UOp]:
+  """(a + b + ...) * c -> a*c + b*c + ... for ints in one step, so sums stay flat for division folding."""
   if not dtypes.is_int(c.dtype) or c.dtype.count != 1: return None
-  return x * c + y * c
+  terms, const = split_sum(s)
+  return build_sum({t: k * c.arg for t, k in terms.items()}, const * c.arg, s.dtype)
 
 
 def _int(dt: Optional[DType] = None): return dtypes.ints if dt is None else dt
@@ -221,8 +223,9 @@ symbolic = PatternMatcher([
   (UPat(GroupOp.ALU, name="x"), fold_alu),
   (UPat((Ops.CAST,), src=(UPat(Ops.CONST, name="c"),), name="x"), lambda x, c: UOp.const(x.dtype, c.arg) if x.dtype.count == 1 else None),
   # identities that hold for every dtype
-  (var("x") + 0, lambda x: x),
-  (var("x") * 1, lambda x: x),
+  # (fold_alu has already put a constant operand of a commutative op on the right: ordered patterns suffice)
+  (UPat(Ops.ADD, src=(var("x"), UPat.const(None, 0))), lambda x: x),
+  (UPat(Ops.MUL, src=(var("x"), UPat.const(None, 1))), lambda x: x),
   (UPat(Ops.WHERE, src=(var(), var("x"), var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), var("a"), var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.WHERE, src=(var("c"), var("a"), var("b"))), where_not),
@@ -231,24 +234,24 @@ symbolic = PatternMatcher([
   (UPat(Ops.MAX, src=(var("x"), var("x"))), lambda x: x),
   (UPat(Ops.MAX, dtype=ints, src=(var("a"), var("b"))), max_fold),
   # integer identities
-  (var("x", ints) * 0, lambda x: x.const_like(0)),
+  (UPat(Ops.MUL, src=(var("x", ints), UPat.const(None, 0))), lambda x: x.const_like(0)),
   (UPat(Ops.SUB, dtype=ints, src=(var("a"), var("b"))), lambda a, b: a + b * -1),
   (UPat(Ops.CMPLT, src=(var("x", ints), var("x"))), lambda x: UOp.const(dtypes.bool, False)),
   (UPat(Ops.CMPNE, src=(var("x", ints + bools), var("x"))), lambda x: UOp.const(dtypes.bool, False)),
-  (UPat(Ops.XOR, src=[var("x", ints), UPat.const(None, 0)]), lambda x: x),
+  (UPat(Ops.XOR, src=(var("x", ints), UPat.const(None, 0))), lambda x: x),
   # booleans
   (UPat((Ops.AND, Ops.OR), dtype=bools, src=(var("x"), var("x"))), lambda x: x),
-  (UPat(Ops.AND, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, True)]), lambda x: x),
-  (UPat(Ops.AND, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, False)]), lambda x: x.const_like(False)),
-  (UPat(Ops.OR, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, False)]), lambda x: x),
-  (UPat(Ops.OR, dtype=bools, src=[var("x"), UPat.const(dtypes.bool, True)]), lambda x: x.const_like(True)),
+  (UPat(Ops.AND, dtype=bools, src=(var("x"), UPat.const(dtypes.bool, True))), lambda x: x),
+  (UPat(Ops.AND, dtype=bools, src=(var("x"), UPat.const(dtypes.bool, False))), lambda x: x.const_like(False)),
+  (UPat(Ops.OR, dtype=bools, src=(var("x"), UPat.const(dtypes.bool, False))), lambda x: x),
+  (UPat(Ops.OR, dtype=bools, src=(var("x"), UPat.const(dtypes.bool, True))), lambda x: x.const_like(True)),
   (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(var("x", bools), UPat.const(dtypes.bool, True))), UPat.const(dtypes.bool, True))), lambda x: x),
   # integer sums: like terms, constants gathered at the end; products: constants gathered at the end
   (UPat(Ops.ADD, dtype=ints, name="x"), canonical_sum),
   (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.MUL, src=(var("x"), cvar("c1"))), cvar("c2"))), lambda x, c1, c2: x * (c1.arg * c2.arg)),
   (UPat(Ops.MUL, dtype=ints, src=[UPat(Ops.MUL, src=(var("x"), cvar("c"))), var("y")]),
    lambda x, c, y: (x * y) * c if y.op is not Ops.CONST else None),
-  (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.ADD, src=(var("x"), var("y"))), cvar("c"))), distribute_mul),
+  (UPat(Ops.MUL, dtype=ints, src=(UPat(Ops.ADD, name="s"), cvar("c"))), distribute_mul),
   # division and modulo by constants
   (UPat(Ops.IDIV, src=(UPat(Ops.IDIV, src=(var("x"), cvar("a"))), cvar("b"))), nested_div),
   (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(var("x"), cvar("a"))), cvar("b"))), nested_mod),
