@@ -1,0 +1,166 @@
+"""The hand-coded optimizations: what a Kernel gets when nobody searches. Each step is tried in order and a
+refused opt simply skips that step. The knobs MV_BLOCKSIZE, MV_THREADS_PER_ROW, MV_ROWS_PER_THREAD, MV=0 and
+NOLOCALS=1 are read from the environment."""
+from __future__ import annotations
+import itertools, os
+from typing import TYPE_CHECKING, Optional
+from kc.dtype import ImageDType
+from kc.errors import KernelOptError
+from kc.helpers import all_int, prod
+from kc.kernel.opt import Opt, OptOps
+from kc.symbolic import resolve
+from kc.uop import Ops
+
+if TYPE_CHECKING: from kc.kernel.kernel import Kernel
+
+
+def _knob(name: str, default: int) -> int:
+  try: return int(os.environ.get(name, default))
+  except ValueError: return default
+
+
+def required_optimizations(k: "Kernel") -> None:
+  """Images are read and written 4 channels at a time, so their unit-stride axis is always upcast by 4."""
+  if isinstance(k.membufs[0].dtype, ImageDType):
+    axes = [i for i in k.sts[0].unit_stride_axes(ignore_valid=True) if k.sts[0].shape[i] % 4 == 0]
+    if not axes: raise KernelOptError(f"an image output needs a unit-stride axis divisible by 4, shape {k.sts[0].shape}")
+    if all(x < k.first_upcast for x in axes) and axes[0] not in k.upcast_in_mid_reduce_axes:
+      k.apply_opt(Opt(OptOps.UPCAST, axes[0], 4))
+
+
+def _try(k: "Kernel", opt: Opt) -> bool:
+  try: k.apply_opt(opt)
+  except KernelOptError: return False
+  return True
+
+
+def hand_coded_optimizations(k: "Kernel") -> None:
+  required_optimizations(k)
+  if _matvec(k): return
+  if k.opts.has_local and k.opts.has_shared and all_int(k.sts[0].shape[:k.first_reduce]):
+    _group_small_output_reduce(k)
+    _upcast_mid_reduce_for_images(k)
+  _upcast_image_inputs(k)
+  if k.group_for_reduces: return  # nothing more once the reduce is grouped
+  _upcast_masked_axes(k)
+  _upcast_expanded_axes(k)
+  _unroll_reduce(k)
+  _upcast_last_axis(k)
+  _locals(k)
+
+
+def _matvec(k: "Kernel") -> bool:
+  """A reduce of LOAD*LOAD whose first input is contiguous along the reduce: threads per row, rows per block."""
+  block, threads, rows = _knob("MV_BLOCKSIZE", 4), _knob("MV_THREADS_PER_ROW", 8), _knob("MV_ROWS_PER_THREAD", 4)
+  r = k.reduceop
+  if not (k.opts.has_local and _knob("MV", 1) != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
+          and len(k.full_shape) >= 2 and k.opts.has_shared and (mul := r.src[0]).op is Ops.MUL
+          and mul.src[0].op is Ops.LOAD and mul.src[1].op is Ops.LOAD):
+    return False
+  st0, st1 = k.sts[k.bufs.index(mul.src[0])], k.sts[k.bufs.index(mul.src[1])]
+  strides0, strides1 = st0.real_strides(), st1.real_strides()
+  def has_expanded_axis(shape, strides): return any(resolve(s > 1) and not resolve(st != 0) for s, st in zip(shape, strides))
+  if strides0[k.first_reduce] == 1 and not (has_expanded_axis(st0.shape, strides0) and has_expanded_axis(st1.shape, strides1)):
+    for global_idx in range(k.global_dims):
+      if k.full_shape[k.first_reduce] % threads == 0 and k.full_shape[global_idx] % (block * rows) == 0:
+        if threads > 1: k.apply_opt(Opt(OptOps.GROUP, 0, threads))
+        if block > 1: k.apply_opt(Opt(OptOps.LOCAL, global_idx, block))
+        if rows > 1: k.apply_opt(Opt(OptOps.UPCAST, global_idx, rows))
+        return True
+  return False
+
+
+def _group_small_output_reduce(k: "Kernel") -> None:
+  """Few outputs and a long reduce: split the reduce across a work-group (GROUPTOP) when shared memory allows."""
+  out_size = prod(k.sts[0].shape[:k.first_reduce])
+  if not k.float4_axis(0) and k.first_reduce <= 2 and k.first_reduce + 1 <= k.shape_len and out_size <= 2048:
+    for sz in ([256, 16] if out_size <= 32 else [16]):
+      if all(st.shape[k.first_reduce] % sz == 0 or st.shape[k.first_reduce] == 1 for st in k.sts):
+        if _try(k, Opt(OptOps.GROUPTOP, 0, sz)): break
+
+
+def _upcast_mid_reduce_for_images(k: "Kernel") -> None:
+  if k.bufs[0].src[0].dtype.name.startswith("image") and not k.float4_axis(0) and k.group_for_reduces and k.first_reduce <= 2 \
+     and prod(k.sts[0].shape) > 1:
+    axes = k.sts[0].unit_stride_axes()
+    if len(axes) == 1 and k.sts[0].shape[axes[0]] % 4 == 0:
+      k.apply_opt(Opt(OptOps.UPCASTMID, axes[0], 4))
+
+
+def _upcast_image_inputs(k: "Kernel") -> None:
+  for i, buf in enumerate(k.bufs):
+    axes = [a for a in k.sts[i].unit_stride_axes(ignore_valid=True) if k.sts[i].shape[a] % 4 == 0]
+    if isinstance(buf.src[0].dtype, ImageDType) and axes and all(x < k.first_upcast for x in axes) and axes[0] not in k.upcast_in_mid_reduce_axes:
+      if axes[0] < k.first_reduce: k.apply_opt(Opt(OptOps.UPCAST, axes[0], 4))
+      else: k.apply_opt(Opt(OptOps.UNROLL, axes[0] - k.first_reduce, 4))
+
+
+def _upcast_masked_axes(k: "Kernel") -> None:
+  """Small axes with validity masks (from stacks and pads) are unrolled entirely, leading axes first."""
+  to_upcast: list[int] = []
+  for axis in range(k.first_reduce):
+    s = k.full_shape[axis]
+    if isinstance(s, int) and s <= 7 and any(st.axis_is_masked(axis) for st in k.sts) and \
+       prod(k.full_shape[k.first_upcast:]) * prod(k.full_shape[j] for j in to_upcast) * s <= 7 * 7:
+      to_upcast.append(axis)
+  for axis in reversed(to_upcast): k.apply_opt(Opt(OptOps.UPCAST, axis, 0))
+
+
+def _upcast_expanded_axes(k: "Kernel") -> None:
+  """While there are many outputs, upcast (by 3 or 4) a global axis some buffer is expanded along (stride 0),
+  preferring axes few buffers walk: each upcast lane then reuses the loaded value."""
+  done: set[int] = set()
+  while resolve(prod(k.sts[0].shape[:k.first_reduce]) >= 1024):
+    choices = []
+    for axis, amt in itertools.product(range(k.first_reduce), [3, 4]):
+      if axis in done or not isinstance(k.full_shape[axis], int) or k.full_shape[axis] % amt != 0: continue
+      if any(st.views[-1].strides[axis] == 0 and not any(x[1] == 0 for x in k.upcasted_axis(i)) for i, st in enumerate(k.sts)):
+        choices.append((sum(_positive(st.views[-1].strides[axis]) for st in k.sts), sum(_stride_weight(st.views[-1].strides[axis]) for st in k.sts), axis, amt))
+    if not choices: break
+    best = sorted(choices)[0]
+    k.apply_opt(Opt(OptOps.UPCAST, best[2], best[3]))
+    done.add(best[2])
+
+
+def _unroll_reduce(k: "Kernel") -> None:
+  """Unroll a small last reduce axis entirely (and a second one if both are tiny), else by 4."""
+  if not (k.first_reduce < k.first_upcast and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(r for _, _, r in k.upcasted_axis(k.full_buf_index)))
+          and (k.upcasted == 0 or prod(k.full_shape[-k.upcasted:]) < 64)):
+    return
+  if isinstance(s := k.full_unupcasted_shape[-1], int) and s <= 32:
+    k.apply_opt(Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 0))
+    if k.first_reduce < k.first_upcast and s <= 3 and isinstance(s2 := k.full_unupcasted_shape[-1], int) and s2 <= 3:
+      k.apply_opt(Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 0))
+  elif resolve(k.full_unupcasted_shape[-1] % 4 == 0, False):
+    k.apply_opt(Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 4))
+
+
+def _upcast_last_axis(k: "Kernel") -> None:
+  """Nothing upcast yet and the last axis divides by 4: upcast it by 4."""
+  if k.upcasted == 0 and k.full_unupcasted_shape and resolve(k.full_unupcasted_shape[-1] % 4 == 0, False):
+    k.apply_opt(Opt(OptOps.UPCAST, len(k.full_unupcasted_shape) - 1, 4))
+
+
+def _locals(k: "Kernel") -> None:
+  """Up to three global axes become local (at most 128 threads), expanded axes first: their loads are shared."""
+  if not k.opts.has_local: return
+  if _knob("NOLOCALS", 0) and k.local_dims == 0 and not k.group_for_reduces:
+    k.apply_opt(Opt(OptOps.NOLOCALS))
+    return
+  ranking = [(any(k.sts[i].views[-1].strides[axis] == 0 for i in range(len(k.sts))), axis) for axis in range(len(k.full_shape[:k.first_reduce]))]
+  to_local: list[tuple[int, int]] = []
+  for _, axis in sorted(ranking, key=lambda x: (-x[0], -x[1])):
+    local_size = prod(sz for _, sz in to_local)
+    pick: Optional[int] = next((x for x in ([32] * (axis == 0) + [16, 8, 4, 3, 2])
+                                if resolve(k.full_shape[axis] % x == 0, False) and local_size * x <= 128), None)
+    if pick is not None: to_local.append((axis, pick))
+  deleted = 0
+  for axis, sz in sorted(to_local[:3]):
+    axis -= deleted
+    whole = sz == k.full_shape[axis]
+    k.apply_opt(Opt(OptOps.LOCAL, axis, sz))
+    if whole: deleted += 1
+
+
+def _positive(stride) -> int: return int(isinstance(stride, int) and stride > 0 or not isinstance(stride, int))
+def _stride_weight(stride) -> int: return stride if isinstance(stride, int) else 0

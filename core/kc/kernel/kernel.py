@@ -1,0 +1,476 @@
+"""The Kernel: one AST, a ShapeTracker per buffer, and the optimizations applied to them.
+
+Every optimization is a reshape and permute of all the kernel's ShapeTrackers at once, plus counters that say
+which axes are what. The axes of full_shape are kept in this order (the colours of colored_shape):
+
+  global (blue) | local (cyan) | grouped reduce (green; white for upcast-mid-reduce) | reduce loops (red) |
+  upcast reduce (magenta) | upcast (yellow)
+
+first_reduce is the first axis whose output size differs from the full size; first_upcast = shape_len - upcasted.
+"""
+from __future__ import annotations
+import dataclasses, itertools, os
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from kc.dtype import ImageDType
+from kc.errors import KcError, KernelOptError
+from kc.helpers import all_int, all_same, dedup, prod, round_up
+from kc.kernel.naming import colored, ansilen, to_function_name
+from kc.kernel.opt import Opt, OptOps, check
+from kc.kernel.verify import reduce_axes, st_arg, verify_ast
+from kc.shape import ShapeTracker, strides_for_shape
+from kc.symbolic import resolve, ssimplify
+from kc.uop import GroupOp, Ops, UOp, sint
+
+if TYPE_CHECKING: from kc.renderer import Renderer, TensorCore
+
+
+@dataclasses.dataclass
+class TensorCoreOptions:
+  axes: tuple[int, ...]              # where the original N and M axes are, while they still exist
+  axes_exist: tuple[bool, ...]       # False once simplify_ones removed that axis
+  axis_pads: tuple[tuple[int, int], ...]
+
+  def fix_axes(self, removed_axis: int) -> None:
+    """Follow the N and M axes when simplify_ones removes the axis `removed_axis`."""
+    axes, exist = list(self.axes), list(self.axes_exist)
+    for d in [i for i in range(2) if exist[i]]:
+      if removed_axis < axes[d]: axes[d] -= 1
+      elif removed_axis == axes[d]: exist[d] = False
+    self.axes, self.axes_exist = tuple(axes), tuple(exist)
+
+
+def get_contraction(old_shape: tuple[sint, ...], new_shape: tuple[sint, ...]) -> Optional[list[list[int]]]:
+  """For each dim of new_shape, the dims of old_shape that multiply to it, or None if there is no such grouping."""
+  acc_old, acc_new = list(itertools.accumulate(old_shape, lambda a, b: a * b)), list(itertools.accumulate(new_shape, lambda a, b: a * b))
+  try: split = [acc_old.index(acc) + 1 if acc != 1 else 0 for acc in acc_new]
+  except ValueError: return None
+  return [list(range(st, ed)) for st, ed in zip([0] + split[:-1], split[:-1] + [len(old_shape)])]
+
+
+def _env_int(name: str, default: int) -> int:
+  try: return int(os.environ.get(name, default))
+  except ValueError: raise KcError(f"environment variable {name} must be an int, got {os.environ[name]!r}") from None
+
+
+# a renderer for Kernels built without one: the device layer installs a lookup of the default device's renderer
+_default_renderer: Optional[Callable[[], Any]] = None
+
+
+def set_default_renderer(fxn: Callable[[], Any]) -> None:
+  global _default_renderer
+  _default_renderer = fxn
+
+
+class Kernel:
+  """One kernel AST under optimization for one renderer (`opts`)."""
+  kernel_cnt: defaultdict[str, int] = defaultdict(int)
+
+  def __init__(self, ast: UOp, opts: Optional["Renderer"] = None):
+    if opts is None:
+      if _default_renderer is None: raise KcError("Kernel needs a renderer: pass opts=kc.Device[name].renderer")
+      opts = _default_renderer()
+    self.opts, self.ast = opts, ast
+    uop_sts = verify_ast(ast)
+
+    order = list(ast.toposort)
+    self.reduceops: list[UOp] = [x for x in order if x.op is Ops.REDUCE_AXIS]
+    # keepdim-expands of reduce results (fused reduce chains): their views move with every opt like a buffer's
+    self.broadcasts: list[UOp] = [x for x in order if x.op is Ops.VIEW and x.src]
+    self.bufs: list[UOp] = list(ast.src) + dedup(x for x in _preorder(ast) if x.op in (Ops.LOAD, Ops.VALID))
+    self.vars: list[UOp] = sorted({v for u in self.bufs for v in st_arg(u).vars()} |
+                                  {v for b in self.broadcasts for v in b.arg.vars()} | set(ast.variables()), key=lambda v: v.arg)
+
+    earlybufs = [x for r in self.reduceops for x in _preorder(r) if x.op in GroupOp.Buffer]
+    self.full_buf_index: int = self.bufs.index(earlybufs[0]) if earlybufs else 0
+
+    self.sts: list[ShapeTracker] = [st_arg(x) for x in self.bufs]
+    for r in self.reduceops: self.sts += [uop_sts[r], uop_sts[r.src[0]]]  # which axes each reduce reduces
+    for b in self.broadcasts: self.sts.append(b.arg)
+
+    # reduce axes go last
+    pairs = list(enumerate(zip(self.full_shape, self.output_shape)))
+    self.reshape_and_permute(None, [i for i, (s, n) in pairs if not resolve(s != n)] + [i for i, (s, n) in pairs if resolve(s != n)])
+
+    self.applied_opts: list[Opt] = []
+    self.group_for_reduces: int = 0
+    self.upcasted: int = 0
+    self.local_dims: int = 0
+    self.tensor_core: Optional["TensorCore"] = None
+    self.tensor_core_opts: Optional[TensorCoreOptions] = None
+    self.use_tensor_cores: int = 0
+    self.bufs_for_tensor_core: dict[UOp, tuple[int, int]] = {}
+    self.dont_use_locals: bool = False
+
+    self.simplify_ones()
+    self.simplify_merge_adjacent()
+
+  def copy(self) -> "Kernel":
+    ret = type(self).__new__(type(self))
+    ret.__dict__.update(self.__dict__)
+    ret.__dict__.pop("name", None)
+    ret.sts, ret.applied_opts, ret.bufs_for_tensor_core = list(self.sts), list(self.applied_opts), dict(self.bufs_for_tensor_core)
+    ret.tensor_core_opts = dataclasses.replace(self.tensor_core_opts) if self.tensor_core_opts is not None else None
+    return ret
+
+  # ***** what the axes are *****
+
+  @property
+  def membufs(self) -> list[UOp]: return dedup(x.src[0] for x in self.bufs if x.op in (Ops.LOAD, Ops.STORE))
+
+  @property
+  def shape_len(self) -> int: return len(self.sts[0].shape)
+
+  @property
+  def output_shape(self) -> tuple[sint, ...]: return self.sts[0].shape
+
+  @property
+  def full_shape(self) -> tuple[sint, ...]: return self.sts[self.full_buf_index].shape
+
+  @property
+  def first_upcast(self) -> int: return self.shape_len - self.upcasted
+
+  @property
+  def full_unupcasted_shape(self) -> tuple[sint, ...]: return self.full_shape[:self.first_upcast]
+
+  @property
+  def first_reduce(self) -> int:
+    pairs = zip(self.sts[0].shape[:self.first_upcast] + (0,), self.full_shape[:self.first_upcast] + (1,))
+    return [resolve(x != y) for x, y in pairs].index(True)
+
+  @property
+  def reduceop(self) -> Optional[UOp]: return self.reduceops[0] if self.reduceops else None
+
+  @property
+  def global_dims(self) -> int: return self.first_reduce - self.local_dims
+
+  @property
+  def upcast_in_mid_reduce_axes(self) -> list[int]:
+    return [j for j in range(self.first_reduce, self.first_reduce + self.group_for_reduces) if self.full_shape[j] == self.sts[0].shape[j]]
+
+  def float4_axis(self, i: int) -> list[int]:
+    """Upcast axes (relative to first_upcast) where buffer i is contiguous in groups of 4."""
+    return [x - self.first_upcast for x in self.sts[i].unit_stride_axes() if x >= self.first_upcast and self.sts[i].shape[x] % 4 == 0]
+
+  def upcasted_axis(self, i: int) -> list[tuple[int, Optional[sint], bool]]:
+    """(size, stride in buffer i, is a reduce axis) of each upcast axis."""
+    shape, strides = self.sts[i].shape[self.first_upcast:], self.sts[i].real_strides()[self.first_upcast:]
+    if not all_int(shape): raise KernelOptError(f"cannot upcast a symbolic amount {shape}")
+    return list(zip(shape, strides, [x != y for x, y in zip(self.sts[0].shape[self.first_upcast:], self.full_shape[self.first_upcast:])]))
+
+  def colors(self) -> list[str]:
+    colors = ["BLUE" if self.dont_use_locals else "blue"] * self.global_dims + ["cyan"] * self.local_dims
+    mid = self.upcast_in_mid_reduce_axes
+    colors += ["white" if i in mid else "green" for i in range(self.first_reduce, self.first_reduce + self.group_for_reduces)]
+    colors += ["red"] * (self.first_upcast - (self.first_reduce + self.group_for_reduces))
+    colors += ["magenta" if self.full_shape[i] != self.sts[0].shape[i] else "yellow" for i in range(self.first_upcast, self.shape_len)]
+    return colors
+
+  def colored_shape(self, pad: Optional[int] = None, dense: bool = False) -> str:
+    strs = [(str(s) if dense else f"{s:4d}") if isinstance(s, int) else s.render() for s in self.full_shape]
+    ret = " ".join(colored(s, c) for s, c in zip(strs, self.colors()))
+    return ret + " " * (pad - ansilen(ret)) if pad else ret
+
+  # ***** moving axes *****
+
+  def reshape_and_permute(self, new_shape_fxn: Optional[Callable[[tuple[sint, ...]], Sequence[sint]]], axis: Optional[Sequence[int]]) -> None:
+    """Apply one reshape (a function of each tracker's shape) and one permute to every ShapeTracker."""
+    def move(st: ShapeTracker) -> ShapeTracker:
+      if new_shape_fxn is not None: st = st.reshape(tuple(new_shape_fxn(st.shape)))
+      return st.permute(tuple(axis)) if axis is not None else st
+    self.sts = [move(st) for st in self.sts]
+
+  def upcast(self) -> None:
+    check(self.full_shape[-1] != 1, "can't upcast a dimension with size 1")
+    self.upcasted += 1
+
+  def shift_to(self, axis: int, amount: int, top: bool = False, insert_before: Optional[int] = None) -> None:
+    """Split `amount` off axis (from its top or bottom) and move that new axis to just before `insert_before`."""
+    if insert_before is None: insert_before = self.shape_len
+    move_axis = axis if top else axis + 1
+    if move_axis < insert_before: insert_before += 1
+    def split(x):
+      parts = ((amount, x[axis] // amount) if top else (x[axis] // amount, amount)) if x[axis] > 1 else (1, 1)
+      return x[:axis] + parts + x[axis + 1:]
+    self.reshape_and_permute(split, [i for i in range(insert_before) if i != move_axis] + [move_axis] +
+                             [i for i in range(insert_before, self.shape_len + 1) if i != move_axis])
+
+  def simplify_ones(self) -> bool:
+    """Drop axes that are 1 in every tracker. True if any was dropped."""
+    if self.shape_len == 0: return False
+    ones = [s == 1 for s in self.full_shape]
+    self.local_dims -= sum(ones[self.first_reduce - self.local_dims:self.first_reduce])
+    self.upcasted -= sum(ones[self.first_upcast:])
+    self.reshape_and_permute(lambda shape: [x for i, x in enumerate(shape) if not ones[i]], None)
+    return any(ones)
+
+  def simplify_merge_adjacent(self) -> None:
+    """Merge neighbouring axes that every tracker can merge (never across first_reduce, never across image axes)."""
+    if self.shape_len == 0: return
+    shapes, strides = [x.shape for x in self.sts], [x.real_strides() for x in self.sts]
+    if isinstance(img := self.membufs[0].dtype, ImageDType):
+      # fake strides that stop merges across the image's (height, width, 4) axes
+      if groups := get_contraction(self.output_shape, img.shape):
+        special: tuple = ()
+        for i, g in enumerate(groups):
+          piece = tuple(self.output_shape[x] for x in g)
+          special += strides_for_shape(piece)
+        shapes.append(self.output_shape)
+        strides.append(special)
+    rets = [[(s[0], st[0])] for s, st in zip(shapes, strides)]
+    for i in range(1, len(shapes[0])):
+      can_merge = []
+      for s, st, ret in zip(shapes, strides, rets):
+        si, sti, last = s[i], st[i], ret[-1][1]
+        can_merge.append(sti is not None and ((not _is_zero(sti) and _same(last, si * sti)) or (_is_zero(sti) and _is_zero(last))))
+      mergeable = all(can_merge) and i != self.first_reduce
+      for j, (s, st) in enumerate(zip(shapes, strides)):
+        if mergeable: rets[j][-1] = (rets[j][-1][0] * s[i], st[i])
+        else: rets[j].append((s[i], st[i]))
+    for i, x in enumerate(rets[:len(self.sts)]): self.sts[i] = self.sts[i].reshape(tuple(y[0] for y in x))
+
+  # ***** applying optimizations *****
+
+  def _state(self) -> dict:
+    return {"sts": list(self.sts), "applied_opts": list(self.applied_opts), "group_for_reduces": self.group_for_reduces,
+            "upcasted": self.upcasted, "local_dims": self.local_dims, "tensor_core": self.tensor_core,
+            "tensor_core_opts": dataclasses.replace(self.tensor_core_opts) if self.tensor_core_opts else None,
+            "use_tensor_cores": self.use_tensor_cores, "bufs_for_tensor_core": dict(self.bufs_for_tensor_core),
+            "dont_use_locals": self.dont_use_locals}
+
+  def apply_opt(self, opt: Opt, append_opt: bool = True) -> None:
+    """Apply one optimization, or raise KernelOptError saying why not and leave the Kernel as it was."""
+    self._apply_opt(opt, append_opt, tc_level=None)
+
+  def _apply_opt(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
+    if not isinstance(opt, Opt) or not isinstance(opt.op, OptOps): raise KernelOptError(f"not an Opt: {opt!r}")
+    saved = self._state()
+    try: self._apply_checked(opt, append_opt, tc_level)
+    except KernelOptError:
+      self.__dict__.update(saved)
+      raise
+    except KcError as e:  # a movement the trackers refuse is a refused opt too
+      self.__dict__.update(saved)
+      raise KernelOptError(f"{opt} cannot be applied: {e}") from e
+
+  def _apply_checked(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
+    if self.dont_use_locals: check(opt.op not in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCASTMID), "not using locals")
+    if opt.op is OptOps.TC:
+      check(len(self.applied_opts) == 0, "tensor core opts must be first")
+      check(isinstance(opt.axis, int) and isinstance(opt.amt, int), "tensor core opts must have an axis and amt")
+      level = tc_level if tc_level is not None else _env_int("KC_TC", 1)
+      check(level in (1, 2, 3), f"tensor core level must be 1, 2 or 3, got {level}")
+      check(len(self.opts.tensor_cores) > 0, "the renderer has no tensor cores")
+      check(self._apply_tc_opt(level, opt.axis, opt.amt), "no tensor core available")
+      self.applied_opts.append(opt)
+      return
+    check(opt.axis is None or (isinstance(opt.axis, int) and opt.axis >= 0), f"invalid axis {opt.axis!r}")
+    axis = opt.real_axis(self)
+    check(axis < len(self.full_shape), "invalid axis")
+    if opt.op is OptOps.SWAP:
+      check(isinstance(opt.amt, int), "SWAP's amt is the other axis")
+      amt: Any = opt.amt
+    elif opt.amt is not None:
+      check(isinstance(opt.amt, int) and opt.amt >= 0, f"amt must be a non-negative int, got {opt.amt!r}")
+      amt = opt.amt if opt.amt != 0 else self.full_shape[axis]
+      check(isinstance(amt, int) and amt != 1, "shift/padto of amt 1 or a symbolic amt is meaningless")
+      if opt.op is not OptOps.PADTO: check(self.full_shape[axis] % amt == 0, "no longer valid shift")
+    else: amt = -1
+
+    if self.reduceop is not None and (opt.op in (OptOps.GROUP, OptOps.GROUPTOP) or
+                                      (self.group_for_reduces and opt.op not in (OptOps.NOLOCALS, OptOps.PADTO))):
+      acc_sz = self.reduceop.dtype.itemsize
+      upcast_sz = prod(a for a, b in zip(self.full_shape[self.first_upcast:], self.sts[0].shape[self.first_upcast:]) if a == b)
+      local_sz = prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces])
+      smem_sz = amt * acc_sz * upcast_sz * local_sz
+      check(resolve(smem_sz <= self.opts.shared_max, False), f"exceeds maximum shared memory size: needs {smem_sz}, max {self.opts.shared_max}")
+
+    if opt.op is OptOps.LOCAL:
+      check(self.opts.has_local, "target does not support local")
+      check(axis < self.global_dims, "local is for globals")
+      self.shift_to(axis, amt, insert_before=self.first_reduce)
+      self.local_dims += 1
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+      check(self.opts.has_local and self.opts.has_shared, "target does not support local or shared mem")
+      check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, "must be reduce axis to group")
+      check(not self.tensor_core, "can't group with tensor cores")
+      all_axes = [i for r in self.reduceops for i in reduce_axes(r)]
+      check(len(all_axes) == len(set(all_axes)), "can't group with parallel reduces")
+      self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
+      self.group_for_reduces += 1
+    elif opt.op is OptOps.UNROLL:
+      check(axis < self.first_upcast, "can't upcasted already upcasted")
+      check(amt <= 32, "don't unroll more than 32")
+      # a whole axis moves: first_reduce shifts by one, which simplify_ones takes back from local_dims
+      if self.full_shape[axis] == amt and axis == self.first_reduce: self.local_dims += 1
+      if self.full_shape[axis] == amt and axis < self.first_reduce + self.group_for_reduces: self.group_for_reduces -= 1  # a whole GROUP
+      self.shift_to(axis, amt, insert_before=None)
+      self.upcast()
+    elif opt.op is OptOps.UPCAST:
+      check(axis < self.first_reduce, "upcast is for non-reduce")
+      check(not (self.tensor_core and self.global_dims <= axis < self.global_dims + len(self.tensor_core.threads)), "can't upcast TC locals")
+      check(amt <= 16, "don't upcast more than 16")
+      self.shift_to(axis, amt, insert_before=None)
+      self.upcast()
+    elif opt.op is OptOps.UPCASTMID:
+      check(self.bufs[0].src[0].dtype.name.startswith("image") and not self.float4_axis(0) and self.group_for_reduces != 0 and
+            self.first_reduce <= 2 and prod(self.sts[0].shape) > 1, "invalid upcast mid reduce")
+      axes = self.sts[0].unit_stride_axes()
+      check(len(axes) == 1, f"wrong number of stride 1 axis : {axes}")
+      check(axes[0] == axis, "wrong axis")
+      check(amt == 4, "don't upcast mid anything but 4")
+      self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
+      self.group_for_reduces += 1
+    elif opt.op is OptOps.NOLOCALS:
+      check(self.opts.has_local and not self.dont_use_locals, "NOLOCALS is meaningless if target does not support local or already not using locals")
+      check(self.local_dims == 0 and self.group_for_reduces == 0, "can't have no locals with locals")
+      self.dont_use_locals = True
+    elif opt.op is OptOps.SWAP:
+      check(axis < amt < self.global_dims, f"swap is only for globals with axis < amt, getting amt={amt}, axis={axis}, global_dims={self.global_dims}")
+      permute = list(range(self.shape_len))
+      permute[axis], permute[amt] = permute[amt], permute[axis]
+      self.reshape_and_permute(None, permute)
+    elif opt.op is OptOps.PADTO:
+      check(not self.vars, "does not work with symbolic shape")
+      check(axis < self.first_upcast, "cannot pad upcasted")
+      if (r := self.reduceop) is not None and self.first_reduce <= axis:
+        check(r.arg[0] is Ops.ADD and can_pad(r), f"cannot pad the reduce {r.arg[0]} through ops that do not map 0 to 0")
+      padded = False
+      for i, st in enumerate(self.sts):
+        if (s := st.shape[axis]) == 1: continue  # reduced here
+        check(s > amt // 4, f"pad adds more than quadruple the work: size {s} padded to a multiple of {amt}")
+        if ru := round_up(s, amt) - s:
+          self.sts[i] = st.pad(((0, 0),) * axis + ((0, ru),) + ((0, 0),) * (len(st.shape) - axis - 1))
+          padded = True
+      check(padded, "nothing was padded")
+
+    if append_opt: self.applied_opts.append(opt)
+    if self.simplify_ones() and self.tensor_core_opts: self.tensor_core_opts.fix_axes(axis)
+
+  # ***** tensor cores *****
+
+  def _create_tc_opts(self, reduceop: UOp, tc: "TensorCore", axis: int, opt_level: int) -> Optional[TensorCoreOptions]:
+    has_cast = tc.dtype_in != tc.dtype_out
+    if has_cast and not (reduceop.src[0].op is Ops.CAST and reduceop.src[0].dtype == tc.dtype_out): return None
+    mul_op = reduceop.src[0].src[0] if has_cast else reduceop.src[0]
+    if mul_op.op is not Ops.MUL: return None
+
+    def buf_index(src: UOp) -> Optional[int]:
+      if src.op is Ops.LOAD and src.dtype == tc.dtype_in and src in self.bufs: return self.bufs.index(src)
+      if opt_level >= 1 and src.op is Ops.CAST and src.dtype == tc.dtype_in and src.src[0] in self.bufs: return self.bufs.index(src.src[0])
+      return None
+    if (buf0 := buf_index(mul_op.src[0])) is None or (buf1 := buf_index(mul_op.src[1])) is None: return None
+
+    strides0, strides1 = self.sts[buf0].real_strides(), self.sts[buf1].real_strides()
+    axis_buf0 = [(i, self.full_shape[i], strides1[i]) for i, s in enumerate(strides0[:self.first_reduce]) if s == 0]
+    axis_buf1 = [(i, self.full_shape[i], strides0[i]) for i, s in enumerate(strides1[:self.first_reduce]) if s == 0]
+    if not (axis_buf0 and axis_buf1 and ((self.shape_len - self.first_reduce) == 1 or opt_level >= 1)): return None
+    choices = list(itertools.product(axis_buf0, axis_buf1, range(self.first_reduce, self.shape_len)))
+    if not axis < len(choices): return None
+    s0, s1, s2 = choices[-(axis + 1)][0][0], choices[-(axis + 1)][1][0], choices[-(axis + 1)][2]  # N, M, K
+    axis_pads = tuple((x, tc.dims[i]) for i, x in enumerate([s0, s1, s2]) if resolve(self.full_shape[x] % tc.dims[i] != 0))
+    if axis_pads and opt_level < 2: return None
+    self.bufs_for_tensor_core[reduceop] = (buf0, buf1)
+    return TensorCoreOptions(axes=(s0, s1, s2), axes_exist=(True, True), axis_pads=axis_pads)
+
+  def _apply_tc_opt(self, use_tensor_cores: int, axis: int, opt_level: int) -> bool:
+    if not (use_tensor_cores and self.reduceop is not None and self.reduceop.arg[0] is Ops.ADD): return False
+    for tc in self.opts.tensor_cores:
+      options = [self._create_tc_opts(r, tc, axis, opt_level) for r in self.reduceops]
+      if not all_same(options) or options[0] is None: continue  # reduces can share a tensor core only with the same options
+      self.tensor_core_opts = tc_opts = options[0]
+      try:
+        for ax, dim in tc_opts.axis_pads: self._apply_opt(Opt(OptOps.PADTO, ax, dim), False, None)
+      except KernelOptError: continue
+      for _, amt in tc.reduce_axes: self._apply_opt(Opt(OptOps.UNROLL, tc_opts.axes[2] - self.first_reduce, amt), False, None)
+      for step in tc.opts_seq:
+        if step == "UP":
+          for d, amt in tc.early_upcast_axes: self._apply_opt(Opt(OptOps.UPCAST, tc_opts.axes[d], amt), False, None)
+        else:
+          for d, amt in tc.threads: self._apply_opt(Opt(OptOps.LOCAL, tc_opts.axes[d], amt), False, None)
+      self.tensor_core, self.use_tensor_cores = tc, use_tensor_cores
+      return True
+    return False
+
+  def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0,
+                         tc_opt: Optional[int] = None) -> bool:
+    """Apply a tensor core (D = A*B + C across a warp) if one fits; True if it did.
+
+    use_tensor_cores: 0 off, 1 real WMMA, 2 the tensor core's shape opts without WMMA, 3 WMMA's thread addressing
+    emulated through local memory. extra_opts: opts to apply afterwards instead of the hand-coded follow-ups.
+    tc_opt: which kernels qualify; 0 one reduce axis over LOADs multiplied directly, 1 also CAST inputs and more
+    reduce axes, 2 also M/N/K that need padding to the tensor core's dims (default: KC_TC_OPT, else 0)."""
+    if tc_opt is None: tc_opt = _env_int("KC_TC_OPT", 0)
+    if not use_tensor_cores or not self.opts.tensor_cores: return False
+    saved = self._state()
+    try:
+      self._apply_opt(Opt(OptOps.TC, axis, tc_opt), True, use_tensor_cores)
+      if (tc_opts := self.tensor_core_opts) is not None:
+        if extra_opts is not None:
+          for opt in extra_opts: self.apply_opt(opt)
+        else:
+          for d in [d for d in (1, 0) if tc_opts.axes_exist[d]]:  # upcast M, then N
+            if szs := [sz for sz in (5, 4, 3, 2) if self.full_shape[tc_opts.axes[d]] % sz == 0]:
+              self.apply_opt(Opt(OptOps.UPCAST, tc_opts.axes[d], szs[0]))
+          if tc_opts.axes_exist[0] and (szs := [sz for sz in (4, 2) if self.full_shape[tc_opts.axes[0]] % sz == 0]):
+            self.apply_opt(Opt(OptOps.LOCAL, tc_opts.axes[0], szs[0]))
+      return True
+    except KernelOptError:
+      self.__dict__.update(saved)
+      return False
+
+  # ***** heuristics *****
+
+  def required_optimizations(self) -> "Kernel":
+    from kc.kernel.heuristics import required_optimizations
+    required_optimizations(self)
+    return self
+
+  def hand_coded_optimizations(self) -> "Kernel":
+    from kc.kernel.heuristics import hand_coded_optimizations
+    hand_coded_optimizations(self)
+    return self
+
+  # ***** outputs *****
+
+  @property
+  def name(self) -> str:
+    """r_ (reduce), E_ (elementwise) or C_ (copy) and the full shape coloured by axis kind, unique per process."""
+    if "name" not in self.__dict__:
+      kind = "r" if self.reduceop is not None else ("C" if all(x.op in GroupOp.Buffer or x.op in (Ops.VIEW, Ops.DEFINE_GLOBAL) for x in self.ast.parents) else "E")
+      suffix = colored("_", "BLACK").join(colored(x.render() if isinstance(x, UOp) else str(x), c) for x, c in zip(self.full_shape, self.colors()))
+      name = kind + (f"{len(self.ast.src)}" if len(self.ast.src) > 1 else "") + "_" + suffix
+      Kernel.kernel_cnt[fname := to_function_name(name)] += 1
+      self.__dict__["name"] = name + (colored(f"n{Kernel.kernel_cnt[fname] - 1}", "BLACK") if Kernel.kernel_cnt[fname] > 1 else "")
+    return self.__dict__["name"]
+
+  def get_optimized_ast(self) -> UOp:
+    """The AST with every applied opt folded in (views, reduce axes, local-memory reduces, WMMA)."""
+    from kc.kernel.optimized_ast import get_optimized_ast
+    return get_optimized_ast(self)
+
+
+def can_pad(u: UOp) -> bool:
+  """Padding the inputs of `u` with zeros leaves its value unchanged: nothing under it maps 0 to non-zero."""
+  return not any(x.op in GroupOp.UnsafePad for x in u.toposort)
+
+
+def _preorder(root: UOp) -> list[UOp]:
+  """Every node under root once, parents before children, sources left to right: the order buffers are read in."""
+  seen: dict[UOp, None] = {}
+  stack = [root]
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen[u] = None
+    stack.extend(reversed(u.src))
+  return list(seen)
+
+
+def _is_zero(x) -> bool: return isinstance(x, int) and x == 0
+
+
+def _same(a, b) -> bool:
+  """a == b for sints, decided on the simplified forms (hash-consing makes equal expressions identical)."""
+  if a is None or b is None: return False
+  return ssimplify(a) == ssimplify(b)

@@ -1,0 +1,38 @@
+"""Optimization operations and the Opt that names one application of them."""
+from __future__ import annotations
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import TYPE_CHECKING, Optional
+from kc.errors import KernelOptError
+
+if TYPE_CHECKING: from kc.kernel.kernel import Kernel
+
+
+class OptOps(Enum):
+  TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
+  GROUP = auto(); GROUPTOP = auto(); NOLOCALS = auto(); PADTO = auto(); SWAP = auto()  # noqa: E702
+  def __lt__(self, other: "OptOps") -> bool: return self.value < other.value
+  def __repr__(self): return f"OptOps.{self.name}"
+
+
+@dataclass(frozen=True, order=True)
+class Opt:
+  """One optimization: `op` on `axis` by `amt`. UNROLL counts its axis from the first reduce axis, GROUP and
+  GROUPTOP from the first reduce axis that is not grouped yet; every other op counts from 0. amt 0 means the
+  whole axis; for SWAP amt is the other axis."""
+  op: OptOps
+  axis: Optional[int] = None
+  amt: Optional[int] = None
+
+  def __repr__(self): return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
+
+  def real_axis(self, k: "Kernel") -> int:
+    if self.axis is None: return -1
+    if self.op is OptOps.UNROLL: return k.first_reduce + self.axis
+    if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis
+    return self.axis
+
+
+def check(cond: bool, msg: str) -> None:
+  """Refuse an optimization: the Kernel's apply_opt turns this into an unchanged Kernel and a KernelOptError."""
+  if not cond: raise KernelOptError(msg)

@@ -1,0 +1,122 @@
+"""verify_ast: the rules a kernel AST must follow, and the ShapeTracker of every node that has a shape.
+
+A kernel AST is SINK(STORE(DEFINE_GLOBAL, VIEW, value), ...). Movement ops live in the VIEWs at the leaves
+(LOAD, STORE, VALID); only REDUCE_AXIS (and WMMA, its tensor-core form) changes a shape, from n to 1 on its
+axes. One VIEW may sit above a computed value: the keepdim-expand of a reduce result back along its reduced
+axes (a fused reduce chain such as x - max(x) feeding a sum), which broadcasts the value and moves nothing."""
+from __future__ import annotations
+from kc.dtype import ImageDType, PtrDType
+from kc.errors import InvalidASTError
+from kc.helpers import all_same, dedup
+from kc.shape import ShapeTracker
+from kc.shape.view import fmt_shape
+from kc.uop import GroupOp, Ops, UOp
+
+REDUCE_OPS = (Ops.ADD, Ops.MUL, Ops.MAX)
+SHAPELESS = {Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR, Ops.CONST, Ops.BIND}
+
+
+def view_arg(u: UOp, i: int) -> ShapeTracker:
+  """The ShapeTracker of the VIEW at src[i] of a buffer op."""
+  if len(u.src) <= i or u.src[i].op is not Ops.VIEW or u.src[i].src or not isinstance(u.src[i].arg, ShapeTracker):
+    raise InvalidASTError(f"{u.op} needs a VIEW(ShapeTracker) with no sources at src[{i}], got {[s.op for s in u.src]}")
+  return u.src[i].arg
+
+
+def st_arg(u: UOp) -> ShapeTracker:
+  """The ShapeTracker a LOAD, STORE or VALID addresses its buffer with."""
+  return view_arg(u, 0 if u.op is Ops.VALID else 1)
+
+
+def reduce_axes(u: UOp) -> tuple[int, ...]:
+  """The axes a REDUCE_AXIS or WMMA reduces."""
+  return u.arg[1] if u.op is Ops.REDUCE_AXIS else u.arg[7]
+
+
+def _shape_error(u: UOp, msg: str) -> InvalidASTError: return InvalidASTError(f"{u.op}: {msg}")
+
+
+def _check_buffer(u: UOp) -> None:
+  buf = u.src[0] if u.src else None
+  if buf is None or buf.op not in (Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL) or not isinstance(buf.dtype, PtrDType):
+    raise _shape_error(u, f"src[0] must be a DEFINE_GLOBAL or DEFINE_LOCAL pointer, got {buf.op if buf else None}")
+  base = buf.dtype.base
+  if isinstance(buf.dtype, ImageDType): return
+  value_dtype = u.dtype if u.op is Ops.LOAD else u.src[2].dtype
+  if value_dtype != base:
+    raise _shape_error(u, f"{'loads' if u.op is Ops.LOAD else 'stores'} {value_dtype} through a pointer to {base}; cast the value first")
+
+
+def _is_broadcast(src: ShapeTracker, view: ShapeTracker) -> bool:
+  """`view` only expands size-1 dims of `src`'s shape (stride 0 there) and keeps every other dim."""
+  if len(src.shape) != len(view.shape): return False
+  strides = view.real_strides()
+  return all(s == v or (s == 1 and strides[i] == 0) for i, (s, v) in enumerate(zip(src.shape, view.shape)))
+
+
+def verify_ast(ast: UOp) -> dict[UOp, ShapeTracker]:
+  """Check the kernel AST rules and return the ShapeTracker of every node with a shape. Every violation is an
+  InvalidASTError naming the op and the shapes involved."""
+  if not isinstance(ast, UOp) or ast.op is not Ops.SINK: raise InvalidASTError(f"a kernel AST is a SINK of STOREs, got {getattr(ast, 'op', ast)!r}")
+  if not ast.src or any(x.op is not Ops.STORE for x in ast.src):
+    raise InvalidASTError(f"SINK: every source must be a STORE, got {[x.op for x in ast.src]}")
+  out_sizes = [st_arg(x).size for x in ast.src]
+  if not all_same(out_sizes):
+    raise InvalidASTError(f"SINK: all outputs must have one size, got {[fmt_shape(st_arg(x).shape) for x in ast.src]}")
+  sts: dict[UOp, ShapeTracker] = {}
+  for u in ast.toposort:
+    if u.op in SHAPELESS or u.op is Ops.SINK or u.op is Ops.NOOP: continue
+    if u.op is Ops.VIEW and not u.src:
+      if not isinstance(u.arg, ShapeTracker): raise _shape_error(u, f"arg must be a ShapeTracker, got {type(u.arg).__name__}")
+      sts[u] = u.arg
+      continue
+    if u.op in GroupOp.Buffer:
+      st = st_arg(u)
+      if u.op is not Ops.VALID: _check_buffer(u)
+      if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_LOCAL and len(u.src) > 2:
+        # a load back from local memory after a grouped reduce: it has the stored reduce's shape
+        stored = u.src[2]
+        if stored.op is not Ops.STORE or stored not in sts: raise _shape_error(u, "a LOAD from local memory must follow the STORE it reads")
+        sts[u] = sts[stored.src[2]] if stored.src[2] in sts else st
+        continue
+      if u.op is Ops.STORE:
+        if len(u.src) != 3: raise _shape_error(u, f"STORE is (buffer, VIEW, value), got {len(u.src)} sources")
+        value = u.src[2]
+        if value in sts and sts[value].shape != st.shape:
+          raise _shape_error(u, f"the view {fmt_shape(st.shape)} does not match the value's shape {fmt_shape(sts[value].shape)}")
+      sts[u] = st
+      continue
+    if u.op in (Ops.REDUCE_AXIS, Ops.WMMA):
+      if u.op is Ops.REDUCE_AXIS and (not isinstance(u.arg, tuple) or len(u.arg) != 2 or u.arg[0] not in REDUCE_OPS):
+        raise _shape_error(u, f"arg is (one of {[o.name for o in REDUCE_OPS]}, axes), got {u.arg!r}")
+      src = next((s for s in u.src if s in sts), None)
+      if src is None: raise _shape_error(u, "needs a source with a shape")
+      axes = reduce_axes(u)
+      if not all(isinstance(a, int) and 0 <= a < len(sts[src].shape) for a in axes) or len(set(axes)) != len(axes):
+        raise _shape_error(u, f"axes {axes} are not distinct axes of the shape {fmt_shape(sts[src].shape)}")
+      sts[u] = ShapeTracker.from_shape(sts[src].reduce(axes))
+      continue
+    if u.op is Ops.VIEW:
+      # the keepdim-expand of a computed value (a reduce result) broadcast back along its size-1 dims
+      if len(u.src) != 1 or u.src[0] not in sts: raise _shape_error(u, "a VIEW above a value needs exactly one source with a shape")
+      src_st = sts[u.src[0]]
+      if not isinstance(u.arg, ShapeTracker) or not _is_broadcast(src_st, u.arg):
+        raise _shape_error(u, f"a VIEW of a computed value may only expand its size-1 dims: {fmt_shape(src_st.shape)} -> "
+                              f"{fmt_shape(u.arg.shape) if isinstance(u.arg, ShapeTracker) else u.arg!r}; other movement belongs at the loads")
+      sts[u] = u.arg
+      continue
+    # everything else (ALU, CAST, BITCAST, ASSIGN, CONTRACT, EXPAND, ...) keeps its sources' common shape
+    src_sts = [sts[s] for s in u.src if s in sts]
+    if not src_sts: continue
+    shapes = [s.shape for s in src_sts]
+    if not all_same(shapes):
+      kind = "an implicit reshape" if all_same([s.size for s in src_sts]) else "an implicit expand"
+      raise _shape_error(u, f"sources have the shapes {', '.join(fmt_shape(s) for s in shapes)} ({kind}); make them equal with views at the loads")
+    sts[u] = src_sts[0]
+  # in each dim, every shape is 1 or the same n
+  for i, dims in enumerate(zip(*[st.shape for st in sts.values()])):
+    distinct = [d for d in dedup(dims) if not (isinstance(d, int) and d == 1)]
+    if len(distinct) > 1: raise InvalidASTError(f"dim {i} must be 1 or one size n across the kernel, got sizes {distinct}")
+  if len({len(st.shape) for st in sts.values()}) > 1:
+    raise InvalidASTError(f"every shape in a kernel has the same number of dims, got {sorted({fmt_shape(st.shape) for st in sts.values()})}")
+  return sts

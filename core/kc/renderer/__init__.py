@@ -1,0 +1,81 @@
+"""What a backend's Renderer declares (its dialect's limits and tensor cores) and the TensorCore description.
+
+The Kernel reads these declarations to decide which optimizations are legal; it never imports this module
+(the kernel layer sits below the renderer layer), it only reads the attributes of the renderer it is given."""
+from __future__ import annotations
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Optional
+from kc.dtype import DType
+from kc.errors import KcError
+from kc.helpers import prod
+
+Axes = tuple[tuple[int, int], ...]  # (TC dim, amount) pairs: dim 0 is N, 1 is M, 2+ index the upcast axes
+
+
+@dataclass(frozen=True)
+class TensorCore:
+  """D = A*B + C on one warp/simdgroup, A is (M x K), B is (K x N), C and D are (M x N).
+
+  dims: (N, M, K). threads: the (TC dim, amount) splits whose product is the warp's threads, in local-axis
+  order. reduce_axes: the (TC dim, amount) splits of K that each thread unrolls. upcast_axes: for A, B and C,
+  the upcast axes (relative to the first upcast axis) that make up each thread's fragment. st1_pattern /
+  st2_pattern: how A's / B's views are permuted so each thread reads the elements the instruction expects.
+  expanded_shape: the shape the upcast axes are split into for those permutations. opts_seq: the order in
+  which the Kernel upcasts ("UP") and locals ("LC") the tensor-core axes."""
+  dims: tuple[int, int, int]
+  dtype_in: DType
+  dtype_out: DType
+  threads: Axes
+  reduce_axes: Axes
+  upcast_axes: tuple[Axes, Axes, Axes]
+  st1_pattern: Optional[tuple[Axes, Axes]] = None
+  st2_pattern: Optional[tuple[Axes, Axes]] = None
+  expanded_shape: Optional[tuple[int, ...]] = None
+  opts_seq: tuple[str, str] = ("UP", "LC")
+
+  def __post_init__(self):
+    # accept lists for convenience, store tuples so the TensorCore stays hashable
+    for name in ("threads", "reduce_axes"): object.__setattr__(self, name, tuple(tuple(x) for x in getattr(self, name)))
+    object.__setattr__(self, "upcast_axes", tuple(tuple(tuple(x) for x in ax) for ax in self.upcast_axes))
+    object.__setattr__(self, "dims", tuple(self.dims))
+    if len(self.dims) != 3 or not all(isinstance(d, int) and d > 0 for d in self.dims):
+      raise KcError(f"TensorCore dims are (N, M, K) positive ints, got {self.dims}")
+    if prod(a for _, a in self.reduce_axes) != self.dims[2]:
+      raise KcError(f"TensorCore reduce_axes {self.reduce_axes} must multiply to K={self.dims[2]}")
+    if len(self.upcast_axes) != 3: raise KcError(f"TensorCore upcast_axes is (A, B, C), got {self.upcast_axes}")
+    if set(self.opts_seq) != {"UP", "LC"}: raise KcError(f"TensorCore opts_seq is an order of 'UP' and 'LC', got {self.opts_seq}")
+
+  @property
+  def early_upcast_axes(self) -> Axes:
+    """For N and M, the part of the dim the threads do not cover, upcast before the thread locals."""
+    out = []
+    for dim in range(2):
+      covered = prod(a for d, a in self.threads if d == dim)
+      if self.dims[dim] > covered: out.append((dim, self.dims[dim] // covered))
+    return tuple(out)
+
+  @property
+  def num_threads(self) -> int: return prod(a for _, a in self.threads)
+
+  def __str__(self): return "_".join(["WMMA", *map(str, self.dims), self.dtype_in.name, self.dtype_out.name])
+
+
+class Renderer(ABC):
+  """A backend's dialect: its limits, its tensor cores, and render(name, uops) -> source.
+
+  global_max / local_max are in (x, y, z) order; None means no limit (loops instead of launch dims)."""
+  device: str = ""
+  supports_float4: bool = True
+  has_local: bool = True
+  has_shared: bool = True
+  global_max: Optional[tuple[int, ...]] = (0x7FFFFFFF,) * 3  # SPECIAL indices are int32
+  local_max: Optional[tuple[int, ...]] = (0x7FFFFFFF,) * 3
+  shared_max: int = 32768
+  tensor_cores: list[TensorCore] = []
+
+  @abstractmethod
+  def render(self, name: str, uops: list) -> str:
+    """The source of one kernel named `name` from its linearized UOps."""
+
+  def __repr__(self): return f"<{type(self).__name__} device={self.device!r}>"
