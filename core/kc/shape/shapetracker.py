@@ -25,6 +25,7 @@ def _ranges(shape: tuple[sint, ...]) -> tuple[UOp, ...]:
 
 @functools.cache
 def _indexed(views: tuple[View, ...], idxs: tuple[UOp, ...]) -> tuple[UOp, UOp]:
+  views = ShapeTracker(views).simplify().views  # every view collapsed away is a layer of divisions saved
   idx, valid = views[-1].to_indexed_uops(idxs)
   for view in reversed(views[:-1]):
     view = view.minify()  # fewer dims: fewer divisions to unravel the flat index
@@ -107,7 +108,7 @@ class ShapeTracker:
     """The stride of each axis in the buffer: how far one step along it moves the offset, everywhere. None where that
     is not one number (the axis is unravelled through a division or modulo) or, unless ignore_valid, where the axis
     is masked."""
-    if len(self.views) == 1 and self.views[0].mask is None: return self.views[0].strides
+    if len(views := self.simplify().views) == 1 and views[0].mask is None: return views[0].strides
     idx, valid = self.to_indexed_uops()
     ret: list[Optional[sint]] = [0] * self.ndim
     terms, _ = split_sum(idx)

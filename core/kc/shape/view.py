@@ -273,7 +273,8 @@ class View:
   @_memo
   def permute(self, order) -> View:
     order = self._check_arity("permute", order)
-    if sorted(order) != list(range(len(self.shape))) or not all_int(order):
+    if all(hasattr(a, "__index__") and not isinstance(a, (bool, UOp)) for a in order): order = tuple(operator.index(a) for a in order)
+    if not all_int(order) or sorted(order) != list(range(len(self.shape))):
       raise ShapeError(f"permute: {fmt_shape(order)} is not a permutation of the {len(self.shape)} dims of shape {fmt_shape(self.shape)}")
     return _create(tuple(self.shape[a] for a in order), tuple(self.strides[a] for a in order), self.offset,
                    tuple(self.mask[a] for a in order) if self.mask is not None else None)
@@ -383,16 +384,17 @@ def _runs(v: View) -> list[tuple[sint, sint, tuple[sint, sint]]]:
   """The dims of v (size-1 dims dropped) merged, right to left, into runs that step through memory linearly on the
   valid elements: (size, stride, valid interval of the run's flat index). A dim joins the run to its right when
   its mask leaves the run's flat valid set an interval (the run is all valid, or this dim has one valid index)
-  and its stride continues the run's (or it has one valid index, so its stride is irrelevant)."""
+  and its stride continues the run's (or it has one valid index, so its stride is irrelevant). Sizes and masks
+  must be ints to merge; strides may be symbolic (a symbolic dim elsewhere makes them so)."""
   mask = v.mask or tuple((0, s) for s in v.shape)
   runs: list[list] = []
   for s, st, (b, e) in reversed(list(zip(v.shape, v.strides, mask))):
     if _is1(s): continue
-    if runs and all_int((s, st, b, e)) and all_int(runs[-1][0:4]):
+    if runs and all_int((s, b, e)) and all_int((runs[-1][0], runs[-1][2], runs[-1][3])):
       size, sigma, lo, hi = runs[-1]
-      single = e - b == 1
-      if ((lo, hi) == (0, size) or single) and (single or st == sigma * size):
-        runs[-1] = [size * s, sigma, (b * size) if (lo, hi) == (0, size) else b * size + lo, (e * size) if (lo, hi) == (0, size) else b * size + hi]
+      full, single = (lo, hi) == (0, size), e - b == 1
+      if (full or single) and (single or _same(st, ssimplify(sigma * size))):
+        runs[-1] = [size * s, sigma, b * size if full else b * size + lo, e * size if full else b * size + hi]
         continue
     runs.append([s, st, b, e])
   return [(size, sigma, (lo, hi)) for size, sigma, lo, hi in reversed(runs)]
@@ -418,18 +420,18 @@ def _contract(old: tuple[sint, ...], new: tuple[sint, ...]) -> Optional[list[tup
   return groups
 
 
-def _split_group(v: View, go: list[int], new_sizes: list[int]) -> Optional[tuple[list[int], list[tuple[int, int]], int]]:
-  """Express the old dims `go` of v (all int) as new dims of `new_sizes` (same product): (strides, masks, the sum
-  of mask start * stride over the old dims minus that over the new dims). None when the old dims do not step
-  through memory linearly on their valid elements, or their valid set is not a box in the new dims."""
+def _split_group(v: View, go: list[int], new_sizes: list[int]) -> Optional[tuple[list[sint], list[tuple[int, int]], sint]]:
+  """Express the old dims `go` of v (int sizes and masks) as new dims of `new_sizes` (same product): (strides, masks,
+  the sum of mask start * stride over the old dims minus that over the new dims). None when the old dims do not
+  step through memory linearly on their valid elements, or their valid set is not a box in the new dims."""
   mask = v.mask or tuple((0, s) for s in v.shape)
-  if not all(all_int((v.shape[i], v.strides[i]) + tuple(mask[i])) for i in go): return None
+  if not all(all_int((v.shape[i],) + tuple(mask[i])) for i in go): return None
   # the valid elements of the group, as an interval [lo, hi) of its flat index, and the stride sigma of that index
   lo, hi, size, sigma = 0, 1, 1, v.strides[go[-1]]
   for i in reversed(go):
     s, st, (b, e) = v.shape[i], v.strides[i], mask[i]
     single = e - b == 1
-    if not single and st != sigma * size: return None
+    if not single and not _same(st, ssimplify(sigma * size)): return None
     if (lo, hi) == (0, size): lo, hi = b * size, e * size
     elif single: lo, hi = b * size + lo, b * size + hi
     else: return None
@@ -437,7 +439,7 @@ def _split_group(v: View, go: list[int], new_sizes: list[int]) -> Optional[tuple
   # cut the interval into the new dims, innermost first: it must fit in one block or cover whole blocks
   strides, masks, place = [], [], 1
   for n in reversed(new_sizes):
-    strides.append(sigma * place)
+    strides.append(ssimplify(sigma * place))
     if lo // n == (hi - 1) // n: masks.append((lo % n, (hi - 1) % n + 1)); lo, hi = lo // n, lo // n + 1
     elif lo % n == 0 and hi % n == 0: masks.append((0, n)); lo, hi = lo // n, hi // n
     else: return None
