@@ -1,0 +1,386 @@
+"""The runtime API every backend implements: Buffer, Allocator, Compiler (with its disk cache), the program
+handle protocol, CompiledDevice, and the device registry exposed as `kc.Device`.
+
+The core names no backend: which devices exist is decided by the plugins (`kc.plugins`), found lazily the
+first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin."""
+from __future__ import annotations
+import hashlib, json, os, tempfile, threading
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Optional, Protocol, Sequence, Union
+import numpy as np
+from kc.dtype import DType, PtrDType, dtypes
+from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError
+
+if TYPE_CHECKING:
+  from kc.plugins import BackendSpec, PluginTable
+  from kc.renderer import Renderer
+
+
+class InvalidBufferError(KcError, ValueError):
+  """A buffer operation that would read or write outside a buffer, or with data of the wrong size."""
+
+
+# ---------------------------------------------------------------------------------------------------------- allocators
+
+class Allocator:
+  """Owns a device's memory. Opaque handles go in and out; only the allocator knows what they are.
+
+  Subclasses implement `_alloc`, `_free`, `copyin`, `copyout` and, where views are supported, `offset`."""
+
+  def alloc(self, nbytes: int, options: Optional[Hashable] = None):
+    if not isinstance(nbytes, int) or nbytes < 0: raise InvalidBufferError(f"cannot allocate {nbytes!r} bytes: need an int >= 0")
+    return self._alloc(nbytes, options)
+
+  def free(self, opaque, nbytes: int, options: Optional[Hashable] = None): self._free(opaque, nbytes, options)
+
+  def _alloc(self, nbytes: int, options: Optional[Hashable]): raise NotImplementedError(f"{type(self).__name__} cannot allocate")
+  def _free(self, opaque, nbytes: int, options: Optional[Hashable]): pass
+  def copyin(self, dest, src: memoryview): raise NotImplementedError(f"{type(self).__name__} cannot copy in")
+  def copyout(self, dest: memoryview, src): raise NotImplementedError(f"{type(self).__name__} cannot copy out")
+
+  def offset(self, opaque, nbytes: int, offset: int):
+    """A handle to `nbytes` bytes starting `offset` bytes into `opaque`, sharing its memory."""
+    raise KcError(f"{type(self).__name__} does not support buffer views: copy the data into a buffer of its own instead")
+
+
+class LRUAllocator(Allocator):
+  """Keeps freed buffers and hands them back for the next allocation of the same size and options, because
+  device allocations are slow and kernels allocate the same shapes again and again.
+
+  `oom_errors` are the exceptions by which a backend says it is out of memory: on one, the cache is freed and
+  the allocation is tried once more."""
+  oom_errors: tuple[type[BaseException], ...] = (MemoryError,)
+
+  def __init__(self):
+    self.cache: dict[tuple[int, Hashable], list] = defaultdict(list)
+
+  def alloc(self, nbytes: int, options: Optional[Hashable] = None):
+    if len(cached := self.cache.get((nbytes, options), ())): return cached.pop()
+    try: return super().alloc(nbytes, options)
+    except self.oom_errors:
+      if not self.cache: raise
+      self.free_cache()
+      return super().alloc(nbytes, options)
+
+  def free(self, opaque, nbytes: int, options: Optional[Hashable] = None):
+    self.cache[(nbytes, options)].append(opaque)
+
+  def free_cache(self):
+    """Give every cached buffer back to the device."""
+    for (nbytes, options), opaques in self.cache.items():
+      for opaque in opaques: self._free(opaque, nbytes, options)
+    self.cache.clear()
+
+
+@dataclass(frozen=True, eq=False)
+class HostMemory:
+  """Host memory: `array` is a uint8 numpy array over the bytes, `addr` the address of its first byte."""
+  array: np.ndarray
+  addr: int
+
+
+class HostAllocator(LRUAllocator):
+  """Aligned host memory (numpy-owned, so Python frees it), for devices that run on the CPU."""
+  alignment = 64  # a cache line, and enough for any vector load
+
+  def _alloc(self, nbytes: int, options: Optional[Hashable]) -> HostMemory:
+    raw = np.empty(nbytes + self.alignment, dtype=np.uint8)
+    start = -raw.ctypes.data % self.alignment
+    arr = raw[start:start + nbytes]
+    return HostMemory(arr, raw.ctypes.data + start)
+
+  def copyin(self, dest: HostMemory, src: memoryview): dest.array[:] = np.frombuffer(src, dtype=np.uint8)
+  def copyout(self, dest: memoryview, src: HostMemory): np.frombuffer(dest, dtype=np.uint8)[:] = src.array
+
+  def offset(self, opaque: HostMemory, nbytes: int, offset: int) -> HostMemory:
+    return HostMemory(opaque.array[offset:offset + nbytes], opaque.addr + offset)
+
+
+# ---------------------------------------------------------------------------------------------------------- buffers
+
+def _as_bytes(mv: memoryview) -> memoryview:
+  return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+
+
+class Buffer:
+  """`size` elements of `dtype` on `device`. A view (`base` given) shares its base's memory from byte `offset` on."""
+
+  def __init__(self, device: str, size: int, dtype: DType, base: Optional[Buffer] = None, offset: int = 0,
+               options: Optional[Hashable] = None):
+    if not isinstance(dtype, DType) or isinstance(dtype, PtrDType):
+      raise DTypeError(f"a Buffer holds values of a DType like kc.dtypes.float32, got {dtype!r}")
+    if not isinstance(size, int) or size < 0: raise InvalidBufferError(f"a Buffer's size is an element count >= 0, got {size!r}")
+    self.device, self.size, self.dtype, self.options = device.upper(), size, dtype, options
+    if not isinstance(offset, int): raise InvalidBufferError(f"a view's offset is a byte count, got {offset!r}")
+    self.offset = offset
+    if base is not None:
+      if base.device != self.device: raise InvalidBufferError(f"a view on {self.device} of a buffer on {base.device}")
+      if offset < 0 or offset + self.nbytes > base.nbytes:
+        raise InvalidBufferError(f"a view of {self.nbytes} bytes at byte offset {offset} does not fit in the buffer of "
+                                 f"{base.nbytes} bytes ({base.size} x {base.dtype}): use a smaller size or offset")
+      if base._base is not None: base, self.offset = base._base, base.offset + offset  # views of views share the root
+    elif offset != 0: raise InvalidBufferError("only a view (base=...) has an offset")
+    self._base: Optional[Buffer] = base
+
+  @property
+  def nbytes(self) -> int: return self.size * self.dtype.itemsize
+  @property
+  def base(self) -> Buffer: return self if self._base is None else self._base
+  @property
+  def allocator(self) -> Allocator: return Device[self.device].allocator
+  def is_allocated(self) -> bool: return hasattr(self, "_buf")
+
+  def __repr__(self):
+    return f"<Buffer {self.device} {self.size} x {self.dtype}{f' view at {self.offset}' if self._base is not None else ''}>"
+
+  def allocate(self, opaque=None) -> Buffer:
+    """Get the memory (or adopt `opaque`, a handle the device's allocator made). Allocating twice is a no-op."""
+    if self.is_allocated(): return self
+    if self._base is not None:
+      self._base.allocate()
+      self._buf = opaque if opaque is not None else self.allocator.offset(self._base._buf, self.nbytes, self.offset)
+    else:
+      self._owned = opaque is None  # adopted memory belongs to whoever made it: never recycle it
+      self._buf = self.allocator.alloc(self.nbytes, self.options) if opaque is None else opaque
+      self._allocator = self.allocator  # keep it so __del__ need not look the device up during shutdown
+    return self
+
+  def __del__(self):
+    if getattr(self, "_owned", False) and hasattr(self, "_buf"):
+      try: self._allocator.free(self._buf, self.nbytes, self.options)
+      except Exception: pass  # interpreter shutdown: the process frees everything anyway
+
+  def view(self, size: int, dtype: DType, offset: int = 0) -> Buffer:
+    """`size` elements of `dtype` from byte `offset` of this buffer, sharing its memory."""
+    return Buffer(self.device, size, dtype, base=self, offset=offset)
+
+  def copyin(self, data: Union[np.ndarray, memoryview, bytes, bytearray]) -> Buffer:
+    """Copy `data` (a numpy array of this buffer's dtype and size, or exactly nbytes of raw bytes) into the buffer."""
+    if isinstance(data, np.ndarray):
+      if self.dtype.np is None:
+        raise DTypeError(f"{self.dtype} has no numpy dtype: copy raw bytes in (arr.view(np.uint8) or a memoryview)")
+      if data.dtype != self.dtype.np:
+        raise DTypeError(f"cannot copy a {data.dtype} array into a {self.dtype} buffer: convert it first (arr.astype(np.{self.dtype.np}))")
+      if data.size != self.size:
+        raise InvalidBufferError(f"cannot copy {data.size} elements into a buffer of {self.size} elements")
+      mv = memoryview(np.ascontiguousarray(data)).cast("B")
+    elif isinstance(data, (memoryview, bytes, bytearray)):
+      mv = memoryview(data)
+      if mv.format not in ("B", "b", "c") and self.dtype.fmt is not None and mv.format.lstrip("@=<") != self.dtype.fmt:
+        raise DTypeError(f"cannot copy a memoryview of format {mv.format!r} into a {self.dtype} buffer "
+                         f"(format {self.dtype.fmt!r}): pass raw bytes or matching data")
+      if not mv.c_contiguous: raise InvalidBufferError("cannot copy a non-contiguous memoryview: make it contiguous first")
+      mv = _as_bytes(mv)
+      if mv.nbytes != self.nbytes:
+        raise InvalidBufferError(f"cannot copy {mv.nbytes} bytes into a buffer of {self.nbytes} bytes ({self.size} x {self.dtype})")
+    else:
+      raise InvalidBufferError(f"copyin takes a numpy array, memoryview, bytes or bytearray, got {type(data).__name__}")
+    self.allocate()
+    self.allocator.copyin(self._buf, mv)
+    return self
+
+  def copyout(self, mv: memoryview) -> memoryview:
+    """Copy the buffer's bytes into `mv`, a writable memoryview of exactly nbytes bytes."""
+    mv = memoryview(mv)
+    if mv.readonly: raise InvalidBufferError("copyout needs a writable memoryview")
+    if not mv.c_contiguous: raise InvalidBufferError("copyout needs a contiguous memoryview")
+    if (raw := _as_bytes(mv)).nbytes != self.nbytes:
+      raise InvalidBufferError(f"cannot copy a buffer of {self.nbytes} bytes ({self.size} x {self.dtype}) into {raw.nbytes} bytes")
+    if not self.is_allocated(): raise InvalidBufferError(f"{self!r} was never allocated or written: there is nothing to copy out")
+    self.allocator.copyout(raw, self._buf)
+    return mv
+
+  def numpy(self) -> np.ndarray:
+    """A fresh 1-D numpy array holding a copy of the buffer."""
+    if self.dtype.np is None: raise DTypeError(f"{self.dtype} has no numpy dtype: copy the raw bytes out with copyout")
+    out = np.empty(self.size, dtype=self.dtype.np)
+    self.copyout(memoryview(out))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------- compilers
+
+_CACHE_MAGIC = b"kc-compiled-1\n"
+
+
+def _kc_version() -> str:
+  from importlib.metadata import PackageNotFoundError, version
+  try: return version("kc")
+  except PackageNotFoundError: return "0.0.0+unknown"
+
+
+def compile_cache_dir() -> Optional[str]:
+  """Where compiled programs are kept: $KC_CACHE_DIR, default ~/.cache/kc. KC_CACHE_DIR set to the empty
+  string turns the cache off."""
+  d = os.environ.get("KC_CACHE_DIR")
+  if d is None: return os.path.join(os.path.expanduser("~"), ".cache", "kc")
+  return d or None
+
+
+class Compiler:
+  """Turns source into a device's binary. `compile` consults the disk cache; subclasses implement
+  `compile_uncached` and `identity` (what besides the source decides the output: compiler, version, flags).
+
+  `plugin_version` names the plugin distribution and its version, so a new plugin release never reuses
+  binaries an older one built."""
+
+  def __init__(self, plugin_version: str = ""):
+    self.plugin_version = plugin_version
+
+  def identity(self) -> str: return type(self).__qualname__
+  def compile_uncached(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} does not compile")
+
+  def cache_key(self, src: str) -> str:
+    parts = {"src": src, "compiler": self.identity(), "kc": _kc_version(), "plugin": self.plugin_version}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+  def compile(self, src: str) -> bytes:
+    if not isinstance(src, str): raise CompileError(f"source must be a str, got {type(src).__name__}", src=str(src))
+    if (root := compile_cache_dir()) is None: return self.compile_uncached(src)
+    path = os.path.join(root, "compile", self.cache_key(src))
+    if (lib := _read_entry(path)) is not None: return lib
+    lib = self.compile_uncached(src)
+    _write_entry(path, lib)
+    return lib
+
+
+def _read_entry(path: str) -> Optional[bytes]:
+  """The cached bytes, or None when the entry is missing, unreadable or does not match its checksum."""
+  try:
+    with open(path, "rb") as f: data = f.read()
+  except OSError: return None
+  head = len(_CACHE_MAGIC)
+  if not data.startswith(_CACHE_MAGIC) or len(data) < head + 32: return None
+  digest, payload = data[head:head + 32], data[head + 32:]
+  return payload if hashlib.sha256(payload).digest() == digest else None
+
+
+def _write_entry(path: str, lib: bytes):
+  """Write to a temp file in the same folder, then rename over the entry: a reader in another process sees
+  either no entry or a whole one. The cache is an optimization, so a write that fails is dropped."""
+  tmp = None
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".part")
+    with os.fdopen(fd, "wb") as f: f.write(_CACHE_MAGIC + hashlib.sha256(lib).digest() + lib)
+    os.replace(tmp, path)
+    tmp = None
+  except OSError: pass
+  finally:
+    if tmp is not None:
+      try: os.unlink(tmp)
+      except OSError: pass
+
+
+# ---------------------------------------------------------------------------------------------------------- programs
+
+class ProgramHandle(Protocol):
+  """A loaded kernel. Buffers are allocator handles (or kc.Buffers), vals the int32 variable values in the
+  kernel's order. Returns the kernel's run time in seconds when wait=True, else None (it may still run)."""
+  def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
+               vals: Sequence[int] = (), wait: bool = False) -> Optional[float]: ...
+
+
+def raw_buffers(bufs: Sequence) -> list:
+  """The allocator handles of `bufs`, accepting kc.Buffers (allocated on the way) as well as raw handles."""
+  return [b.allocate()._buf if isinstance(b, Buffer) else b for b in bufs]
+
+
+class CompiledDevice:
+  """A device a plugin opened: its renderer, allocator, compiler and runtime (`runtime(name, lib)` loads a
+  compiled program and returns its ProgramHandle)."""
+
+  def __init__(self, name: str, allocator: Allocator, renderer: Optional[Renderer], compiler: Compiler,
+               runtime: Callable[[str, bytes], ProgramHandle]):
+    self.name, self.allocator, self.renderer, self.compiler, self.runtime = name.upper(), allocator, renderer, compiler, runtime
+
+  def synchronize(self):
+    """Wait until every launched kernel finished. Devices whose launches are synchronous need not override it."""
+
+  def __repr__(self): return f"<CompiledDevice {self.name}>"
+
+
+# ---------------------------------------------------------------------------------------------------------- registry
+
+class DeviceRegistry:
+  """`kc.Device`: the registered devices, opened lazily and once. Names are case-insensitive."""
+
+  def __init__(self, table: Optional[PluginTable] = None):
+    self._given_table, self._opened, self._lock = table, {}, threading.RLock()
+    self._default: Optional[str] = None
+
+  @property
+  def table(self) -> PluginTable:
+    if self._given_table is not None: return self._given_table
+    from kc.plugins import BACKENDS  # imported on first use so `import kc` does not load the plugin machinery
+    return BACKENDS
+
+  def names(self) -> list[str]:
+    """Every registered device, highest priority first, whether or not it can open here."""
+    specs = self.table.specs()
+    return sorted(specs, key=lambda n: (-specs[n].priority, n))
+
+  def spec(self, name: str) -> BackendSpec:
+    specs = self.table.specs()
+    if (key := self.canonical(name)) not in specs:
+      known = ", ".join(self.names()) or "none"
+      hint = f"; plugins that failed to load: {', '.join(self.table.errors())}" if self.table.errors() else ""
+      raise KcError(f"unknown device {name!r}: the registered devices are {known}{hint}. Install its plugin (e.g. pip install kc-<device>)")
+    return specs[key]
+
+  @staticmethod
+  def canonical(name: str) -> str:
+    if not isinstance(name, str): raise KcError(f"a device name is a str, got {name!r}")
+    return name.upper()
+
+  def unavailable_reason(self, name: str) -> Optional[str]:
+    """None when `name` can open here, else why not."""
+    self.spec(name)
+    return self.table.unavailable_reason(self.canonical(name))
+
+  def available(self) -> list[str]:
+    return [n for n in self.names() if self.table.unavailable_reason(n) is None]
+
+  def errors(self) -> dict[str, str]:
+    """Plugins (or single devices of a plugin) that failed to load, and why."""
+    return self.table.errors()
+
+  def renderer(self, name: str) -> Renderer:
+    """The device's Renderer, also when the device cannot open here (for the render and compile tiers)."""
+    spec = self.spec(name)
+    if spec.renderer is not None: return spec.renderer()
+    if self.table.unavailable_reason(spec.name) is None and (r := self[spec.name].renderer) is not None: return r
+    raise DeviceUnavailable(f"device {spec.name} has no renderer without opening it, and it cannot open here: "
+                            f"{self.table.unavailable_reason(spec.name) or 'it declares no renderer'}")
+
+  def __getitem__(self, name: str) -> CompiledDevice:
+    spec = self.spec(name)
+    with self._lock:
+      if (hit := self._opened.get(spec.name)) is not None and hit[0] is spec: return hit[1]
+      if (reason := self.table.unavailable_reason(spec.name)) is not None:
+        raise DeviceUnavailable(f"device {spec.name} cannot open here: {reason}")
+      try: dev = spec.open()
+      except KcError: raise
+      except Exception as e:
+        raise DeviceUnavailable(f"device {spec.name} ({spec.distribution or 'in-process'} {spec.version}) failed to open: "
+                                f"{type(e).__name__}: {e}") from e
+      self._opened[spec.name] = (spec, dev)
+      return dev
+
+  def __contains__(self, name: str) -> bool: return self.canonical(name) in self.table.specs()
+
+  @property
+  def DEFAULT(self) -> str:
+    """$KC_DEVICE if set (or a name assigned here), else the highest-priority available device."""
+    if (chosen := self._default or os.environ.get("KC_DEVICE")):
+      return self.spec(chosen).name
+    if avail := self.available(): return avail[0]
+    reasons = "; ".join(f"{n}: {self.table.unavailable_reason(n)}" for n in self.names()) or "no device is registered"
+    raise DeviceUnavailable(f"no device can open here ({reasons}). Install kc-clang and a C compiler, or set KC_DEVICE")
+
+  @DEFAULT.setter
+  def DEFAULT(self, name: Optional[str]): self._default = None if name is None else self.spec(name).name
+
+
+Device = DeviceRegistry()

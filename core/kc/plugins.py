@@ -1,0 +1,234 @@
+"""Backend plugins: the pluggy hookspec, the BackendSpec a plugin returns, and the load loop.
+
+A plugin is a distribution with an entry point in the group `kc.backends` (name = device name, lower case)
+whose object (usually the package module) has a `@kc.plugins.hookimpl def kc_backends() -> list[BackendSpec]`.
+
+The load loop runs on first use of `kc.Device`, never at `import kc`. Each plugin is loaded and asked for its
+devices on its own: one that fails (import error, another plugin API version, a duplicate device name) is
+recorded in `kc.Device.errors()` and the others load regardless. `KC_STRICT_PLUGINS=1` makes the first such
+failure raise `kc.PluginError` instead, for CI and for plugin authors.
+
+Error keys say where the problem is: a plugin's entry-point name (lower case) when the plugin failed, a device
+name (upper case) when one device of an otherwise loaded plugin was rejected or its availability check broke."""
+from __future__ import annotations
+import dataclasses, os, re, threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+import pluggy
+from kc.errors import PluginError
+
+if TYPE_CHECKING:
+  from kc.device import CompiledDevice
+  from kc.renderer import Renderer
+
+PROJECT = "kc"
+ENTRY_POINT_GROUP = "kc.backends"
+PLUGIN_API_VERSION = 1  # bump when BackendSpec or the runtime protocol changes in a way old plugins cannot follow
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+  """One device a plugin offers.
+
+  available: a cheap check, None when the device can open here, else the reason it cannot (no GPU, not macOS).
+  open: builds the CompiledDevice; called once, when the device is first used.
+  renderer: builds the device's Renderer without opening the device, so source can be rendered (and compiled,
+  where the compiler needs no device) on machines that cannot run it.
+  distribution / version: filled in from the plugin's distribution when left empty."""
+  name: str
+  api_version: int
+  priority: int
+  available: Callable[[], Optional[str]]
+  open: Callable[[], "CompiledDevice"]
+  renderer: Optional[Callable[[], "Renderer"]] = None
+  distribution: str = ""
+  version: str = ""
+
+  @property
+  def origin(self) -> str:
+    return f"{self.distribution} {self.version}".strip() if self.distribution else "an in-process backend"
+
+
+class _HookSpecs:
+  @hookspec
+  def kc_backends(self) -> list[BackendSpec]:  # type: ignore[empty-body]
+    """The devices this plugin offers."""
+
+
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+def _strict() -> bool: return os.environ.get("KC_STRICT_PLUGINS", "").strip() not in ("", "0")
+
+
+def installed_entry_points() -> list:
+  from importlib.metadata import entry_points
+  return list(entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _distribution_of(ep) -> tuple[str, str]:
+  dist = getattr(ep, "dist", None)
+  if dist is None: return f"the plugin behind entry point {ep.name!r}", "(unknown version)"
+  return dist.metadata["Name"] if getattr(dist, "metadata", None) else dist.name, dist.version
+
+
+def validate_spec(spec: Any, origin: str) -> BackendSpec:
+  """`spec` checked and normalized (upper-case name); a PluginError names `origin` and what is wrong."""
+  if not isinstance(spec, BackendSpec):
+    raise PluginError(f"{origin} returned {type(spec).__name__} from kc_backends, not a kc.plugins.BackendSpec")
+  if spec.api_version != PLUGIN_API_VERSION:
+    raise PluginError(f"{origin} speaks kc plugin API {spec.api_version} (device {spec.name}), but this kc speaks plugin API "
+                      f"{PLUGIN_API_VERSION}: install a release of the plugin made for plugin API {PLUGIN_API_VERSION}, or a kc that speaks "
+                      f"API {spec.api_version}")
+  if not isinstance(spec.name, str) or not _NAME_RE.match(spec.name):
+    raise PluginError(f"{origin} offers a device named {spec.name!r}: a device name is letters, digits and _ and starts with a letter")
+  if not isinstance(spec.priority, int): raise PluginError(f"{origin}: device {spec.name} has a priority of {spec.priority!r}, not an int")
+  for field in ("available", "open"):
+    if not callable(getattr(spec, field)): raise PluginError(f"{origin}: device {spec.name} has a {field} that is not callable")
+  if spec.renderer is not None and not callable(spec.renderer):
+    raise PluginError(f"{origin}: device {spec.name} has a renderer that is not callable")
+  return dataclasses.replace(spec, name=spec.name.upper())
+
+
+class PluginTable:
+  """Which backends exist: specs found through entry points or registered in-process, the errors of the ones
+  that could not load, and the (cached) result of each availability check."""
+
+  def __init__(self, entry_points: Optional[Callable[[], Iterable]] = None):
+    self._entry_points = entry_points if entry_points is not None else installed_entry_points
+    self._registered: dict[str, BackendSpec] = {}   # register(): kept across reload()
+    self._discovered: dict[str, BackendSpec] = {}
+    self._load_errors: dict[str, str] = {}
+    self._check_errors: dict[str, str] = {}
+    self._reasons: dict[str, Optional[str]] = {}
+    self._loaded = False
+    self._lock = threading.RLock()
+
+  # -- queries --------------------------------------------------------------------------------------------------------
+  def specs(self) -> dict[str, BackendSpec]:
+    self.load()
+    return {**self._discovered, **self._registered}
+
+  def errors(self) -> dict[str, str]:
+    self.load()
+    return {**self._load_errors, **self._check_errors}
+
+  def unavailable_reason(self, name: str) -> Optional[str]:
+    """None when device `name` can open here, else why not. The check runs once per process."""
+    spec = self.specs()[name]
+    with self._lock:
+      if name in self._reasons: return self._reasons[name]
+      try:
+        reason = spec.available()
+        if reason is not None and not isinstance(reason, str): reason = str(reason)
+      except Exception as e:
+        msg = f"device {name} from {spec.origin}: its availability check raised {type(e).__name__}: {e}"
+        if _strict(): raise PluginError(msg) from e
+        self._check_errors[name] = msg
+        reason = f"its availability check failed ({type(e).__name__}: {e})"
+      self._reasons[name] = reason
+      return reason
+
+  # -- changes --------------------------------------------------------------------------------------------------------
+  def register(self, spec: BackendSpec, replace: bool = False) -> BackendSpec:
+    """Add an in-process backend. A name that is taken raises PluginError unless replace=True."""
+    spec = validate_spec(spec, spec.origin if isinstance(spec, BackendSpec) else "register()")
+    with self._lock:
+      taken = self._registered.get(spec.name) or (self._discovered.get(spec.name) if self._loaded else None)
+      if taken is not None and not replace:
+        raise PluginError(f"device {spec.name} is already registered by {taken.origin}: pick another name or pass replace=True")
+      self._discovered.pop(spec.name, None)
+      self._registered[spec.name] = spec
+      self._reasons.pop(spec.name, None)
+      self._check_errors.pop(spec.name, None)
+    return spec
+
+  def unregister(self, name: str):
+    with self._lock:
+      name = name.upper()
+      for d in (self._registered, self._discovered, self._reasons, self._check_errors): d.pop(name, None)
+
+  def reload(self):
+    """Forget what discovery found (and the availability checks) so the next query discovers again."""
+    with self._lock:
+      self._discovered, self._load_errors, self._check_errors, self._reasons = {}, {}, {}, {}
+      self._loaded = False
+
+  # -- the load loop --------------------------------------------------------------------------------------------------
+  def load(self):
+    if self._loaded: return
+    with self._lock:
+      if self._loaded: return
+      discovered, errors = self._discover(strict=_strict())
+      self._discovered, self._load_errors, self._loaded = discovered, errors, True
+
+  def _discover(self, strict: bool) -> tuple[dict[str, BackendSpec], dict[str, str]]:
+    found: dict[str, BackendSpec] = {}
+    errors: dict[str, str] = {}
+
+    def fail(key: str, msg: str, cause: Optional[BaseException] = None):
+      if strict: raise PluginError(msg + " (KC_STRICT_PLUGINS=1 makes this an error; unset it to skip the plugin)") from cause
+      errors[key] = f"{errors[key]}; {msg}" if key in errors else msg
+
+    try: eps = list(self._entry_points())
+    except Exception as e:
+      fail(ENTRY_POINT_GROUP, f"cannot list the {ENTRY_POINT_GROUP} entry points: {type(e).__name__}: {e}", e)
+      eps = []
+
+    manager = pluggy.PluginManager(PROJECT)
+    manager.add_hookspecs(_HookSpecs)
+    for ep in sorted(eps, key=lambda ep: ep.name):
+      dist, version = _distribution_of(ep)
+      origin = f"{dist} {version}"
+      try: specs = _specs_of_entry_point(manager, ep, origin)
+      except Exception as e:
+        fail(ep.name, str(e) if isinstance(e, PluginError) else
+             f"{origin}: entry point {ep.name} = {getattr(ep, 'value', '?')} failed to load: {type(e).__name__}: {e}", e)
+        continue
+      for raw in specs:
+        if isinstance(raw, BackendSpec) and not raw.distribution:
+          raw = dataclasses.replace(raw, distribution=dist, version=version)
+        try: spec = validate_spec(raw, origin)
+        except PluginError as e:
+          fail(ep.name, str(e), e)
+          continue
+        if (taken := found.get(spec.name) or self._registered.get(spec.name)) is not None:
+          fail(spec.name, f"device {spec.name} from {spec.origin} is ignored: {taken.origin} registered it first; uninstall one of them")
+          continue
+        found[spec.name] = spec
+    return found, errors
+
+
+def _specs_of_entry_point(manager: pluggy.PluginManager, ep, origin: str) -> list:
+  """Load one entry point, register it with pluggy (which checks its hookimpl signatures) and call its own
+  kc_backends implementations only, so that its failure is its own."""
+  obj = ep.load()
+  manager.register(obj, name=f"{ep.name}:{id(obj)}")
+  impls = [impl for impl in manager.hook.kc_backends.get_hookimpls() if impl.plugin is obj]
+  if not impls:
+    raise PluginError(f"{origin}: entry point {ep.name} = {getattr(ep, 'value', '?')} has no kc_backends hook; "
+                      "define one decorated with @kc.plugins.hookimpl")
+  out: list = []
+  for impl in impls:
+    result = impl.function()
+    if result is None: continue
+    out.extend(result if isinstance(result, (list, tuple)) else [result])
+  return out
+
+
+BACKENDS = PluginTable()
+
+
+def register(spec: BackendSpec, replace: bool = False) -> BackendSpec:
+  """Register an in-process backend with `kc.Device` (no distribution or entry point needed)."""
+  return BACKENDS.register(spec, replace=replace)
+
+
+def unregister(name: str): BACKENDS.unregister(name)
+
+
+__all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "PluginTable", "BACKENDS", "hookimpl", "hookspec", "register",
+           "unregister", "installed_entry_points", "validate_spec"]
