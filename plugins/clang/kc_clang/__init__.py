@@ -1,0 +1,26 @@
+"""kc-clang: the CLANG device. Importing this module is cheap: cffi is imported when the device opens."""
+from __future__ import annotations
+from importlib.metadata import PackageNotFoundError, version as _version
+from kc.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc_clang.compiler import ClangCompiler, compiler_command, unavailable_reason
+
+try: __version__ = _version("kc-clang")
+except PackageNotFoundError: __version__ = "0.0.0+unknown"
+
+DEVICE = "CLANG"
+PRIORITY = 10  # below every accelerator: CLANG is the device that is there when nothing faster is
+
+
+def open_device():
+  from kc.device import CompiledDevice, HostAllocator
+  from kc_clang.runtime import ClangProgram
+  return CompiledDevice(DEVICE, HostAllocator(), None, ClangCompiler(f"kc-clang {__version__}"), ClangProgram)
+
+
+@hookimpl
+def kc_backends() -> list[BackendSpec]:
+  return [BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=unavailable_reason,
+                      open=open_device, distribution="kc-clang", version=__version__)]
+
+
+__all__ = ["ClangCompiler", "compiler_command", "open_device", "kc_backends", "DEVICE", "PRIORITY", "__version__"]
