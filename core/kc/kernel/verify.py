@@ -6,7 +6,7 @@ axes. One VIEW may sit above a computed value: the keepdim-expand of a reduce re
 axes (a fused reduce chain such as x - max(x) feeding a sum), which broadcasts the value and moves nothing."""
 from __future__ import annotations
 from kc.dtype import ImageDType, PtrDType
-from kc.errors import InvalidASTError
+from kc.errors import InvalidASTError, KcError
 from kc.helpers import all_same, dedup
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
@@ -47,16 +47,21 @@ def _check_buffer(u: UOp) -> None:
     raise _shape_error(u, f"{'loads' if u.op is Ops.LOAD else 'stores'} {value_dtype} through a pointer to {base}; cast the value first")
 
 
-def _is_broadcast(src: ShapeTracker, view: ShapeTracker) -> bool:
-  """`view` only expands size-1 dims of `src`'s shape (stride 0 there) and keeps every other dim."""
+def _is_broadcast(src: ShapeTracker, view: ShapeTracker, optimized: bool) -> bool:
+  """`view` only expands size-1 dims of `src`'s shape and keeps every other dim where it is. In a user's AST
+  that is exactly the keepdim-expand of src's shape; after optimization the same reshapes and permutes were
+  applied to both sides, so only the shapes and the zero strides are left to compare."""
   if len(src.shape) != len(view.shape): return False
+  if not optimized:
+    try: return view == ShapeTracker.from_shape(src.shape).expand(view.shape)
+    except KcError: return False
   strides = view.real_strides()
   return all(s == v or (s == 1 and strides[i] == 0) for i, (s, v) in enumerate(zip(src.shape, view.shape)))
 
 
-def verify_ast(ast: UOp) -> dict[UOp, ShapeTracker]:
+def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
   """Check the kernel AST rules and return the ShapeTracker of every node with a shape. Every violation is an
-  InvalidASTError naming the op and the shapes involved."""
+  InvalidASTError naming the op and the shapes involved. `optimized`: the AST came from get_optimized_ast."""
   if not isinstance(ast, UOp) or ast.op is not Ops.SINK: raise InvalidASTError(f"a kernel AST is a SINK of STOREs, got {getattr(ast, 'op', ast)!r}")
   if not ast.src or any(x.op is not Ops.STORE for x in ast.src):
     raise InvalidASTError(f"SINK: every source must be a STORE, got {[x.op for x in ast.src]}")
@@ -82,7 +87,9 @@ def verify_ast(ast: UOp) -> dict[UOp, ShapeTracker]:
       if u.op is Ops.STORE:
         if len(u.src) != 3: raise _shape_error(u, f"STORE is (buffer, VIEW, value), got {len(u.src)} sources")
         value = u.src[2]
-        if value in sts and sts[value].shape != st.shape:
+        # a store to local memory addresses the work-group's tile, not the kernel's shape: its view may drop axes
+        # that the loop around it walks (a tensor-core input staged per reduce step, a grouped partial result)
+        if u.src[0].op is Ops.DEFINE_GLOBAL and value in sts and sts[value].shape != st.shape:
           raise _shape_error(u, f"the view {fmt_shape(st.shape)} does not match the value's shape {fmt_shape(sts[value].shape)}")
       sts[u] = st
       continue
@@ -100,7 +107,7 @@ def verify_ast(ast: UOp) -> dict[UOp, ShapeTracker]:
       # the keepdim-expand of a computed value (a reduce result) broadcast back along its size-1 dims
       if len(u.src) != 1 or u.src[0] not in sts: raise _shape_error(u, "a VIEW above a value needs exactly one source with a shape")
       src_st = sts[u.src[0]]
-      if not isinstance(u.arg, ShapeTracker) or not _is_broadcast(src_st, u.arg):
+      if not isinstance(u.arg, ShapeTracker) or not _is_broadcast(src_st, u.arg, optimized):
         raise _shape_error(u, f"a VIEW of a computed value may only expand its size-1 dims: {fmt_shape(src_st.shape)} -> "
                               f"{fmt_shape(u.arg.shape) if isinstance(u.arg, ShapeTracker) else u.arg!r}; other movement belongs at the loads")
       sts[u] = u.arg

@@ -1,0 +1,40 @@
+import pytest
+from kc import dtypes
+from kc.renderer import Renderer, TensorCore
+
+
+class LimitsRenderer(Renderer):
+  """A renderer that only declares limits: enough for the Kernel, which never renders."""
+  device = "LIMITS"
+  def __init__(self, **limits):
+    for k, v in limits.items():
+      if not hasattr(Renderer, k): raise AttributeError(k)
+      setattr(self, k, v)
+  def render(self, name, uops): return "\n".join(f"{i} {u.op} {u.dtype} {u.arg}" for i, u in enumerate(uops))
+
+
+# Two small tensor cores for shape-level tests. Their fragment layouts only need to be consistent with their
+# dims (the Kernel checks shapes, not numbers): 4 threads, N=M=K=4, each thread upcasting the rest.
+TC_HALF = TensorCore(dims=(4, 4, 4), dtype_in=dtypes.half, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 4)],
+                     upcast_axes=([(0, 4)], [(0, 4)], [(1, 2), (2, 2)]), expanded_shape=(2, 2, 2, 2),
+                     st1_pattern=(((0, 1), (0, 0)), ((1, 0), (1, 1), (1, 2), (1, 3))),
+                     st2_pattern=(((0, 0), (0, 1)), ((1, 1), (1, 0), (1, 2), (1, 3))))
+TC_FLOAT = TensorCore(dims=(2, 2, 2), dtype_in=dtypes.float, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 2)],
+                      upcast_axes=([(0, 2)], [(0, 2)], []), expanded_shape=(2,), opts_seq=("LC", "UP"))
+
+
+@pytest.fixture
+def gpu():
+  """A GPU-like target: locals, shared memory, launch limits."""
+  return LimitsRenderer(has_local=True, has_shared=True, global_max=(65535, 65535, 65535), local_max=(1024, 1024, 64), shared_max=32768)
+
+
+@pytest.fixture
+def cpu():
+  """A CPU-like target: no locals, loops for the global dims."""
+  return LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)
+
+
+@pytest.fixture
+def tc_gpu():
+  return LimitsRenderer(has_local=True, has_shared=True, shared_max=49152, tensor_cores=[TC_HALF, TC_FLOAT])

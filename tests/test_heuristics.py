@@ -1,0 +1,81 @@
+"""hand_coded_optimizations picks the opts of the seeds' heuristics. The expected opts below are the choices of
+the reference implementation (tinygrad 0.10.0's Kernel.hand_coded_optimizations) on the same ASTs, for a
+GPU-like target (locals, 32 KiB shared) and a CPU-like one (no locals)."""
+import pytest
+from conftest import LimitsRenderer
+from kc import ast as A, dtypes
+from kc.kernel import Kernel, Opt, OptOps
+
+F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+
+
+def mm(M, K, N): return A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+
+
+CASES = {
+  "matmul_64x32x48": (lambda: mm(64, 32, 48),
+    ((2, 8, 16, 3, 4, 32), [("UPCAST", 1, 3), ("UPCAST", 0, 4), ("UNROLL", 0, 0), ("LOCAL", 0, 8), ("LOCAL", 1, 16)]),
+    ((16, 16, 3, 4, 32), [("UPCAST", 1, 3), ("UPCAST", 0, 4), ("UNROLL", 0, 0)])),
+  "matmul_128": (lambda: mm(128, 128, 128),
+    ((4, 2, 8, 16, 32, 4, 4, 4), [("UPCAST", 1, 4), ("UPCAST", 0, 4), ("UNROLL", 0, 4), ("LOCAL", 0, 8), ("LOCAL", 1, 16)]),
+    ((32, 32, 32, 4, 4, 4), [("UPCAST", 1, 4), ("UPCAST", 0, 4), ("UNROLL", 0, 4)])),
+  "matvec_1x1024x1024": (lambda: mm(1, 1024, 1024),
+    ((64, 4, 8, 128, 4), [("GROUP", 0, 8), ("LOCAL", 0, 4), ("UPCAST", 0, 4)]),
+    ((256, 256, 4, 4), [("UPCAST", 0, 4), ("UNROLL", 0, 4)])),
+  "matrix_times_vector": (lambda: A.sink(A.store(0, (F(1, 1024, 1024) * F(2, 1024).reshape(1, 1024)).sum(1))),
+    ((64, 4, 8, 128, 4), [("GROUP", 0, 8), ("LOCAL", 0, 4), ("UPCAST", 0, 4)]),
+    ((256, 256, 4, 4), [("UPCAST", 0, 4), ("UNROLL", 0, 4)])),
+  "sum_to_scalar_4096": (lambda: A.sink(A.store(0, F(1, 4096).sum())),
+    ((256, 16), [("GROUPTOP", 0, 256)]), ((1024, 4), [("UNROLL", 0, 4)])),
+  "sum_rows_64x256": (lambda: A.sink(A.store(0, F(1, 64, 256).sum(1))),
+    ((64, 16, 16), [("GROUPTOP", 0, 16)]), ((64, 64, 4), [("UNROLL", 0, 4)])),
+  "sum_cols_256x64": (lambda: A.sink(A.store(0, F(1, 256, 64).sum(0))),
+    ((64, 16, 16), [("GROUPTOP", 0, 16)]), ((64, 64, 4), [("UNROLL", 0, 4)])),
+  "elementwise_64x64": (lambda: A.sink(A.store(0, F(1, 64, 64) + F(2, 64, 64))),
+    ((32, 32, 4), [("UPCAST", 0, 4), ("LOCAL", 0, 32)]), ((1024, 4), [("UPCAST", 0, 4)])),
+  "elementwise_1000": (lambda: A.sink(A.store(0, F(1, 1000) * F(2, 1000))),
+    ((125, 2, 4), [("UPCAST", 0, 4), ("LOCAL", 0, 2)]), ((250, 4), [("UPCAST", 0, 4)])),
+  "max_rows_33x77": (lambda: A.sink(A.store(0, F(1, 33, 77).max(1))),
+    ((11, 3, 77), [("LOCAL", 0, 3)]), ((33, 77), [])),
+}
+
+
+def picked(ast, renderer):
+  k = Kernel(ast, renderer).hand_coded_optimizations()
+  return k.full_shape, [(o.op.name, o.axis, o.amt) for o in k.applied_opts]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_hand_coded_choices(name, gpu, cpu):
+  build, want_gpu, want_cpu = CASES[name]
+  assert picked(build(), gpu) == want_gpu
+  assert picked(build(), cpu) == want_cpu
+
+
+def test_matvec_knobs(gpu, monkeypatch):
+  monkeypatch.setenv("MV_THREADS_PER_ROW", "16")
+  assert picked(mm(1, 1024, 1024), gpu)[1][0] == ("GROUP", 0, 16)
+  monkeypatch.setenv("MV", "0")
+  assert all(op != "GROUP" for op, _, _ in picked(mm(1, 1024, 1024), gpu)[1])
+
+
+def test_nolocals_knob(gpu, monkeypatch):
+  monkeypatch.setenv("NOLOCALS", "1")
+  k = Kernel(A.sink(A.store(0, F(1, 64, 64) + F(2, 64, 64))), gpu).hand_coded_optimizations()
+  assert k.dont_use_locals and k.applied_opts[-1] == Opt(OptOps.NOLOCALS)
+
+
+def test_masked_small_axes_are_upcast(cpu):
+  # a stack of 3 along a new leading axis: each slice is a padded (masked) view
+  parts = [F(i + 1, 1, 64).pad(((i, 2 - i), (0, 0))) for i in range(3)]
+  k = Kernel(A.sink(A.store(0, parts[0] + parts[1] + parts[2])), cpu).hand_coded_optimizations()
+  assert Opt(OptOps.UPCAST, 0, 0) in k.applied_opts and k.full_shape[-1] in (3, 4)
+
+
+def test_every_choice_is_legal_and_reproducible(gpu):
+  # replaying the picked opts on a fresh Kernel gives the same shape: the heuristic only uses apply_opt
+  for build, _, _ in CASES.values():
+    k = Kernel(build(), gpu).hand_coded_optimizations()
+    r = Kernel(build(), gpu)
+    for o in k.applied_opts: r.apply_opt(o)
+    assert r.full_shape == k.full_shape and r.colors() == k.colors()

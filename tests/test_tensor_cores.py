@@ -1,0 +1,89 @@
+"""Tensor-core option discovery and application on matmul-shaped ASTs."""
+import pytest
+from conftest import LimitsRenderer, TC_HALF, TC_FLOAT
+from kc import ast as A, dtypes, Ops
+from kc.kernel import Kernel, Opt, OptOps, verify_ast
+
+H = lambda i, *s: A.arg(i, dtypes.half, s)  # noqa: E731
+F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+
+
+def half_matmul(M, K, N, cast_inputs=False):
+  a, b = H(1, M, K).reshape(M, K, 1), H(2, K, N).reshape(1, K, N)
+  prod = a.cast(dtypes.float) * b.cast(dtypes.float) if cast_inputs else (a * b).cast(dtypes.float)
+  return A.sink(A.store(0, prod.sum(1)))
+
+
+def float_matmul(M, K, N): return A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+
+
+def test_tc_discovery_on_half_matmul_with_cast(tc_gpu):
+  k = Kernel(half_matmul(64, 64, 64), tc_gpu)
+  assert k.apply_tensor_cores(1, extra_opts=[])
+  assert k.tensor_core is TC_HALF and k.use_tensor_cores == 1 and k.applied_opts == [Opt(OptOps.TC, 0, 0)]
+  # the reduce unrolled by K, N and M split across the 4 threads (locals) and the rest upcast
+  assert k.local_dims == len(TC_HALF.threads) and k.upcasted == 3
+  assert k.tensor_core_opts.axis_pads == ()
+
+
+def test_tc_on_float_matmul_without_cast(tc_gpu):
+  k = Kernel(float_matmul(32, 32, 32), tc_gpu)
+  assert k.apply_tensor_cores(1, extra_opts=[]) and k.tensor_core is TC_FLOAT
+
+
+def test_cast_inputs_need_tc_opt_1(tc_gpu):
+  assert not Kernel(half_matmul(64, 64, 64, cast_inputs=True), tc_gpu).apply_tensor_cores(1, tc_opt=0)
+  # CAST(LOAD half) -> float inputs: only the float tensor core could take float*float, and it wants float loads
+  k = Kernel(half_matmul(64, 64, 64, cast_inputs=True), LimitsRenderer(tensor_cores=[TC_FLOAT]))
+  assert not k.apply_tensor_cores(1, tc_opt=0) and k.apply_tensor_cores(1, tc_opt=1, extra_opts=[])
+
+
+def test_odd_sizes_need_padding_at_level_2(tc_gpu):
+  ast = half_matmul(30, 30, 30)  # 30 is not a multiple of TC_HALF's 4
+  for tc_opt in (0, 1):
+    k = Kernel(ast, tc_gpu)
+    before = (k.full_shape, list(k.applied_opts))
+    assert not k.apply_tensor_cores(1, tc_opt=tc_opt, extra_opts=[])
+    assert (k.full_shape, k.applied_opts) == before and k.tensor_core is None
+  k = Kernel(ast, tc_gpu)
+  assert k.apply_tensor_cores(1, tc_opt=2, extra_opts=[])
+  # N, M and K all padded from 30 to 32; the padded axes are then split for the threads and upcasts
+  assert k.tensor_core_opts.axis_pads == ((1, 4), (0, 4), (2, 4)) and k.tensor_core is TC_HALF
+  assert k.full_shape == (8, 8, 2, 2, 8, 4, 2, 2) and k.sts[0].shape == (8, 8, 2, 2, 1, 1, 2, 2)
+
+
+def test_not_a_matmul_gets_no_tensor_core(tc_gpu):
+  assert not Kernel(A.sink(A.store(0, H(1, 64, 64).cast(dtypes.float).sum(1))), tc_gpu).apply_tensor_cores(1)
+  assert not Kernel(A.sink(A.store(0, (H(1, 64, 64) * H(2, 64, 64)).cast(dtypes.float).max(1))), tc_gpu).apply_tensor_cores(1)
+  assert not Kernel(half_matmul(64, 64, 64), LimitsRenderer()).apply_tensor_cores(1)
+  assert not Kernel(half_matmul(64, 64, 64), tc_gpu).apply_tensor_cores(0)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_levels_fold_into_the_ast(tc_gpu, level):
+  k = Kernel(half_matmul(64, 64, 64), tc_gpu)
+  assert k.apply_tensor_cores(level)
+  ast = k.get_optimized_ast()
+  verify_ast(ast, optimized=True)
+  ops = {u.op for u in ast.toposort}
+  assert (Ops.WMMA in ops) == (level == 1)
+  assert (Ops.DEFINE_LOCAL in ops) == (level == 3)
+  if level == 1:
+    wmma = next(u for u in ast.toposort if u.op is Ops.WMMA)
+    assert wmma.arg[0] == str(TC_HALF) and wmma.dtype == dtypes.float.vec(4) and [s.op for s in wmma.src] == [Ops.CONTRACT, Ops.CONTRACT, Ops.VECTORIZE]
+
+
+def test_hand_coded_tc_follow_ups(tc_gpu):
+  k = Kernel(half_matmul(64, 64, 64), tc_gpu)
+  assert k.apply_tensor_cores(1)
+  assert k.applied_opts[0] == Opt(OptOps.TC, 0, 0)
+  # upcast M then N by the largest of 5, 4, 3, 2 that divides, then a local on N
+  assert [o.op for o in k.applied_opts[1:]] == [OptOps.UPCAST, OptOps.UPCAST, OptOps.LOCAL]
+
+
+def test_tc_refusal_leaves_kernel_unchanged_even_midway(tc_gpu):
+  # extra_opts that fail after the TC applied: the whole attempt is undone
+  k = Kernel(half_matmul(64, 64, 64), tc_gpu)
+  before = (k.full_shape, k.local_dims, k.upcasted)
+  assert not k.apply_tensor_cores(1, extra_opts=[Opt(OptOps.UPCAST, 0, 7)])
+  assert (k.full_shape, k.local_dims, k.upcasted, k.applied_opts, k.tensor_core) == (*before, [], None)
