@@ -36,6 +36,25 @@ def _indexed(views: tuple[View, ...], idxs: tuple[UOp, ...]) -> tuple[UOp, UOp]:
 def _range_axes(u: UOp) -> set[int]: return {x.arg for x in u.toposort if x.op is Ops.RANGE}
 
 
+@functools.cache
+def _masked_axes(views: tuple[View, ...]) -> frozenset[int]:
+  return frozenset(_range_axes(_indexed(views, _ranges(views[-1].shape))[1]))
+
+
+@functools.cache
+def _real_strides(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional[sint], ...]:
+  if len(simple := ShapeTracker(views).simplify().views) == 1 and simple[0].mask is None: return simple[0].strides
+  shape = views[-1].shape
+  idx, _ = _indexed(views, _ranges(shape))
+  ret: list[Optional[sint]] = [0] * len(shape)  # an axis the index does not use has stride 0
+  unknown: set[int] = set() if ignore_valid else set(_masked_axes(views))
+  for term, coef in split_sum(idx)[0].items():
+    if term.op is Ops.RANGE: ret[term.arg] = coef
+    elif term.op is Ops.MUL and (ax := _symbolic_stride(term)) is not None: ret[ax[0]] = ssimplify(ax[1] * coef)
+    else: unknown |= _range_axes(term)  # the axis is inside a // or %: no single stride
+  return tuple(None if i in unknown else (0 if s == 1 else st) for i, (st, s) in enumerate(zip(ret, shape)))
+
+
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
@@ -108,17 +127,7 @@ class ShapeTracker:
     """The stride of each axis in the buffer: how far one step along it moves the offset, everywhere. None where that
     is not one number (the axis is unravelled through a division or modulo) or, unless ignore_valid, where the axis
     is masked."""
-    if len(views := self.simplify().views) == 1 and views[0].mask is None: return views[0].strides
-    idx, valid = self.to_indexed_uops()
-    ret: list[Optional[sint]] = [0] * self.ndim
-    terms, _ = split_sum(idx)
-    unknown: set[int] = set()
-    for term, coef in terms.items():
-      if term.op is Ops.RANGE: ret[term.arg] = coef
-      elif term.op is Ops.MUL and (ax := _symbolic_stride(term)) is not None: ret[ax[0]] = ssimplify(ax[1] * coef)
-      else: unknown |= _range_axes(term)
-    if not ignore_valid: unknown |= _range_axes(valid)
-    return tuple(None if i in unknown else (0 if s == 1 else st) for i, (st, s) in enumerate(zip(ret, self.shape)))
+    return _real_strides(self.views, ignore_valid)
 
   def unit_stride_axes(self, ignore_valid: bool = False) -> list[int]:
     return [i for i, st in enumerate(self.real_strides(ignore_valid)) if isinstance(st, int) and st == 1]
@@ -126,7 +135,7 @@ class ShapeTracker:
   def axis_is_masked(self, axis: int) -> bool:
     """Whether the validity condition depends on this axis."""
     (axis,) = normalize_axes((axis,), self.ndim, "axis_is_masked", self.shape)
-    return axis in _range_axes(self.to_indexed_uops()[1])
+    return axis in _masked_axes(self.views)
 
   def real_size(self) -> int:
     """How many buffer elements this tracker needs: one past the largest offset it reads where valid."""

@@ -10,7 +10,7 @@ is what lets reshape and composition recognise what they can merge.
 Dims, strides, offsets and mask bounds are sints: Python ints or kc symbolic integers (Variables and
 expressions of them). Every op that needs a concrete value says so with a ShapeError."""
 from __future__ import annotations
-import functools, math, operator
+import functools, operator
 from collections import Counter
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -73,8 +73,8 @@ def _is0(x: sint) -> bool: return isinstance(x, int) and x == 0
 
 def _same(a: sint, b: sint) -> bool:
   """a == b, decided without evaluating: ints by value, symbolic values structurally (UOps are hash-consed)."""
-  if isinstance(a, int) and isinstance(b, int): return a == b
-  return ssimplify(a) is ssimplify(b)
+  a, b = ssimplify(a), ssimplify(b)
+  return a == b if isinstance(a, int) and isinstance(b, int) else a is b
 
 
 def provably_equal(a: sint, b: sint) -> bool:
@@ -118,9 +118,13 @@ def _memo(fn):
 
 # ***** helpers on shapes *****
 
-@functools.cache
-def strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
+def strides_for_shape(shape) -> tuple[sint, ...]:
   """Row-major strides of a contiguous buffer of this shape, canonical (0 for size-1 dims)."""
+  return _strides_for_shape(shape if isinstance(shape, tuple) else as_shape(shape, "strides_for_shape"))
+
+
+@functools.cache
+def _strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   strides, acc = [], 1
   for s in reversed(shape):
     strides.append(0 if _is1(s) else acc)
