@@ -5,11 +5,10 @@ the chain a framework lowers conv2d to, which keeps two views because the validi
 im2col flattening, a pad of the patch axis and a transpose, which stack two more views that do not collapse.
 Run: python benchmarks/bench_shape.py"""
 from __future__ import annotations
-import gc, math, pathlib, sys
+import math, pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from results import median_time, write_section  # noqa: E402
-from kc import ShapeTracker  # noqa: E402
-from kc.shape import shapetracker  # noqa: E402
+from kc import ShapeTracker, UOp, dtypes  # noqa: E402
 
 
 def conv_windows(B: int, C: int, H: int, W: int, k: int, pad: int) -> ShapeTracker:
@@ -31,20 +30,23 @@ def four_view_tracker(B=2, C=4, H=8, W=8, k=3) -> ShapeTracker:
   return t.permute((0, 2, 1, 3)).reshape((B * (patch + 4) // 4, o * o * 4)).simplify()  # transposed: a fourth
 
 
+def fresh_indices(t: ShapeTracker, counter=iter(range(1, 1 << 30))):
+  """RANGE placeholders never used before: every node of the expression is new, so the build and its simplify run
+  cold (the hash-consed UOps and their simplify memos of earlier runs cannot be reused)."""
+  n = next(counter)
+  return [UOp.range(dtypes.int32, 0, s, n * 100 + i) for i, s in enumerate(t.shape)]
+
+
 def build_index(t: ShapeTracker):
-  shapetracker._indexed.cache_clear()  # time the build, not the memo
-  return t.to_indexed_uops()
+  return t.to_indexed_uops(fresh_indices(t))
 
 
 def main() -> None:
   t = four_view_tracker()
   assert len(t.views) == 4, t
-  idx, valid = build_index(t)
+  idx, valid = t.to_indexed_uops()
   n_uops = len({**idx.toposort, **valid.toposort})
-  def cold():
-    shapetracker._indexed.cache_clear()
-    gc.collect()  # drop the previous expression, so that hash-consed nodes and their simplify memos are rebuilt
-    t.to_indexed_uops()
+  cold = lambda: build_index(t)  # noqa: E731
   cold_s = median_time(cold, repeats=15)
   warm_s = median_time(lambda: t.to_indexed_uops(), repeats=15, number=100)
   build_s = median_time(four_view_tracker, repeats=15, number=10)
