@@ -1,0 +1,161 @@
+"""The CLANG device (kc-clang) with hand-written C kernels: compile, load, launch, compare with numpy."""
+import os, subprocess, sys, textwrap
+import numpy as np
+import pytest
+import kc
+from kc import Buffer, dtypes
+from kc.errors import CompileError, KcError
+import kc_clang
+from kc_clang.compiler import ClangCompiler
+
+ADD = """
+void add(float* restrict data0, const float* restrict data1, const float* restrict data2) {
+  for (int i = 0; i < 1000; i++) data0[i] = data1[i] + data2[i];
+}
+"""
+
+# a variable loop bound and a variable scale, as the renderer passes them: const int after the buffers
+AXPY_N = """
+void axpy_n(float* restrict data0, const float* restrict data1, const int n, const int k) {
+  for (int i = 0; i < n; i++) data0[i] = data0[i] + (float)k * data1[i];
+}
+"""
+
+if kc_clang.unavailable_reason() is not None:
+  pytest.skip(f"CLANG cannot run here: {kc_clang.unavailable_reason()}", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
+  return tmp_path
+
+
+@pytest.fixture
+def clang():
+  return kc.Device["CLANG"]
+
+
+def buf(arr):
+  return Buffer("CLANG", arr.size, dtypes.from_numpy(arr.dtype)).copyin(arr)
+
+
+def test_clang_is_registered_through_its_entry_point():
+  spec = kc.Device.spec("clang")
+  assert "CLANG" in kc.Device.names() and "CLANG" in kc.Device.available()
+  assert spec.distribution == "kc-clang" and spec.version == kc_clang.__version__ and spec.priority == kc_clang.PRIORITY
+  assert "clang" not in kc.Device.errors()
+
+
+def test_importing_kc_clang_does_not_import_cffi():
+  code = "import sys, kc_clang; assert 'cffi' not in sys.modules, 'cffi imported'; print('ok')"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_add_kernel_matches_numpy(clang):
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+  out = Buffer("CLANG", 1000, dtypes.float32).allocate()
+  prg = clang.runtime("add", clang.compiler.compile(ADD))
+  # global/local sizes are part of the launch protocol; CLANG kernels loop, so they are ignored
+  assert prg(out, buf(a), buf(b), global_size=(7, 1, 1), local_size=None) is None
+  np.testing.assert_array_equal(out.numpy(), a + b)
+
+
+def test_variable_arguments_and_timing(clang):
+  x, y = np.ones(64, np.float32), np.arange(64, dtype=np.float32)
+  out, inp = buf(x), buf(y)
+  prg = clang.runtime("axpy_n", clang.compiler.compile(AXPY_N))
+  seconds = prg(out, inp, vals=(40, 3), wait=True)
+  assert isinstance(seconds, float) and 0 < seconds < 10
+  expect = x.copy()
+  expect[:40] += 3 * y[:40]  # only the first n elements, scaled by k
+  np.testing.assert_array_equal(out.numpy(), expect)
+  prg(out._buf, inp._buf, vals=(np.int32(1), np.int64(-1)))  # raw allocator handles and numpy ints work too
+  expect[:1] -= y[:1]
+  np.testing.assert_array_equal(out.numpy(), expect)
+
+
+def test_kernels_run_on_views(clang):
+  base = buf(np.zeros(16, np.float32))
+  prg = clang.runtime("axpy_n", clang.compiler.compile(AXPY_N))
+  prg(base.view(4, dtypes.float32, offset=32), buf(np.arange(4, dtype=np.float32)), vals=(4, 2))
+  expect = np.zeros(16, np.float32)
+  expect[8:12] = 2 * np.arange(4)
+  np.testing.assert_array_equal(base.numpy(), expect)
+
+
+def test_launch_errors_are_typed(clang):
+  prg = clang.runtime("axpy_n", clang.compiler.compile(AXPY_N))
+  a, b = buf(np.zeros(4, np.float32)), buf(np.zeros(4, np.float32))
+  with pytest.raises(KcError, match="outside int32"):
+    prg(a, b, vals=(2**31, 1))
+  with pytest.raises(KcError, match="int32"):
+    prg(a, b, vals=(1.5, 1))
+  with pytest.raises(KcError, match="not CLANG host memory"):
+    prg(np.zeros(4, np.float32), b, vals=(1, 1))
+  prg(a, b, vals=(4, 1))
+  with pytest.raises(KcError, match="takes 2 buffers and 2 variable values, called with 2 and 1"):
+    prg(a, b, vals=(4,))
+  with pytest.raises(KcError, match="no function named 'nosuch'"):
+    clang.runtime("nosuch", clang.compiler.compile(AXPY_N))
+
+
+def test_bad_c_raises_compile_error_with_source_and_log(clang):
+  bad = "void broken(float* data0) { data0[0] = undeclared_name; }"
+  with pytest.raises(CompileError) as info:
+    clang.compiler.compile(bad)
+  err = info.value
+  assert err.src == bad and "undeclared_name" in err.log and "error" in err.log
+  assert "failed to compile" in str(err) and "undeclared_name" in str(err)
+
+
+def test_compile_is_cached_on_disk(cache_dir, monkeypatch):
+  calls = []
+  comp = ClangCompiler("kc-clang test")
+  real = comp.compile_uncached
+  monkeypatch.setattr(comp, "compile_uncached", lambda src: calls.append(src) or real(src))
+  lib = comp.compile(ADD)
+  assert comp.compile(ADD) == lib and len(calls) == 1
+  assert lib[:4] in (b"\x7fELF", b"\xcf\xfa\xed\xfe")  # a shared object (ELF, or Mach-O on macOS)
+  assert len(list((cache_dir / "compile").iterdir())) == 1
+
+
+def test_compiler_identity_follows_kc_cc_and_march_native(monkeypatch):
+  monkeypatch.delenv("KC_CLANG_MARCH_NATIVE", raising=False)
+  plain = ClangCompiler()
+  monkeypatch.setenv("KC_CLANG_MARCH_NATIVE", "1")
+  native = ClangCompiler()
+  assert "-march=native" in native.flags and "-march=native" not in plain.flags
+  assert native.cache_key(ADD) != plain.cache_key(ADD)
+  assert "-ffast-math" not in native.flags and "-O2" in native.flags
+  monkeypatch.setenv("KC_CC", "cc -DKC_TEST=1")
+  assert ClangCompiler().cmd == ["cc", "-DKC_TEST=1"] and ClangCompiler().cache_key(ADD) != native.cache_key(ADD)
+
+
+def test_missing_compiler_is_a_reason_and_a_compile_error(monkeypatch):
+  monkeypatch.setenv("KC_CC", "kc-no-such-cc")
+  assert "kc-no-such-cc" in kc_clang.unavailable_reason() and "KC_CC" in kc_clang.unavailable_reason()
+  with pytest.raises(CompileError, match="not found"):
+    ClangCompiler().compile_uncached(ADD)
+
+
+COMPILE_IN_A_PROCESS = textwrap.dedent("""
+  import hashlib, kc
+  lib = kc.Device["CLANG"].compiler.compile(open(__import__("sys").argv[1]).read())
+  print(hashlib.sha256(lib).hexdigest())
+""")
+
+
+def test_concurrent_processes_compile_the_same_source(tmp_path, cache_dir):
+  src = tmp_path / "k.c"
+  src.write_text(ADD + "\n// concurrent\n")
+  procs = [subprocess.Popen([sys.executable, "-c", COMPILE_IN_A_PROCESS, str(src)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True) for _ in range(2)]
+  results = [p.communicate(timeout=120) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], results
+  digests = {out.strip() for out, _ in results}
+  assert len(digests) == 1
+  files = list((cache_dir / "compile").iterdir())
+  assert len(files) == 1 and not files[0].name.startswith(".tmp")

@@ -1,0 +1,306 @@
+"""The runtime API: Buffer, allocators, the Compiler's disk cache. Runs on an in-process host device, so the
+core is tested without any plugin."""
+import os, subprocess, sys, textwrap
+import numpy as np
+import pytest
+import kc
+from kc import dtypes
+from kc.device import Allocator, Buffer, Compiler, CompiledDevice, HostAllocator, InvalidBufferError, LRUAllocator
+from kc.errors import DTypeError, KcError
+from kc.plugins import PLUGIN_API_VERSION, BackendSpec
+
+DEV = "HOSTTEST"
+
+
+class CountingHostAllocator(HostAllocator):
+  def __init__(self):
+    super().__init__()
+    self.allocs = 0
+  def _alloc(self, nbytes, options):
+    self.allocs += 1
+    return super()._alloc(nbytes, options)
+
+
+@pytest.fixture
+def host():
+  allocator = CountingHostAllocator()
+  dev = CompiledDevice(DEV, allocator, None, Compiler(), lambda name, lib: None)
+  kc.plugins.register(BackendSpec(DEV, PLUGIN_API_VERSION, -100, lambda: None, lambda: dev), replace=True)
+  yield dev
+  kc.plugins.unregister(DEV)
+
+
+# ------------------------------------------------------------------------------------------------------------ Buffer
+
+@pytest.mark.parametrize("dt", [dtypes.bool, dtypes.int8, dtypes.uint16, dtypes.int32, dtypes.int64, dtypes.float16,
+                                dtypes.float32, dtypes.float64])
+def test_round_trip_matches_numpy(host, dt):
+  data = (np.arange(37) * 7 - 50).astype(dt.np)
+  buf = Buffer(DEV, 37, dt).allocate().copyin(data)
+  out = buf.numpy()
+  assert out.dtype == dt.np and np.array_equal(out, data)
+  assert buf.nbytes == 37 * dt.itemsize
+
+
+def test_copyin_bytes_and_copyout_memoryview(host):
+  data = np.linspace(0, 1, 10, dtype=np.float32)
+  buf = Buffer(DEV, 10, dtypes.float32).copyin(data.tobytes())  # copyin allocates when needed
+  out = np.zeros(10, np.float32)
+  buf.copyout(memoryview(out))
+  assert np.array_equal(out, data)
+  raw = bytearray(40)
+  buf.copyout(memoryview(raw))
+  assert bytes(raw) == data.tobytes()
+
+
+def test_host_memory_is_64_byte_aligned(host):
+  for n in (1, 3, 100, 4097):
+    assert Buffer(DEV, n, dtypes.uint8).allocate()._buf.addr % 64 == 0
+
+
+def test_views_share_memory_at_byte_offsets(host):
+  base = Buffer(DEV, 16, dtypes.float32).copyin(np.arange(16, dtype=np.float32))
+  v = base.view(4, dtypes.float32, offset=8 * 4)
+  assert np.array_equal(v.numpy(), [8, 9, 10, 11])
+  v.copyin(np.full(4, -1, np.float32))
+  expect = np.arange(16, dtype=np.float32)
+  expect[8:12] = -1
+  assert np.array_equal(base.numpy(), expect)
+  # a view of a view adds the offsets and still shares the root's memory
+  vv = v.view(2, dtypes.float32, offset=4)
+  assert vv.base is base and vv.offset == 36 and np.array_equal(vv.numpy(), [-1, -1])
+  # a view may reinterpret the bytes as another dtype
+  as_int = base.view(2, dtypes.int32, offset=0)
+  assert np.array_equal(as_int.numpy(), expect[:2].view(np.int32))
+
+
+@pytest.mark.parametrize("size,offset", [(5, 0), (1, 16), (4, -4), (2, 12)])
+def test_out_of_range_views_raise(host, size, offset):
+  base = Buffer(DEV, 4, dtypes.float32)
+  with pytest.raises(InvalidBufferError, match="does not fit"):
+    base.view(size, dtypes.float32, offset=offset)
+
+
+def test_view_of_view_is_bounded_by_its_parent_not_only_the_root(host):
+  base = Buffer(DEV, 16, dtypes.float32)
+  v = base.view(4, dtypes.float32, offset=0)
+  with pytest.raises(InvalidBufferError):
+    v.view(5, dtypes.float32)  # fits in the root, not in the view
+
+
+def test_copyin_checks_size_and_dtype_and_never_writes_outside(host):
+  base = Buffer(DEV, 8, dtypes.float32).copyin(np.zeros(8, np.float32))
+  v = base.view(4, dtypes.float32, offset=8)
+  with pytest.raises(InvalidBufferError, match="5 elements into a buffer of 4"):
+    v.copyin(np.ones(5, np.float32))
+  with pytest.raises(InvalidBufferError, match="20 bytes into a buffer of 16"):
+    v.copyin(np.ones(5, np.float32).tobytes())
+  with pytest.raises(DTypeError, match="float64.*astype"):
+    v.copyin(np.ones(4, np.float64))
+  with pytest.raises(DTypeError, match="format 'i'"):
+    v.copyin(memoryview(np.ones(4, np.int32)))
+  assert np.array_equal(base.numpy(), np.zeros(8, np.float32))
+  with pytest.raises(InvalidBufferError, match="into 12 bytes"):
+    base.copyout(memoryview(bytearray(12)))
+  with pytest.raises(InvalidBufferError, match="writable"):
+    base.copyout(memoryview(bytes(32)))
+
+
+def test_bad_buffers_raise_typed_errors(host):
+  with pytest.raises(InvalidBufferError): Buffer(DEV, -1, dtypes.float32)
+  with pytest.raises(DTypeError): Buffer(DEV, 4, np.float32)
+  with pytest.raises(DTypeError, match="no numpy dtype"): Buffer(DEV, 4, dtypes.bfloat16).allocate().numpy()
+  with pytest.raises(InvalidBufferError, match="never allocated"): Buffer(DEV, 4, dtypes.int32).numpy()
+  with pytest.raises(KcError, match="unknown device 'NOPE'"): Buffer("nope", 4, dtypes.int32).allocate()
+
+
+def test_freed_buffer_memory_is_reused(host):
+  b = Buffer(DEV, 256, dtypes.float32).allocate()
+  handle = b._buf
+  del b
+  assert Buffer(DEV, 256, dtypes.float32).allocate()._buf is handle
+  assert host.allocator.allocs == 1
+
+
+def test_adopted_memory_is_not_recycled(host):
+  mine = host.allocator.alloc(64)
+  b = Buffer(DEV, 16, dtypes.float32).allocate(opaque=mine)
+  assert b._buf is mine
+  del b
+  assert not host.allocator.cache.get((64, None))
+
+
+# ------------------------------------------------------------------------------------------------------------ allocators
+
+class FakeDeviceMemory(LRUAllocator):
+  """A device with `capacity` bytes; every live or cached buffer counts against it."""
+  def __init__(self, capacity):
+    super().__init__()
+    self.capacity, self.used, self.freed, self.next_id = capacity, 0, [], 0
+  def _alloc(self, nbytes, options):
+    if self.used + nbytes > self.capacity: raise MemoryError(f"out of device memory: {self.used}+{nbytes} > {self.capacity}")
+    self.used += nbytes
+    self.next_id += 1
+    return ("handle", self.next_id)
+  def _free(self, opaque, nbytes, options):
+    self.used -= nbytes
+    self.freed.append(opaque)
+
+
+def test_lru_reuses_only_same_size_and_options():
+  a = FakeDeviceMemory(1000)
+  h = a.alloc(100)
+  a.free(h, 100)
+  assert a.alloc(100) is h
+  a.free(h, 100)
+  assert a.alloc(100, options="uncached") is not h
+  assert a.alloc(50) is not h
+  assert a.alloc(100) is h
+
+
+def test_free_cache_returns_memory_to_the_device():
+  a = FakeDeviceMemory(1000)
+  hs = [a.alloc(100) for _ in range(3)]
+  for h in hs: a.free(h, 100)
+  assert a.used == 300
+  a.free_cache()
+  assert a.used == 0 and sorted(a.freed) == sorted(hs) and not a.cache
+
+
+def test_oom_frees_the_cache_and_retries_once():
+  a = FakeDeviceMemory(300)
+  for h in [a.alloc(100), a.alloc(100)]: a.free(h, 100)   # 200 bytes sit in the cache
+  h = a.alloc(250)                                          # fits only once the cache is freed
+  assert h is not None and len(a.freed) == 2 and a.used == 250
+  with pytest.raises(MemoryError):                          # nothing cached left to free: the error goes to the caller
+    a.alloc(100)
+
+
+def test_backend_oom_errors_are_declared_by_the_allocator():
+  class DeviceOOM(Exception): pass
+  class Picky(FakeDeviceMemory):
+    oom_errors = (DeviceOOM,)
+    def _alloc(self, nbytes, options):
+      try: return super()._alloc(nbytes, options)
+      except MemoryError as e: raise DeviceOOM(str(e)) from None
+  a = Picky(100)
+  a.free(a.alloc(100), 100)
+  assert a.alloc(60) is not None and a.freed
+
+
+def test_allocator_without_views_says_so():
+  with pytest.raises(KcError, match="does not support buffer views"):
+    Allocator().offset(object(), 4, 0)
+
+
+# ------------------------------------------------------------------------------------------------------------ compile cache
+
+class CountingCompiler(Compiler):
+  def __init__(self, ident="fake-cc 1.0", plugin_version="kc-fake 0.1"):
+    super().__init__(plugin_version)
+    self.ident, self.calls = ident, 0
+  def identity(self): return self.ident
+  def compile_uncached(self, src):
+    self.calls += 1
+    return f"BIN[{self.ident}]:{src}".encode()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
+  return tmp_path
+
+
+def entries(cache_dir):
+  d = cache_dir / "compile"
+  return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+
+def test_second_compile_is_a_cache_hit(cache_dir):
+  c = CountingCompiler()
+  assert c.compile("kernel A") == b"BIN[fake-cc 1.0]:kernel A"
+  assert CountingCompiler().compile("kernel A") == b"BIN[fake-cc 1.0]:kernel A"  # a new compiler (process) reads the disk
+  assert c.compile("kernel A") == b"BIN[fake-cc 1.0]:kernel A" and c.calls == 1
+  assert len(entries(cache_dir)) == 1
+
+
+def test_cache_key_depends_on_source_identity_and_versions(cache_dir, monkeypatch):
+  c = CountingCompiler()
+  keys = {c.cache_key("k"), c.cache_key("k2"), CountingCompiler(ident="fake-cc 2.0").cache_key("k"),
+          CountingCompiler(plugin_version="kc-fake 0.2").cache_key("k")}
+  monkeypatch.setattr(kc.device, "_kc_version", lambda: "99.0")
+  keys.add(c.cache_key("k"))
+  assert len(keys) == 5
+  c2 = CountingCompiler(ident="fake-cc 2.0")
+  assert c2.compile("k") == b"BIN[fake-cc 2.0]:k" and c2.calls == 1  # an upgraded compiler never gets the old binary
+
+
+def test_empty_cache_dir_turns_the_cache_off(monkeypatch, tmp_path):
+  monkeypatch.setenv("KC_CACHE_DIR", "")
+  monkeypatch.chdir(tmp_path)
+  c = CountingCompiler()
+  c.compile("k"), c.compile("k")
+  assert c.calls == 2 and not any(tmp_path.iterdir())
+
+
+def test_a_torn_temp_file_is_never_read(cache_dir):
+  c = CountingCompiler()
+  key = c.cache_key("k")
+  (cache_dir / "compile").mkdir()
+  (cache_dir / "compile" / f".tmp-{key}.part").write_bytes(b"kc-compiled-1\nhalf of an entr")  # a writer that died
+  assert c.compile("k") == b"BIN[fake-cc 1.0]:k" and c.calls == 1
+
+
+def test_a_write_that_dies_before_the_rename_leaves_no_entry(cache_dir, monkeypatch):
+  def crash(src, dst): raise OSError("disk full")
+  real_replace = os.replace
+  monkeypatch.setattr(os, "replace", crash)
+  c = CountingCompiler()
+  assert c.compile("k") == b"BIN[fake-cc 1.0]:k"  # the cache is best-effort: the compile still succeeds
+  assert entries(cache_dir) == []                  # neither a partial entry nor a stray temp file
+  monkeypatch.setattr(os, "replace", real_replace)
+  c.compile("k")
+  assert c.calls == 2
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[:len(b) // 2], lambda b: b[:-1] + bytes([b[-1] ^ 1]), lambda b: b"", lambda b: b"junk"])
+def test_a_corrupt_entry_is_a_miss_and_is_rewritten(cache_dir, damage):
+  c = CountingCompiler()
+  c.compile("kernel source")
+  path = cache_dir / "compile" / c.cache_key("kernel source")
+  path.write_bytes(damage(path.read_bytes()))
+  assert c.compile("kernel source") == b"BIN[fake-cc 1.0]:kernel source" and c.calls == 2
+  assert CountingCompiler().compile("kernel source") == b"BIN[fake-cc 1.0]:kernel source"
+  assert c.calls == 2
+
+
+def test_an_unreadable_cache_dir_does_not_fail_the_compile(tmp_path, monkeypatch):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a folder")
+  monkeypatch.setenv("KC_CACHE_DIR", str(blocker))
+  assert CountingCompiler().compile("k") == b"BIN[fake-cc 1.0]:k"
+
+
+WRITER = textwrap.dedent("""
+  import os, sys
+  from kc.device import Compiler, compile_cache_dir
+  class Slow(Compiler):
+    def identity(self): return "race"
+    def compile_uncached(self, src): return (src * 2000).encode()
+  c = Slow()
+  path = os.path.join(compile_cache_dir(), "compile", c.cache_key("abc"))
+  for i in range(150):
+    assert c.compile("abc") == b"abc" * 2000
+    if i % 3 == int(sys.argv[1]) % 3:
+      try: os.unlink(path)   # force more writes racing against reads
+      except FileNotFoundError: pass
+  print("ok")
+""")
+
+
+def test_concurrent_processes_never_read_a_torn_entry(cache_dir):
+  procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for i in range(4)]
+  results = [p.communicate(timeout=120) for p in procs]
+  assert all(p.returncode == 0 and out.strip() == "ok" for p, (out, err) in zip(procs, results)), results
+  assert not [n for n in entries(cache_dir) if n.startswith(".tmp-")]
