@@ -187,7 +187,10 @@ class Buffer:
     if not mv.c_contiguous: raise InvalidBufferError("copyout needs a contiguous memoryview")
     if (raw := _as_bytes(mv)).nbytes != self.nbytes:
       raise InvalidBufferError(f"cannot copy a buffer of {self.nbytes} bytes ({self.size} x {self.dtype}) into {raw.nbytes} bytes")
-    if not self.is_allocated(): raise InvalidBufferError(f"{self!r} was never allocated or written: there is nothing to copy out")
+    if not self.is_allocated():
+      if self._base is None or not self._base.is_allocated():
+        raise InvalidBufferError(f"{self!r} was never allocated or written: there is nothing to copy out")
+      self.allocate()  # a view of memory that exists
     self.allocator.copyout(raw, self._buf)
     return mv
 
