@@ -180,8 +180,12 @@ def test_renderer_of_a_device_without_a_renderer_factory():
   reg = registry(FakeEntryPoint("up", plugin(spec("UP", renderer=False))),
                  FakeEntryPoint("down", plugin(spec("DOWN", renderer=False, reason="not macOS"))))
   assert reg.renderer("UP").device == "UP"  # available: taken from the opened device
-  with pytest.raises(DeviceUnavailable, match="not macOS"):
+  with pytest.raises(DeviceUnavailable, match="not macOS.*BackendSpec.renderer"):
     reg.renderer("DOWN")
+  bare = CompiledDevice("BARE", Allocator(), None, Compiler(), lambda n, lib: None)
+  reg2 = registry(FakeEntryPoint("bare", plugin(spec("BARE", renderer=False, opener=lambda: bare))))
+  with pytest.raises(KcError, match="BARE from kc-bare 1.2.3 has no renderer"):
+    reg2.renderer("bare")
 
 
 def test_a_device_that_fails_to_open_raises_device_unavailable():

@@ -353,9 +353,11 @@ class DeviceRegistry:
     """The device's Renderer, also when the device cannot open here (for the render and compile tiers)."""
     spec = self.spec(name)
     if spec.renderer is not None: return spec.renderer()
-    if self.table.unavailable_reason(spec.name) is None and (r := self[spec.name].renderer) is not None: return r
-    raise DeviceUnavailable(f"device {spec.name} has no renderer without opening it, and it cannot open here: "
-                            f"{self.table.unavailable_reason(spec.name) or 'it declares no renderer'}")
+    if (reason := self.table.unavailable_reason(spec.name)) is not None:
+      raise DeviceUnavailable(f"device {spec.name} cannot open here ({reason}) and {spec.origin} gives no renderer without "
+                              "opening it: the plugin needs a BackendSpec.renderer factory for that")
+    if (r := self[spec.name].renderer) is None: raise KcError(f"device {spec.name} from {spec.origin} has no renderer")
+    return r
 
   def __getitem__(self, name: str) -> CompiledDevice:
     spec = self.spec(name)

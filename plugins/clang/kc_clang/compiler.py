@@ -3,7 +3,7 @@ from __future__ import annotations
 import functools, importlib.util, os, shlex, shutil, subprocess, tempfile
 from typing import Optional
 from kc.device import Compiler
-from kc.errors import CompileError
+from kc import CompileError
 
 
 def compiler_command() -> list[str]:

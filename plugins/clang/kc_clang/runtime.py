@@ -4,7 +4,7 @@ import operator, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
 from kc.device import HostMemory, raw_buffers
-from kc.errors import KcError
+from kc import KcError
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
