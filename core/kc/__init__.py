@@ -8,6 +8,11 @@ from kc.rewrite import UPat, PatternMatcher, graph_rewrite
 from kc.symbolic import resolve, sym_infer, ssimplify, smax, smin
 from kc.shape import ShapeTracker, View
 from kc.device import Device, Buffer
+from kc.kernel import Kernel, Opt, OptOps
+from kc.renderer import Renderer, TensorCore, Program
+import kc.codegen  # noqa: F401  (installs Kernel.to_program)
+from kc.api import compile, run, CompiledKernel  # noqa: A004
+from kc import ast  # noqa: E402
 
 try: __version__ = _version("kc")
 except PackageNotFoundError: __version__ = "0.0.0+unknown"
@@ -15,4 +20,5 @@ except PackageNotFoundError: __version__ = "0.0.0+unknown"
 __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTError", "ShapeError", "KernelOptError",
            "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
-           "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer"]
+           "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer",
+           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "ast"]

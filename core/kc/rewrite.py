@@ -181,7 +181,9 @@ class PatternMatcher:
       if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
       for op in _pattern_ops(pat): self.pdict.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn)))
 
-  def __add__(self, other: "PatternMatcher") -> "PatternMatcher": return PatternMatcher(self.patterns + other.patterns)
+  def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
+    """Both rule lists, this one's first; the sum memoizes when both parts are pure."""
+    return PatternMatcher(self.patterns + other.patterns, memoize=self.memo_key is not None and other.memo_key is not None)
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> Optional[UOp]:
     """One step: the replacement that the first applicable rule gives for `uop`, or None."""

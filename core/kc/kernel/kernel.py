@@ -62,6 +62,15 @@ def set_default_renderer(fxn: Callable[[], Any]) -> None:
   _default_renderer = fxn
 
 
+# lowering, linearizing and rendering live in layers above this one; they install the Program builder here
+_program_builder: Optional[Callable[..., Any]] = None
+
+
+def set_program_builder(fxn: Callable[..., Any]) -> None:
+  global _program_builder
+  _program_builder = fxn
+
+
 class Kernel:
   """One kernel AST under optimization for one renderer (`opts`)."""
   kernel_cnt: defaultdict[str, int] = defaultdict(int)
@@ -443,6 +452,11 @@ class Kernel:
       Kernel.kernel_cnt[fname := to_function_name(name)] += 1
       self.__dict__["name"] = name + (colored(f"n{Kernel.kernel_cnt[fname] - 1}", "BLACK") if Kernel.kernel_cnt[fname] > 1 else "")
     return self.__dict__["name"]
+
+  def to_program(self, name_override: Optional[str] = None):
+    """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by `opts`."""
+    if _program_builder is None: raise KcError("kc.codegen is not loaded; import kc first")
+    return _program_builder(self, name_override)
 
   def get_optimized_ast(self) -> UOp:
     """The AST with every applied opt folded in (views, reduce axes, local-memory reduces, WMMA)."""

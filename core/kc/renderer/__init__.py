@@ -4,11 +4,13 @@ The Kernel reads these declarations to decide which optimizations are legal; it 
 (the kernel layer sits below the renderer layer), it only reads the attributes of the renderer it is given."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 from kc.dtype import DType
 from kc.errors import KcError
-from kc.helpers import prod
+from kc.helpers import dedup, prod
+from kc.symbolic import ssimplify, sym_infer
+from kc.uop import GroupOp, Ops, UOp, sint
 
 Axes = tuple[tuple[int, int], ...]  # (TC dim, amount) pairs: dim 0 is N, 1 is M, 2+ index the upcast axes
 
@@ -73,9 +75,81 @@ class Renderer(ABC):
   local_max: Optional[tuple[int, ...]] = (0x7FFFFFFF,) * 3
   shared_max: int = 32768
   tensor_cores: list[TensorCore] = []
+  code_for_op: dict = {}          # the ops the dialect spells; the rest are rewritten into these before rendering
+  extra_matcher = None            # a PatternMatcher of dialect rewrites applied to the lowered graph before linearizing
 
   @abstractmethod
   def render(self, name: str, uops: list) -> str:
     """The source of one kernel named `name` from its linearized UOps."""
 
   def __repr__(self): return f"<{type(self).__name__} device={self.device!r}>"
+
+
+@dataclass
+class Program:
+  """One rendered kernel: its source and everything needed to launch it. global_size/local_size are in (x, y, z)
+  order (None where the renderer uses loops instead of launch dims); vars are the DEFINE_VARs in argument order;
+  globals the buffer indices it takes; outs the ones it writes."""
+  name: str
+  src: str
+  device: str
+  uops: list[UOp] = field(default_factory=list, repr=False)
+  global_size: Optional[list[sint]] = None
+  local_size: Optional[list[sint]] = None
+  vars: list[UOp] = field(default_factory=list)
+  globals: list[int] = field(default_factory=list)
+  outs: list[int] = field(default_factory=list)
+  mem_estimate: sint = 0
+
+  def __post_init__(self):
+    if not self.uops: return
+    specials = [u for u in self.uops if u.op is Ops.SPECIAL]
+    if specials and self.global_size is None: self.global_size = [1, 1, 1]
+    if any(u.arg[0].startswith("lidx") for u in specials) and self.local_size is None: self.local_size = [1, 1, 1]
+    for u in specials:
+      target = self.local_size if u.arg[0].startswith("lidx") else self.global_size
+      target[int(u.arg[0][-1])] = u.arg[1]
+    if self.global_size is not None and specials and all(not u.arg[0].startswith("lidx") for u in specials) and \
+       any(u.arg[0].startswith("idx") for u in specials):
+      self.local_size = None  # global-id indexing: the runtime picks the work-group size
+    self.vars = sorted(dedup(u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
+    self.globals = [u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL]
+    self.outs = sorted(dedup(x.arg for u in self.uops if u.op is Ops.STORE for x in u.src[0].toposort if x.op is Ops.DEFINE_GLOBAL))
+
+  @property
+  def function_name(self) -> str: return self.name
+
+  @property
+  def op_estimate(self) -> sint:
+    """Arithmetic operations one launch performs (index arithmetic not counted), loops and launch dims multiplied in."""
+    return _flops(self.uops)
+
+  def launch_dims(self, var_vals: dict) -> tuple[Optional[list[int]], Optional[list[int]]]:
+    """global_size and local_size with the Variables given their values."""
+    g = [int(sym_infer(s, var_vals)) for s in self.global_size] if self.global_size is not None else None
+    l = [int(sym_infer(s, var_vals)) for s in self.local_size] if self.local_size is not None else None
+    return g, l
+
+
+def _smul(a: sint, b: sint) -> sint:
+  if isinstance(a, int) and isinstance(b, int): return a * b
+  return ssimplify((a if isinstance(a, UOp) else UOp.const(b.dtype, a)) * b)
+
+
+def _flops(uops: list[UOp]) -> sint:
+  indexing: set[UOp] = set()
+  for u in uops:
+    if u.op is Ops.INDEX: indexing.update(x for s in u.src[1:] for x in s.toposort)
+    elif u.op is Ops.IF: indexing.update(u.src[0].toposort)
+  flops: sint = 0
+  mult: sint = 1
+  stack: list[sint] = []
+  for u in uops:
+    if u.op is Ops.RANGE:
+      stack.append(mult)
+      mult = _smul(mult, ssimplify(u.src[1] - u.src[0]))
+    elif u.op is Ops.ENDRANGE: mult = stack.pop()
+    elif u.op is Ops.SPECIAL: mult = _smul(mult, u.arg[1])
+    elif u.op in GroupOp.ALU and u not in indexing: flops = flops + _smul(mult, (2 if u.op is Ops.MULACC else 1) * u.dtype.count)
+    elif u.op is Ops.WMMA: flops = flops + _smul(mult, 2 * prod(u.arg[1]) // u.arg[5])
+  return ssimplify(flops)

@@ -1,0 +1,50 @@
+"""From an optimized Kernel to a Program: get_optimized_ast -> lower -> graph rewrites -> linearize -> render."""
+from __future__ import annotations
+from typing import Optional
+from kc.errors import KernelOptError
+from kc.kernel.kernel import Kernel, set_program_builder
+from kc.kernel.naming import to_function_name
+from kc.kernel.verify import st_arg
+from kc.graph import rewrite_lowered
+from kc.linearize import linearize
+from kc.lower import lower
+from kc.renderer import Program
+from kc.uop import GroupOp, Ops, UOp
+
+
+def linearize_kernel(k: Kernel) -> list[UOp]:
+  """The linear UOps of a Kernel with its applied opts."""
+  return linearize(rewrite_lowered(lower(k.get_optimized_ast(), k.opts), k.opts))
+
+
+def mem_estimate(ast: UOp) -> int:
+  """Bytes of global memory a launch touches: for each buffer and direction, the most any view addresses."""
+  most: dict[tuple, int] = {}
+  for u in ast.toposort:
+    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL:
+      key = (u.op, u.src[0].arg)
+      size = st_arg(u).real_size()
+      nbytes = u.src[0].dtype.base.itemsize * (size if isinstance(size, int) else int(size.vmax))
+      most[key] = max(most.get(key, 0), nbytes)
+  return sum(most.values())
+
+
+def to_program(k: Kernel, name_override: Optional[str] = None) -> Program:
+  uops = linearize_kernel(k)
+  name = to_function_name(name_override if name_override is not None else k.name)
+  src = k.opts.render(name, uops)
+  prg = Program(name, src, k.opts.device, uops, mem_estimate=mem_estimate(k.ast))
+  _check_launch_limits(prg, k.opts)
+  return prg
+
+
+def _check_launch_limits(prg: Program, renderer) -> None:
+  """Launch sizes never exceed what the renderer declared: an invariant of get_grouped_dims, checked here."""
+  for sizes, limits, what in ((prg.global_size, renderer.global_max, "global"), (prg.local_size, renderer.local_max, "local")):
+    if sizes is None or limits is None: continue
+    for s, m in zip(sizes, limits):
+      top = s if isinstance(s, int) else int(s.vmax)
+      if top > m: raise KernelOptError(f"{prg.name}: {what} size {sizes} exceeds the renderer's {what}_max {limits}")
+
+
+set_program_builder(to_program)

@@ -1,0 +1,98 @@
+"""The graph rewrites between lowering and linearizing: simplify every index and value, drop what can never
+happen (stores behind a false gate), fold neighbouring scalar loads and stores into vector accesses where the
+renderer supports them, and replace ops the renderer lacks (transcendentals) with ones it has."""
+from __future__ import annotations
+from collections import defaultdict
+from typing import Optional
+from kc.dtype import PtrDType, dtypes
+from kc.rewrite import PatternMatcher, UPat, graph_rewrite
+from kc.symbolic import split_sum, symbolic
+from kc.uop import Ops, UOp
+
+
+def _drop_noops(root: UOp) -> Optional[UOp]:
+  kept = tuple(x for x in root.src if x.op is not Ops.NOOP)
+  return root.replace(src=kept) if len(kept) != len(root.src) else None
+
+
+structural = PatternMatcher([
+  # a gate that is always true is no gate; one that is always false means the access never happens
+  (UPat(Ops.INDEX, src=(UPat(name="b"), UPat(name="i"), UPat.const(dtypes.bool, True))), lambda b, i: UOp(Ops.INDEX, b.dtype, (b, i))),
+  (UPat(Ops.LOAD, src=(UPat(Ops.INDEX, src=(UPat(), UPat(), UPat.const(dtypes.bool, False))),), allow_any_len=True, name="x"),
+   lambda x: UOp.const(x.dtype, 0)),
+  (UPat(Ops.STORE, src=(UPat(Ops.INDEX, src=(UPat(), UPat(), UPat.const(dtypes.bool, False))), UPat())), lambda: UOp(Ops.NOOP)),
+  (UPat((Ops.SINK, Ops.BARRIER), name="root"), _drop_noops),
+  # vector plumbing
+  (UPat(Ops.GEP, src=(UPat(Ops.VECTORIZE, name="v"),), name="g"), lambda g, v: v.src[g.arg[0]]),
+  (UPat(Ops.VECTORIZE, src=UPat(Ops.GEP), name="v"),
+   lambda v: v.src[0].src[0] if all(s.src[0] is v.src[0].src[0] and s.arg == (i,) for i, s in enumerate(v.src)) and
+   v.src[0].src[0].dtype == v.dtype else None),
+], memoize=True)
+
+simplify_all = symbolic + structural
+
+
+def _split_index(idx: UOp) -> tuple[Optional[UOp], int]:
+  """(root, constant offset) of an index expression."""
+  if idx.op is Ops.CONST: return None, idx.arg
+  if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST: return idx.src[0], idx.src[1].arg
+  return idx, 0
+
+
+def _aligned(root: Optional[UOp], n: int) -> bool:
+  """The root of an index is a multiple of n wherever it is evaluated (so root+o with o % n == 0 is n-aligned)."""
+  if root is None: return True
+  terms, const = split_sum(root)
+  return const % n == 0 and all(k % n == 0 for k in terms.values())
+
+
+VECTOR_WIDTHS = (4, 2)
+
+
+def fold_vector_accesses(sink: UOp) -> UOp:
+  """Groups of 4 (or 2) scalar loads of float/half from one buffer at aligned neighbouring offsets become one vector
+  load and lane reads; groups of such stores become one vector store of a VECTORIZE."""
+  loads: dict[tuple, dict[int, UOp]] = defaultdict(dict)
+  stores: dict[tuple, dict[int, UOp]] = defaultdict(dict)
+  for u in sink.toposort:
+    if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: continue
+    index = u.src[0]
+    buf = index.src[0]
+    value_dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+    if value_dt.count != 1 or value_dt.scalar() not in (dtypes.float32, dtypes.float16) or not isinstance(buf.dtype, PtrDType): continue
+    root, off = _split_index(index.src[1])
+    key = (buf, root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if u.op is Ops.LOAD else ())
+    (loads if u.op is Ops.LOAD else stores)[key][off] = u
+  replace: dict[UOp, UOp] = {}
+  for key, by_off in loads.items():
+    buf, root, gate, rest = key
+    for off in sorted(by_off):
+      for n in VECTOR_WIDTHS:
+        group = [by_off.get(off + i) for i in range(n)]
+        if off % n or not _aligned(root, n) or any(g is None or g in replace for g in group): continue
+        first = group[0]
+        vec = UOp(Ops.LOAD, first.dtype.vec(n), (first.src[0].replace(src=(buf, first.src[0].src[1], *first.src[0].src[2:])),) + rest)
+        for i, g in enumerate(group): replace[g] = UOp(Ops.GEP, g.dtype, (vec,), (i,))
+        break
+  removed: set[UOp] = set()
+  for key, by_off in stores.items():
+    buf, root, gate, _ = key
+    for off in sorted(by_off):
+      for n in VECTOR_WIDTHS:
+        group = [by_off.get(off + i) for i in range(n)]
+        if off % n or not _aligned(root, n) or any(g is None or g in replace or g in removed for g in group): continue
+        value = UOp(Ops.VECTORIZE, group[0].src[1].dtype.vec(n), tuple(g.src[1] for g in group))
+        replace[group[0]] = UOp(Ops.STORE, dtypes.void, (group[0].src[0], value))
+        removed.update(group[1:])
+        break
+  if not replace: return sink
+  for r in removed: replace[r] = UOp(Ops.NOOP)
+  return graph_rewrite(sink.substitute(replace), structural)
+
+
+def rewrite_lowered(sink: UOp, renderer) -> UOp:
+  """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
+  sink = graph_rewrite(sink, simplify_all)
+  if getattr(renderer, "supports_float4", False): sink = fold_vector_accesses(sink)
+  if (extra := getattr(renderer, "extra_matcher", None)) is not None: sink = graph_rewrite(sink, extra + simplify_all)
+  return sink

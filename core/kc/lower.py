@@ -1,0 +1,270 @@
+"""Lowering: an optimized kernel AST to index arithmetic over launch indices and loops.
+
+Every axis of the kernel's full shape gets an index:
+  global axes   SPECIAL gidx (work-groups) on renderers with locals, else a RANGE loop
+  local axes    SPECIAL lidx (threads of a work-group)
+  reduce axes   a RANGE loop per reduce; a reduce that reads another reduce's result (a fused chain) gets loops
+                of its own, so the first reduce is finished before the second starts
+  upcast axes   unrolled here: each value of each upcast axis is a separate copy of the computation (the
+                backend's vector loads come back later, from groups of neighbouring scalar loads)
+Each node of the AST is lowered under an environment (one index UOp per axis); a reduce changes the indices of
+its own axes for its source. Views become INDEX(buffer, offset, valid): masked loads read 0, masked stores are
+skipped. A reduce becomes DEFINE_ACC + ASSIGN over its loops."""
+from __future__ import annotations
+import functools, itertools
+from dataclasses import dataclass, field
+from typing import Any, Optional
+from kc.dtype import ImageDType, PtrDType, dtypes
+from kc.errors import KcError, KernelOptError
+from kc.helpers import all_int, prod
+from kc.kernel.kernel import get_contraction
+from kc.kernel.optimized_ast import KernelInfo
+from kc.kernel.verify import reduce_axes, st_arg, verify_ast
+from kc.shape import ShapeTracker
+from kc.shape.view import fmt_shape
+from kc.uop import GroupOp, Ops, UOp, sint
+
+Env = tuple[UOp, ...]
+
+
+def _as_uop(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.int32, x)
+
+
+def _fits(dims: list, max_sizes: tuple[int, ...]) -> bool:
+  return len(dims) <= len(max_sizes) and all(_max_of(d) <= m for d, m in zip(dims, max_sizes))
+
+
+def _max_of(x) -> int: return x if isinstance(x, int) else int(x.vmax)
+
+
+def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tuple[int, ...]], reverse: bool = False) -> tuple[list[UOp], list[sint]]:
+  """Map a kernel's global (or local) dims onto launch axes x, y, z of at most `max_sizes`.
+
+  A dim too large for its axis is split across it and the next axis (by a factor); dims beyond the number of
+  axes are collapsed onto the left-most axis with room. Globals are reversed (the fastest-moving dim goes to x).
+  Returns one index UOp per dim (in the dims' order) and the launch sizes (x, y, z order, padded with 1s)."""
+  order = list(range(len(dims)))[::-1] if reverse else list(range(len(dims)))
+  if max_sizes is None: max_sizes = (2**31 - 1,) * max(len(dims), 1)
+  # each launch axis holds parts of dims: (dim index, part size, the part's stride within its dim)
+  axes: list[list[tuple[int, sint, int]]] = [[(d, dims[d], 1)] for d in order]
+  for i in range(min(len(axes), len(max_sizes))):
+    if len(axes[i]) != 1 or _max_of(size := axes[i][0][1]) <= max_sizes[i]: continue
+    d = axes[i][0][0]
+    if not isinstance(size, int): raise KernelOptError(f"{prefix}: the symbolic dim {size.render()} may exceed the launch limit {max_sizes[i]}")
+    split = next((f for f in range(2, int(size ** 0.5) + 1) if size % f == 0 and size // f <= max_sizes[i]), None)
+    if split is None or i + 1 >= len(max_sizes):
+      raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: {size} cannot be split")
+    # the low part stays on this axis, the high part moves to the next one
+    axes[i:i + 1] = [[(d, size // split, 1)], [(d, split, size // split)]]
+  i = 0
+  while len(axes) > len(max_sizes):
+    if prod(_max_of(p[1]) for p in axes[i] + axes[i + 1]) <= max_sizes[i]: axes[i:i + 2] = [axes[i] + axes[i + 1]]
+    elif i + 2 < len(axes) and i + 1 < len(max_sizes): i += 1
+    else: raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit in {len(max_sizes)} launch axes of at most {fmt_shape(max_sizes)}")
+  sizes: list[sint] = [_sym_prod([p[1] for p in parts]) for parts in axes]
+  for s, m in zip(sizes, max_sizes):
+    if _max_of(s) > m: raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}")
+  idxs: list[UOp] = [UOp.const(dtypes.int32, 0)] * len(dims)
+  for a, parts in enumerate(axes):
+    rest = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{prefix}{a}", sizes[a]))
+    for n, (d, size, stride) in enumerate(parts):
+      last = n == len(parts) - 1
+      idxs[d] = idxs[d] + (rest if last else rest % _as_uop(size)) * stride
+      if not last: rest = rest // _as_uop(size)
+  return [x.simplify() for x in idxs], sizes + [1] * (len(max_sizes) - len(sizes))
+
+
+def _sym_prod(xs: list) -> sint:
+  if all_int(xs): return prod(xs)
+  ret = functools.reduce(lambda a, b: _as_uop(a) * _as_uop(b), xs).simplify()
+  return ret.arg if ret.op is Ops.CONST else ret
+
+
+def identity_element(op: Ops, dt) -> Any:
+  """The value a reduce starts from: 0 for sums, 1 for products, the dtype's minimum for max."""
+  if op is Ops.ADD: return 0
+  if op is Ops.MUL: return 1
+  if op is Ops.MAX: return dtypes.min(dt)
+  raise KcError(f"no identity for the reduce {op}")
+
+
+@dataclass
+class Lowering:
+  ast: UOp
+  has_local: bool
+  global_max: Optional[tuple[int, ...]]
+  local_max: Optional[tuple[int, ...]]
+  full_shape: tuple[sint, ...] = ()
+  first_reduce: int = 0
+  first_upcast: int = 0
+  group_for_reduces: int = 0
+  base: Env = ()          # the index of each axis outside every reduce (upcast axes hold 0 here)
+  late: dict = field(default_factory=dict)  # grouped axis -> the loop over the group's partial results
+  depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> how many reduces its value depends on
+  memo: dict = field(default_factory=dict)
+  acc_count: int = 0
+
+  def __post_init__(self):
+    info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
+    sts = verify_ast(self.ast, optimized=True)
+    self.full_shape = tuple(next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*[st.shape for st in sts.values()]))
+    n = len(self.full_shape)
+    self.first_upcast = n - info.upcasted
+    out_shape = st_arg(self.ast.src[0]).shape
+    reduce_ops = [u for u in self.ast.toposort if u.op in (Ops.REDUCE_AXIS, Ops.WMMA)]
+    self.first_reduce = min([self.first_upcast] + [a for r in reduce_ops for a in reduce_axes(r)])
+    local_loads = [u for u in self.ast.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_LOCAL]
+    # a grouped axis is a reduce axis that some local buffer keeps (each thread of the group wrote its part)
+    self.group_for_reduces = sum(any(st_arg(l).shape[i] != out_shape[i] for l in local_loads)
+                                 for i in range(self.first_reduce, self.first_upcast)) if local_loads else 0
+    global_dims = self.first_reduce - info.local_dims
+    shape = self.full_shape
+    if self.has_local:
+      if info.dont_use_locals:
+        gidx, _ = get_grouped_dims("idx", shape[:global_dims], self.global_max, reverse=True)
+        lidx: list[UOp] = []
+      else:
+        gidx, _ = get_grouped_dims("gidx", shape[:global_dims], self.global_max, reverse=True)
+        lidx, _ = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max)
+      idxs = gidx + lidx
+    else:
+      idxs = [UOp.range(dtypes.int32, 0, s, (i, 0)) for i, s in enumerate(shape[:self.first_reduce])]
+    # reduce axes get their loops from the reduce that walks them; upcast axes are unrolled
+    idxs += [UOp.const(dtypes.int32, 0)] * (n - len(idxs))
+    for i in range(self.first_upcast, n):
+      if not isinstance(shape[i], int): raise KcError(f"axis {i} of size {shape[i].render()} is symbolic and cannot be upcast")
+    self.base = tuple(idxs)
+    for a in range(self.first_reduce, self.first_reduce + self.group_for_reduces):
+      self.late[a] = UOp.range(dtypes.int32, 0, shape[a], (a, 1000))
+    for r in reduce_ops:
+      self.depth[r] = sum(1 for u in r.toposort if u is not r and u.op is Ops.REDUCE_AXIS)
+
+  # ***** environments *****
+
+  def upcast_axes(self, axes) -> list[int]: return [a for a in axes if a >= self.first_upcast]
+
+  def combos(self, axes: list[int]):
+    """Every assignment of values to the given upcast axes, the last axis fastest."""
+    for values in itertools.product(*[range(self.full_shape[a]) for a in axes]):
+      yield dict(zip(axes, values))
+
+  @staticmethod
+  def with_axes(env: Env, values: dict) -> Env:
+    return tuple(_as_uop(values[i]) if i in values else x for i, x in enumerate(env))
+
+  # ***** the lowering *****
+
+  def lower(self, u: UOp, env: Env) -> UOp:
+    key = (u, env)
+    if (ret := self.memo.get(key)) is None:
+      ret = self.memo[key] = self._lower(u, env)
+    return ret
+
+  def _lower(self, u: UOp, env: Env) -> UOp:
+    if u.op is Ops.SINK:
+      stores = []
+      for combo in self.combos(list(range(self.first_upcast, len(self.full_shape)))):
+        e = self.with_axes(env, combo)
+        stores += [self.lower(s, e) for s in u.src]
+      return UOp(Ops.SINK, dtypes.void, tuple(dict.fromkeys(stores)))
+    if u.op in (Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR): return u
+    if u.op is Ops.BIND: return u.src[0]
+    if u.op is Ops.VALID: return st_arg(u).to_indexed_uops(env)[1]
+    if u.op is Ops.LOAD: return self.lower_load(u, env)
+    if u.op is Ops.STORE: return self.lower_store(u, env)
+    if u.op is Ops.VIEW: return self.lower(u.src[0], env)  # a broadcast: the value is the same along the expanded axes
+    if u.op is Ops.REDUCE_AXIS: return self.lower_reduce(u, env)
+    if u.op is Ops.CONTRACT:
+      lanes = [self.lower(u.src[0], self.with_axes(env, c)) for c in self.combos([a for a, _ in u.arg])]
+      return UOp(Ops.VECTORIZE, u.dtype, tuple(lanes))
+    if u.op is Ops.EXPAND:
+      axes = [a for a, _ in u.arg]
+      lane = _lane_of(env, u.arg)
+      return UOp(Ops.GEP, u.dtype, (self.lower(u.src[0], self.with_axes(env, {a: 0 for a in axes})),), (lane,))
+    if u.op is Ops.WMMA:
+      zeroed = {a: 0 for a in self.wmma_axes(u)}
+      e = self.with_axes(env, zeroed)
+      return u.replace(src=tuple(self.lower(s, e) for s in u.src))
+    if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP):
+      return u.replace(src=tuple(self.lower(s, env) for s in u.src))
+    raise KcError(f"cannot lower {u.op} in a kernel AST")
+
+  @staticmethod
+  def wmma_axes(wmma: UOp) -> set[int]:
+    return {a for ax in wmma.arg[6] for a, _ in ax} | set(wmma.arg[7])
+
+  def lower_load(self, u: UOp, env: Env) -> UOp:
+    buf = u.src[0]
+    idx, valid = st_arg(u).to_indexed_uops(env)
+    barrier: tuple = ()
+    if buf.op is Ops.DEFINE_LOCAL and len(u.src) > 2:
+      # the stores into local memory happen in every thread (and every upcast lane) before any thread reads
+      home = self.with_axes(env, {a: self.base[a] for a in self.late})
+      lanes = [self.with_axes(home, c) for c in self.combos(list(range(self.first_upcast, len(self.full_shape))))]
+      stores = tuple(dict.fromkeys(self.lower(u.src[2], e) for e in lanes))
+      barrier = (UOp(Ops.BARRIER, dtypes.void, stores),)
+    return UOp(Ops.LOAD, u.dtype, (_index(buf, idx, valid),) + barrier)
+
+  def lower_store(self, u: UOp, env: Env) -> UOp:
+    buf = u.src[0]
+    idx, valid = st_arg(u).to_indexed_uops(env)
+    if buf.op is Ops.DEFINE_GLOBAL:
+      # after a grouped reduce every thread of the group holds the result: only the first one writes it
+      for a in self.late: valid = valid & self.base[a].eq(0)
+    return UOp(Ops.STORE, dtypes.void, (_index(buf, idx, valid.simplify()), self.lower(u.src[2], env)))
+
+  def lower_reduce(self, u: UOp, env: Env) -> UOp:
+    op, axes = u.arg
+    src = u.src[0]
+    loops = [a for a in axes if a < self.first_upcast]
+    unrolled = self.upcast_axes(axes)
+    ranges = [self.late[a] if a in self.late else UOp.range(dtypes.int32, 0, self.full_shape[a], (a, self.depth[u] + 1)) for a in loops]
+    inner = self.with_axes(env, dict(zip(loops, ranges)))
+    if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
+      return self.lower_wmma_reduce(u, src, inner, env, ranges)
+    parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
+    partial = functools.reduce(lambda a, b: a.alu(op, b), parts)
+    if not ranges: return partial
+    acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, identity_element(op, u.dtype)), *ranges), (self.next_acc(),))
+    return UOp(Ops.ASSIGN, u.dtype, (acc, acc.alu(op, partial)))
+
+  def lower_wmma_reduce(self, u: UOp, expand: UOp, inner: Env, env: Env, ranges: list[UOp]) -> UOp:
+    """sum over loops of a tensor-core product: one accumulator per output lane, fed back as the WMMA's C."""
+    wmma = expand.src[0]
+    lane_axes = {a: 0 for a, _ in expand.arg}
+    key = ("wmma-acc", u, self.with_axes(env, lane_axes))
+    if (assigns := self.memo.get(key)) is None:
+      n = wmma.dtype.count
+      accs = [UOp(Ops.DEFINE_ACC, wmma.dtype.scalar(), (UOp.const(wmma.dtype.scalar(), 0.0), *ranges), (self.next_acc(),)) for _ in range(n)]
+      e = self.with_axes(inner, {a: 0 for a in self.wmma_axes(wmma)})
+      a, b = self.lower(wmma.src[0], e), self.lower(wmma.src[1], e)
+      fused = UOp(Ops.WMMA, wmma.dtype, (a, b, UOp(Ops.VECTORIZE, wmma.dtype, tuple(accs))), wmma.arg)
+      assigns = self.memo[key] = [UOp(Ops.ASSIGN, acc.dtype, (acc, UOp(Ops.GEP, acc.dtype, (fused,), (i,)))) for i, acc in enumerate(accs)]
+    return assigns[_lane_of(env, expand.arg)]
+
+  def next_acc(self) -> int:
+    self.acc_count += 1
+    return self.acc_count - 1
+
+
+def _lane_of(env: Env, axes) -> int:
+  """The lane of a vector over `axes` ((axis, size) pairs, the last fastest) that the environment selects."""
+  lane, mul = 0, 1
+  for a, size in reversed(axes):
+    v = env[a]
+    if v.op is not Ops.CONST: raise KcError(f"axis {a} must be unrolled to pick a lane, its index is {v.render()}")
+    lane += v.arg * mul
+    mul *= size
+  return lane
+
+
+def _index(buf: UOp, idx: UOp, valid: UOp) -> UOp:
+  """INDEX(buffer, offset[, valid]); no gate where the view is never masked."""
+  if valid.op is Ops.CONST and valid.arg is True: return UOp(Ops.INDEX, buf.dtype, (buf, idx))
+  return UOp(Ops.INDEX, buf.dtype, (buf, idx, valid))
+
+
+def lower(ast: UOp, renderer) -> UOp:
+  """The lowered SINK of an optimized kernel AST for `renderer` (its has_local, global_max, local_max)."""
+  lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max)
+  return lw.lower(ast, lw.base)

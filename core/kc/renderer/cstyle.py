@@ -1,0 +1,212 @@
+"""CStyleLanguage: the one C-style renderer base. Every C-like backend (C, OpenCL C, CUDA C, Metal) subclasses it
+and overrides only its dialect: qualifiers, type names, work-item functions, barriers and a few op spellings.
+
+render() walks the linearized UOps once. Expressions used once are inlined into their user; everything else
+becomes a named local (val0, alu1, acc0, ...). Loops and gated stores are blocks."""
+from __future__ import annotations
+import math
+from collections import Counter
+from typing import Callable, Optional
+from kc.dtype import DType, ImageDType, PtrDType, dtypes
+from kc.errors import CompileError
+from kc.renderer import Renderer
+from kc.uop import GroupOp, Ops, UOp
+
+
+def _strip_parens(s: str) -> str:
+  """`(a+b)` -> `a+b` when the outer parentheses enclose the whole expression."""
+  if not (s.startswith("(") and s.endswith(")")): return s
+  depth = 0
+  for i, c in enumerate(s):
+    depth += (c == "(") - (c == ")")
+    if depth == 0 and i != len(s) - 1: return s
+  return s[1:-1]
+
+
+class CStyleLanguage(Renderer):
+  kernel_prefix: str = ""                 # before "void": "__kernel ", 'extern "C" __global__ ', "kernel "
+  buffer_prefix: str = ""                 # address space of buffer arguments: "__global ", "device "
+  buffer_suffix: str = ""                 # " restrict"
+  smem_prefix: str = ""                   # address space of local memory: "__local ", "__shared__ ", "threadgroup "
+  smem_align: str = ""
+  smem_prefix_for_cast: bool = True
+  arg_int_prefix: str = "const int"
+  barrier: str = ""
+  code_for_workitem: dict[str, Callable[[int], str]] = {}  # "g" group id, "l" local id, "i" global id
+  extra_args: list[str] = []
+  float4: Optional[str] = None            # how a vector is built: "(float4)" becomes "(float4)(a,b,c,d)"
+  type_map: dict[DType, str] = {}
+  infinity: str = "INFINITY"
+  nan: str = "NAN"
+  code_for_op: dict[Ops, Callable[..., str]] = {
+    Ops.SQRT: lambda x, dt: f"sqrt({x})", Ops.RECIP: lambda x, dt: f"(1/{x})", Ops.NEG: lambda x, dt: f"(-{x})",
+    Ops.EXP2: lambda x, dt: f"exp2({x})", Ops.LOG2: lambda x, dt: f"log2({x})", Ops.SIN: lambda x, dt: f"sin({x})",
+    Ops.AND: lambda a, b, dt: f"({a}&{b})", Ops.XOR: lambda a, b, dt: f"({a}^{b})", Ops.OR: lambda a, b, dt: f"({a}|{b})",
+    Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.SUB: lambda a, b, dt: f"({a}-{b})", Ops.MUL: lambda a, b, dt: f"({a}*{b})",
+    Ops.MOD: lambda a, b, dt: f"({a}%{b})", Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
+    Ops.CMPNE: lambda a, b, dt: f"({a}!={b})", Ops.CMPLT: lambda a, b, dt: f"({a}<{b})",
+    Ops.SHR: lambda a, b, dt: f"({a}>>{b})", Ops.SHL: lambda a, b, dt: f"({a}<<{b})",
+    Ops.WHERE: lambda a, b, c, dt: f"({a}?{b}:{c})", Ops.MAX: lambda a, b, dt: f"(({a}<{b})?{b}:{a})",
+    Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
+  }
+  vector_index: str = "dot"               # how a vector lane is read: "dot" -> v.x, "bracket" -> v[0]
+
+  # ***** dialect pieces a backend may override *****
+
+  def render_dtype(self, dt: DType, mutable: bool = True) -> str:
+    if isinstance(dt, ImageDType): return f"{'write_only' if mutable else 'read_only'} image2d_t"
+    if isinstance(dt, PtrDType):
+      prefix = self.smem_prefix if dt.local and self.smem_prefix_for_cast else self.buffer_prefix
+      return prefix + self.render_dtype(dt.base) + "*"
+    scalar = dt.scalar()
+    name = self.type_map.get(scalar, _C_NAMES.get(scalar, scalar.name))
+    return name + (str(dt.count) if dt.count > 1 else "")
+
+  def render_cast(self, dt: DType, val: str) -> str: return f"({self.render_dtype(dt)})({val})"
+
+  def render_cast_uop(self, u: UOp, val: str) -> str:
+    """A CAST UOp; a dialect whose conversion depends on the source type (bfloat16 bits) overrides this."""
+    return self.render_cast(u.dtype, val)
+
+  def render_bitcast(self, dt: DType, src_dt: DType, val: str) -> str:
+    return f"(*(({self.buffer_prefix}{self.render_dtype(dt)}*)&{val}))"
+
+  def render_const(self, value, dt: DType) -> str:
+    if dt.count > 1: return self.render_vector(dt, [self.render_const(value, dt.scalar())] * dt.count)
+    if dtypes.is_float(dt):
+      if math.isnan(value): return self.render_cast(dt, self.nan)
+      if math.isinf(value): return self.render_cast(dt, ("-" if value < 0 else "") + self.infinity)
+      if dt == dtypes.float64: return repr(float(value))
+      if dt == dtypes.float32: return f"{float(value)!r}f"
+      return self.render_cast(dt, f"{float(value)!r}f")
+    if dt == dtypes.bool: return "1" if value else "0"
+    if dt == dtypes.int64: return f"{value}ll"
+    if dt == dtypes.uint64: return f"{value}ull"
+    if dt == dtypes.uint32: return f"{value}u"
+    if dt == dtypes.int32: return str(value) if value != dtypes.min(dt) else f"({value + 1}-1)"
+    return self.render_cast(dt, str(value))
+
+  def render_vector(self, dt: DType, elements: list[str]) -> str:
+    ctor = (self.float4 or f"({self.render_dtype(dt)})").replace("float4", self.render_dtype(dt))
+    return f"{ctor}({','.join(elements)})"
+
+  def render_lane(self, vec: str, dt: DType, lane: int) -> str:
+    if self.vector_index == "bracket" or dt.count > 4: return f"{vec}[{lane}]"
+    return f"{vec}.{'xyzw'[lane]}"
+
+  def render_special(self, name: str, size) -> str:
+    return f"{self.code_for_workitem[name[0]](int(name[-1]))}; /* {size if isinstance(size, int) else size.render()} */"
+
+  def render_kernel(self, function_name: str, body: list[str], params: list[tuple[str, DType, bool]], uops: list[UOp],
+                    prefix: Optional[list[str]] = None) -> str:
+    args = []
+    for name, dt, mutable in params:
+      if isinstance(dt, PtrDType): args.append(f"{self.render_dtype(dt, mutable)}{self.buffer_suffix} {name}")
+      else: args.append(f"{self.arg_int_prefix} {name}")
+    src = f"{self.kernel_prefix}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
+    return "\n".join(prefix) + "\n" + src if prefix else src
+
+  def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str: return f"__{uop.arg[0]}({a}, {b}, {c})"
+
+  # ***** the walk *****
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    names: dict[UOp, str] = {}
+    uses = Counter(s for u in uops for s in u.src)
+    params: dict[UOp, list] = {}
+    counters: Counter = Counter()
+    body: list[str] = []
+    gates: list[UOp] = []  # the conditions of the open IF blocks
+    depth = 1
+
+    def fresh(prefix: str) -> str:
+      counters[prefix] += 1
+      return f"{prefix}{counters[prefix] - 1}"
+
+    def emit(line: str) -> None: body.append("  " * depth + line)
+
+    for u in uops:
+      s = [names.get(x, "") for x in u.src]
+      op = u.op
+      if op is Ops.DEFINE_GLOBAL:
+        names[u] = f"data{u.arg}"
+        params[u] = [names[u], u.dtype, False]
+      elif op is Ops.DEFINE_VAR:
+        names[u] = u.arg[0]
+        params[u] = [names[u], u.dtype, False]
+      elif op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype)
+      elif op is Ops.SPECIAL:
+        names[u] = u.arg[0]
+        emit(f"int {names[u]} = {self.render_special(u.arg[0], u.arg[1])}")
+      elif op is Ops.DEFINE_LOCAL:
+        names[u] = u.arg[0]
+        emit(f"{self.smem_align}{self.smem_prefix}{self.render_dtype(u.dtype.base)} {names[u]}[{u.arg[1]}];")
+      elif op is Ops.RANGE:
+        names[u] = fresh("ridx")
+        emit(f"for ({self.render_dtype(u.dtype)} {names[u]} = {s[0]}; {names[u]} < {s[1]}; {names[u]}++) {{")
+        depth += 1
+      elif op in (Ops.ENDRANGE, Ops.ENDIF):
+        if op is Ops.ENDIF: gates.pop()
+        depth -= 1
+        emit("}")
+      elif op is Ops.IF:
+        emit(f"if ({_strip_parens(s[0])}) {{")
+        gates.append(u.src[0])
+        depth += 1
+      elif op is Ops.BARRIER: emit(self.barrier)
+      elif op is Ops.DEFINE_ACC:
+        names[u] = fresh("acc")
+        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {s[0]};")
+      elif op is Ops.ASSIGN:
+        names[u] = s[0]
+        emit(f"{s[0]} = {_strip_parens(s[1])};")
+      elif op is Ops.INDEX:
+        names[u] = f"({s[0]}+{_strip_parens(s[1])})"
+      elif op is Ops.LOAD:
+        ptr = self._pointer(u.src[0], s[0], u.dtype)
+        val = f"(*{ptr})" if len(u.src[0].src) < 3 else f"({names[u.src[0].src[2]]}?(*{ptr}):{self.render_const(0, u.dtype)})"
+        names[u] = fresh("val")
+        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(val)};")
+      elif op is Ops.STORE:
+        ptr = self._pointer(u.src[0], s[0], u.src[1].dtype)
+        if u.src[0].src[0] in params: params[u.src[0].src[0]][2] = True  # a buffer written to is not const
+        line = f"*{ptr} = {_strip_parens(s[1])};"
+        gated = len(u.src[0].src) == 3 and u.src[0].src[2] not in gates  # inside an IF on its gate it needs no test of its own
+        emit(f"if ({_strip_parens(names[u.src[0].src[2]])}) {line}" if gated else line)
+      else:
+        expr = self._expression(u, s)
+        if op is Ops.GEP or (uses[u] == 1 and op in (*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE)):
+          names[u] = expr
+        else:
+          names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE) else "alu")
+          emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(expr)};")
+    # buffers in the order they appear, then Variables by name: the order Program.globals and Program.vars give them
+    ordered = [p for p in params if p.op is Ops.DEFINE_GLOBAL] + sorted((p for p in params if p.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
+    return self.render_kernel(name, body, [tuple(params[p]) for p in ordered], uops)
+
+  def _pointer(self, index: UOp, rendered: str, value_dtype: DType) -> str:
+    """The pointer expression of an INDEX, cast to a vector pointer when the access is a vector."""
+    if value_dtype.count > 1:
+      ptr_dt = index.src[0].dtype
+      space = self.smem_prefix if isinstance(ptr_dt, PtrDType) and ptr_dt.local else self.buffer_prefix
+      return f"(({space}{self.render_dtype(value_dtype)}*){rendered})"
+    return rendered
+
+  def _expression(self, u: UOp, s: list[str]) -> str:
+    op = u.op
+    if op in GroupOp.ALU:
+      if op not in self.code_for_op: raise CompileError(f"{type(self).__name__} has no spelling for {op}")
+      # a chain of the same associative op needs no inner parentheses
+      args = [_strip_parens(x) if v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for x, v in zip(s, u.src)]
+      return self.code_for_op[op](*args, u.dtype)
+    if op is Ops.CAST: return self.render_cast_uop(u, s[0])
+    if op is Ops.BITCAST: return self.render_bitcast(u.dtype, u.src[0].dtype, s[0])
+    if op is Ops.VECTORIZE: return self.render_vector(u.dtype, s)
+    if op is Ops.GEP: return self.render_lane(s[0], u.src[0].dtype, u.arg[0])
+    if op is Ops.WMMA: return self.render_wmma(u, *s)
+    raise CompileError(f"{type(self).__name__} cannot render {op}")
+
+
+_C_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short", dtypes.uint16: "unsigned short",
+            dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long", dtypes.uint64: "unsigned long", dtypes.float16: "half",
+            dtypes.bfloat16: "__bf16", dtypes.float32: "float", dtypes.float64: "double"}

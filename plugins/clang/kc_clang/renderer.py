@@ -1,0 +1,74 @@
+"""The C dialect: plain C99 plus GCC/Clang vector extensions for float4-style accesses. No work-groups: the
+global dims are loops. Transcendentals come from math.h; half is _Float16; bfloat16 is stored as its 16 bits
+and converted to float for arithmetic with integer bit operations."""
+from __future__ import annotations
+from kc import Ops, UOp, dtypes, DType, PtrDType, PatternMatcher, UPat, GroupOp
+from kc.renderer.cstyle import CStyleLanguage
+
+_FLOAT_FUNCS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
+
+
+def _math(name: str):
+  """A math.h call in the precision of the dtype: f-suffixed for float, plain for double, via float for half."""
+  def render(x: str, dt: DType) -> str:
+    if dt.scalar() == dtypes.float64: return f"{name}({x})"
+    if dt.scalar() == dtypes.float32: return f"{name}f({x})"
+    return f"(({'_Float16'})({name}f((float)({x}))))"
+  return render
+
+
+def _bf16_via_float(x: UOp):
+  """bfloat16 has no C arithmetic: compute in float and round back."""
+  if x.dtype.scalar() != dtypes.bfloat16 or x.op in (Ops.CMPLT, Ops.CMPNE): return None
+  f = dtypes.float32.vec(x.dtype.count)
+  src = tuple(s.cast(f) if s.dtype.scalar() == dtypes.bfloat16 else s for s in x.src)
+  return UOp(x.op, f, src, x.arg).cast(x.dtype)
+
+
+def _bf16_compare(x: UOp):
+  if x.src[0].dtype.scalar() != dtypes.bfloat16: return None
+  f = dtypes.float32.vec(x.src[0].dtype.count)
+  return x.replace(src=tuple(s.cast(f) for s in x.src))
+
+
+class ClangRenderer(CStyleLanguage):
+  device = "CLANG"
+  has_local = False
+  has_shared = False
+  global_max = None
+  local_max = None
+  supports_float4 = True
+  buffer_suffix = " restrict"
+  vector_index = "bracket"
+  infinity = "__builtin_inff()"
+  nan = '__builtin_nanf("")'
+  type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
+  code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}}
+  extra_matcher = PatternMatcher([
+    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_via_float),
+    (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare),
+  ])
+
+  def render_vector(self, dt: DType, elements: list[str]) -> str: return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
+
+  def render_cast(self, dt: DType, val: str) -> str:
+    if dt.scalar() == dtypes.bfloat16: return f"__kc_f2bf((float)({val}))"
+    return f"({self.render_dtype(dt)})({val})"
+
+  def render_cast_uop(self, u: UOp, src: str) -> str:
+    if u.src[0].dtype.scalar() == dtypes.bfloat16 and u.dtype.scalar() != dtypes.bfloat16:
+      return f"({self.render_dtype(u.dtype)})(__kc_bf2f({src}))"
+    return self.render_cast(u.dtype, src)
+
+  def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
+    lines = ["#include <math.h>", "#include <string.h>"]
+    for dt in dict.fromkeys(u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)):
+      scalar = self.render_dtype(dt.scalar())
+      # aligned to the scalar: a vector access through a buffer view at any element offset stays legal
+      lines.append(f"typedef {scalar} {self.render_dtype(dt)} __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
+    if any(u.dtype.scalar() == dtypes.bfloat16 for u in uops if not isinstance(u.dtype, PtrDType)):
+      lines += ["static inline float __kc_bf2f(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f; memcpy(&f, &u, 4); return f; }",
+                "static inline unsigned short __kc_f2bf(float f) { unsigned int u; memcpy(&u, &f, 4);"
+                " if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 64);"
+                " u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }"]
+    return super().render_kernel(function_name, body, params, uops, lines + (prefix or []))
