@@ -1,6 +1,6 @@
 """The `kc` command."""
 from __future__ import annotations
-import argparse, ast, sys
+import argparse, ast, json, sys
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
@@ -54,6 +54,101 @@ def cmd_simplify(args) -> int:
   return 0
 
 
+def _renderer_summary(r) -> dict:
+  return {"global_max": r.global_max, "local_max": r.local_max, "shared_max": r.shared_max, "float4": r.supports_float4,
+          "locals": r.has_local, "tensor_cores": [str(tc) for tc in r.tensor_cores]}
+
+
+def cmd_devices(args) -> int:
+  from kc.device import Device
+  rows = []
+  for name in Device.names():
+    spec = Device.spec(name)
+    row = {"device": name, "distribution": spec.distribution, "version": spec.version, "priority": spec.priority,
+           "available": Device.unavailable_reason(name) is None, "reason": Device.unavailable_reason(name)}
+    try: row["renderer"] = _renderer_summary(Device.renderer(name))
+    except KcError as e: row["renderer"] = f"unavailable: {e}"
+    rows.append(row)
+  if args.json:
+    print(json.dumps({"devices": rows, "errors": Device.errors(), "default": _default_or_none()}, indent=2, default=str))
+    return 0
+  for row in rows:
+    state = "available" if row["available"] else f"unavailable: {row['reason']}"
+    print(f"{row['device']:8s} {row['distribution'] or '(core)'} {row['version']}  priority {row['priority']}  {state}")
+    if isinstance(row["renderer"], dict):
+      r = row["renderer"]
+      print(f"         global_max={r['global_max']} local_max={r['local_max']} shared_max={r['shared_max']} float4={r['float4']} "
+            f"locals={r['locals']} tensor_cores={r['tensor_cores'] or 'none'}")
+  for name, err in Device.errors().items(): print(f"plugin error {name}: {err}")
+  print(f"default device: {_default_or_none()}")
+  return 0
+
+
+def _default_or_none():
+  from kc.device import Device
+  try: return Device.DEFAULT
+  except KcError: return None
+
+
+def _run_example(name: str, device: str, opts: str) -> tuple[float, float]:
+  """(max abs error against numpy, seconds) of one example on one device."""
+  import numpy as np
+  from kc.api import compile as kc_compile
+  from kc.examples import example
+  sink, inputs, ref = example(name).build()
+  ck = kc_compile(sink, device, opts)
+  out = np.zeros(ref.shape, ref.dtype)
+  args = [out] + [inputs[i] for i in range(1, len(inputs) + 1)]
+  seconds = ck(*args)
+  return float(np.abs(out - ref).max()), seconds
+
+
+def cmd_doctor(args) -> int:
+  from kc.device import Device
+  print(f"kc {kc.__version__}")
+  problems = 0
+  for name, err in Device.errors().items():
+    print(f"plugin error {name}: {err}")
+    problems += 1
+  for name in Device.names():
+    reason = Device.unavailable_reason(name)
+    if reason is not None:
+      print(f"{name}: unavailable ({reason})")
+      continue
+    try:
+      err, seconds = _run_example("add", name, "hand")
+      ok = err == 0.0
+      print(f"{name}: {'ok' if ok else 'WRONG RESULT'} (add of 65536 floats, max error {err:g}, {seconds * 1e6:.0f} us)")
+      problems += not ok
+    except KcError as e:
+      print(f"{name}: FAILED ({type(e).__name__}: {e})")
+      problems += 1
+  return 1 if problems else 0
+
+
+def cmd_render(args) -> int:
+  from kc.api import optimize
+  from kc.device import Device
+  from kc.examples import example
+  from kc.kernel import Kernel
+  sink, _, _ = example(args.example).build()
+  device = args.device or Device.DEFAULT
+  k = optimize(Kernel(sink, Device.renderer(device)), args.opts)
+  prg = k.to_program()
+  print(f"// {prg.name} on {device}: opts {k.applied_opts}")
+  print(prg.src)
+  return 0
+
+
+def cmd_run(args) -> int:
+  from kc.device import Device
+  device = args.device or Device.DEFAULT
+  err, seconds = _run_example(args.example, device, args.opts)
+  ok = err <= 1e-3
+  print(f"{args.example} on {device} (opts {args.opts}): max abs error vs numpy {err:.3g} {'ok' if ok else 'WRONG'}, {seconds * 1e6:.1f} us")
+  return 0 if ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="kc", description="kc: a pluggable kernel compiler runtime")
   p.add_argument("--version", action="version", version=f"kc {kc.__version__}")
@@ -62,6 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
   s.add_argument("expr", help="e.g. '(x*4+y)//4' (// and %% truncate toward zero, as in C)")
   s.add_argument("--var", action="append", default=[], metavar="NAME=MIN:MAX", help="declare a variable and its range")
   s.set_defaults(fn=cmd_simplify)
+  d = sub.add_parser("devices", help="every registered device: plugin, availability, renderer limits, tensor cores")
+  d.add_argument("--json", action="store_true")
+  d.set_defaults(fn=cmd_devices)
+  sub.add_parser("doctor", help="plugin errors, versions and a one-kernel smoke test per available device").set_defaults(fn=cmd_doctor)
+  from kc.examples import EXAMPLES
+  for cmd, fn, what in (("render", cmd_render, "print the optimized source of an example kernel"),
+                        ("run", cmd_run, "compile, run and check an example kernel against numpy")):
+    r = sub.add_parser(cmd, help=what)
+    r.add_argument("example", choices=list(EXAMPLES))
+    r.add_argument("--device", default=None)
+    r.add_argument("--opts", default="hand", choices=["hand", "none"])
+    r.set_defaults(fn=fn)
   return p
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 from kc.dtype import PtrDType, dtypes
 from kc.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.symbolic import split_sum, symbolic
+from kc.transcendental import transcendental_rules
 from kc.uop import Ops, UOp
 
 
@@ -90,9 +91,26 @@ def fold_vector_accesses(sink: UOp) -> UOp:
   return graph_rewrite(sink.substitute(replace), structural)
 
 
+def _max_as_where(a: UOp, b: UOp) -> UOp:
+  """max(a, b) as a<b ? b : a; for floats a NaN in either operand wins, as in numpy."""
+  take_b = a.lt(b)
+  if dtypes.is_float(a.dtype): take_b = take_b | b.ne(b)
+  return take_b.where(b, a)
+
+
+def _missing_op_rules(spelled: set) -> Optional[PatternMatcher]:
+  """Rewrites of the ops a renderer does not spell into ones it does (it declares them in code_for_op)."""
+  rules = []
+  if Ops.MAX not in spelled: rules.append((UPat(Ops.MAX, src=(UPat(name="a"), UPat(name="b"))), _max_as_where))
+  rules += transcendental_rules(spelled)
+  return PatternMatcher(rules) if rules else None
+
+
 def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
   sink = graph_rewrite(sink, simplify_all)
   if getattr(renderer, "supports_float4", False): sink = fold_vector_accesses(sink)
+  if (missing := _missing_op_rules(set(getattr(renderer, "code_for_op", {}) or {}))) is not None:
+    sink = graph_rewrite(sink, missing + structural)
   if (extra := getattr(renderer, "extra_matcher", None)) is not None: sink = graph_rewrite(sink, extra + simplify_all)
   return sink

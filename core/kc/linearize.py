@@ -19,7 +19,8 @@ def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[
     if u.op is Ops.RANGE:
       need[u] = frozenset().union(*(need[s] for s in u.src)) | {u} | around.get(u, frozenset())
     elif u.op is Ops.DEFINE_ACC:  # declared (and reset) inside the loops around its own, before they start
-      need[u] = frozenset().union(*(need[s] for s in u.src[:1])).union(*(need[r] - {r} for r in u.src[1:]))
+      own = frozenset(u.src[1:])
+      need[u] = frozenset().union(*(need[s] for s in u.src)) - own
     else:
       loops = frozenset().union(*(need[s] - _closed_by(s) for s in u.src))
       if u.op is Ops.ASSIGN: loops |= frozenset().union(*(need[r] for r in u.src[0].src[1:]))  # the update runs inside its loops

@@ -102,7 +102,7 @@ class Lowering:
   late: dict = field(default_factory=dict)  # grouped axis -> the loop over the group's partial results
   depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> how many reduces its value depends on
   memo: dict = field(default_factory=dict)
-  acc_count: int = 0
+  acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
 
   def __post_init__(self):
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
@@ -112,7 +112,8 @@ class Lowering:
     self.first_upcast = n - info.upcasted
     out_shape = st_arg(self.ast.src[0]).shape
     reduce_ops = [u for u in self.ast.toposort if u.op in (Ops.REDUCE_AXIS, Ops.WMMA)]
-    self.first_reduce = min([self.first_upcast] + [a for r in reduce_ops for a in reduce_axes(r)])
+    # the first axis the output does not keep (as the Kernel counts it)
+    self.first_reduce = next((i for i in range(self.first_upcast) if out_shape[i] != self.full_shape[i]), self.first_upcast)
     local_loads = [u for u in self.ast.toposort if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_LOCAL]
     # a grouped axis is a reduce axis that some local buffer keeps (each thread of the group wrote its part)
     self.group_for_reduces = sum(any(st_arg(l).shape[i] != out_shape[i] for l in local_loads)
@@ -225,7 +226,9 @@ class Lowering:
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
     partial = functools.reduce(lambda a, b: a.alu(op, b), parts)
     if not ranges: return partial
-    acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, identity_element(op, u.dtype)), *ranges), (self.next_acc(),))
+    # one accumulator per distinct computation: upcast lanes that reduce the same values share it
+    acc_id = self.acc_ids.setdefault((op, partial, tuple(ranges)), len(self.acc_ids))
+    acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, identity_element(op, u.dtype)), *ranges), (acc_id,))
     return UOp(Ops.ASSIGN, u.dtype, (acc, acc.alu(op, partial)))
 
   def lower_wmma_reduce(self, u: UOp, expand: UOp, inner: Env, env: Env, ranges: list[UOp]) -> UOp:
@@ -235,17 +238,13 @@ class Lowering:
     key = ("wmma-acc", u, self.with_axes(env, lane_axes))
     if (assigns := self.memo.get(key)) is None:
       n = wmma.dtype.count
-      accs = [UOp(Ops.DEFINE_ACC, wmma.dtype.scalar(), (UOp.const(wmma.dtype.scalar(), 0.0), *ranges), (self.next_acc(),)) for _ in range(n)]
+      ids = [self.acc_ids.setdefault((key, lane), len(self.acc_ids)) for lane in range(n)]
+      accs = [UOp(Ops.DEFINE_ACC, wmma.dtype.scalar(), (UOp.const(wmma.dtype.scalar(), 0.0), *ranges), (i,)) for i in ids]
       e = self.with_axes(inner, {a: 0 for a in self.wmma_axes(wmma)})
       a, b = self.lower(wmma.src[0], e), self.lower(wmma.src[1], e)
       fused = UOp(Ops.WMMA, wmma.dtype, (a, b, UOp(Ops.VECTORIZE, wmma.dtype, tuple(accs))), wmma.arg)
       assigns = self.memo[key] = [UOp(Ops.ASSIGN, acc.dtype, (acc, UOp(Ops.GEP, acc.dtype, (fused,), (i,)))) for i, acc in enumerate(accs)]
     return assigns[_lane_of(env, expand.arg)]
-
-  def next_acc(self) -> int:
-    self.acc_count += 1
-    return self.acc_count - 1
-
 
 def _lane_of(env: Env, axes) -> int:
   """The lane of a vector over `axes` ((axis, size) pairs, the last fastest) that the environment selects."""

@@ -54,7 +54,8 @@ def _optimized_reduce(k: "Kernel", op: UOp, ret: UOp) -> UOp:
   out_st, in_st = k.sts[idx], k.sts[idx + 1]
   def reduced(start: int, stop: int) -> tuple[int, ...]:
     return tuple(i for i in range(start, stop) if resolve(out_st.shape[i] != in_st.shape[i]))
-  axes = reduced(k.first_reduce + k.group_for_reduces, k.shape_len)
+  # a reduce of a fused chain may also reduce an axis the output keeps (softmax's x / sum(x)): those are global axes
+  axes = reduced(0, k.first_reduce) + reduced(k.first_reduce + k.group_for_reduces, k.shape_len)
   grouped_axes = reduced(k.first_reduce, k.first_reduce + k.group_for_reduces)
 
   if (tc := k.tensor_core) is not None and k.use_tensor_cores in (1, 3):

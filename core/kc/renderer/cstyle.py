@@ -13,6 +13,12 @@ from kc.renderer import Renderer
 from kc.uop import GroupOp, Ops, UOp
 
 
+def _negated_comparison(rendered: str) -> str:
+  """The negation of a rendered `a!=b`, as `a==b`: it reads better flipped than wrapped in !()."""
+  body = _strip_parens(rendered)
+  return body.replace("!=", "==", 1) if body.count("!=") == 1 else f"!({body})"
+
+
 def _strip_parens(s: str) -> str:
   """`(a+b)` -> `a+b` when the outer parentheses enclose the whole expression."""
   if not (s.startswith("(") and s.endswith(")")): return s
@@ -46,8 +52,7 @@ class CStyleLanguage(Renderer):
     Ops.MOD: lambda a, b, dt: f"({a}%{b})", Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
     Ops.CMPNE: lambda a, b, dt: f"({a}!={b})", Ops.CMPLT: lambda a, b, dt: f"({a}<{b})",
     Ops.SHR: lambda a, b, dt: f"({a}>>{b})", Ops.SHL: lambda a, b, dt: f"({a}<<{b})",
-    Ops.WHERE: lambda a, b, c, dt: f"({a}?{b}:{c})", Ops.MAX: lambda a, b, dt: f"(({a}<{b})?{b}:{a})",
-    Ops.MULACC: lambda a, b, c, dt: f"(({a}*{b})+{c})",
+    Ops.WHERE: lambda a, b, c, dt: f"({a}?{b}:{c})",
   }
   vector_index: str = "dot"               # how a vector lane is read: "dot" -> v.x, "bracket" -> v[0]
 
@@ -108,6 +113,16 @@ class CStyleLanguage(Renderer):
 
   def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str: return f"__{uop.arg[0]}({a}, {b}, {c})"
 
+  def render_load(self, dt: DType, index: UOp, buf: str, offset: str, gate: Optional[str]) -> str:
+    """The expression reading a `dt` at element `offset` of `buf`; a gated load reads 0 where `gate` is false.
+    A dialect whose buffers are not pointers everywhere (OpenCL images) overrides this."""
+    ptr = self._pointer(index, f"({buf}+{_strip_parens(offset)})", dt)
+    return f"(*{ptr})" if gate is None else f"({gate}?(*{ptr}):{self.render_const(0, dt)})"
+
+  def render_store(self, dt: DType, index: UOp, buf: str, offset: str, value: str) -> str:
+    """The statement writing `value` (a `dt`) at element `offset` of `buf`; the walk adds the gate."""
+    return f"*{self._pointer(index, f'({buf}+{_strip_parens(offset)})', dt)} = {_strip_parens(value)};"
+
   # ***** the walk *****
 
   def render(self, name: str, uops: list[UOp]) -> str:
@@ -117,6 +132,8 @@ class CStyleLanguage(Renderer):
     counters: Counter = Counter()
     body: list[str] = []
     gates: list[UOp] = []  # the conditions of the open IF blocks
+    named: set[UOp] = set()  # values held in a variable (not inlined expressions)
+    bitcast_sources = {x for u in uops if u.op is Ops.BITCAST for x in u.src}
     depth = 1
 
     def fresh(prefix: str) -> str:
@@ -163,23 +180,28 @@ class CStyleLanguage(Renderer):
       elif op is Ops.INDEX:
         names[u] = f"({s[0]}+{_strip_parens(s[1])})"
       elif op is Ops.LOAD:
-        ptr = self._pointer(u.src[0], s[0], u.dtype)
-        val = f"(*{ptr})" if len(u.src[0].src) < 3 else f"({names[u.src[0].src[2]]}?(*{ptr}):{self.render_const(0, u.dtype)})"
+        index = u.src[0]
+        val = self.render_load(u.dtype, index, names[index.src[0]], names[index.src[1]], names[index.src[2]] if len(index.src) == 3 else None)
         names[u] = fresh("val")
         emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(val)};")
       elif op is Ops.STORE:
-        ptr = self._pointer(u.src[0], s[0], u.src[1].dtype)
-        if u.src[0].src[0] in params: params[u.src[0].src[0]][2] = True  # a buffer written to is not const
-        line = f"*{ptr} = {_strip_parens(s[1])};"
+        index = u.src[0]
+        if index.src[0] in params: params[index.src[0]][2] = True  # a buffer written to is not const
+        line = self.render_store(u.src[1].dtype, index, names[index.src[0]], names[index.src[1]], s[1])
         gated = len(u.src[0].src) == 3 and u.src[0].src[2] not in gates  # inside an IF on its gate it needs no test of its own
         emit(f"if ({_strip_parens(names[u.src[0].src[2]])}) {line}" if gated else line)
       else:
+        if op is Ops.BITCAST and u.src[0] not in named:  # reinterpreting bits needs an lvalue to take the address of
+          tmp = fresh("cast")
+          emit(f"{self.render_dtype(u.src[0].dtype)} {tmp} = {_strip_parens(s[0])};")
+          s = [tmp]
         expr = self._expression(u, s)
-        if op is Ops.GEP or (uses[u] == 1 and op in (*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE)):
+        if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op in (*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE)):
           names[u] = expr
         else:
           names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE) else "alu")
           emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(expr)};")
+          named.add(u)
     # buffers in the order they appear, then Variables by name: the order Program.globals and Program.vars give them
     ordered = [p for p in params if p.op is Ops.DEFINE_GLOBAL] + sorted((p for p in params if p.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
     return self.render_kernel(name, body, [tuple(params[p]) for p in ordered], uops)
@@ -194,6 +216,10 @@ class CStyleLanguage(Renderer):
 
   def _expression(self, u: UOp, s: list[str]) -> str:
     op = u.op
+    if op is Ops.CMPNE and u.src[1].op is Ops.CONST and u.src[1].arg is True:  # kc spells logical not as x != true
+      inner = u.src[0]
+      if inner.op is Ops.CMPNE: return f"({_negated_comparison(s[0])})"
+      return f"(!{s[0]})"
     if op in GroupOp.ALU:
       if op not in self.code_for_op: raise CompileError(f"{type(self).__name__} has no spelling for {op}")
       # a chain of the same associative op needs no inner parentheses

@@ -14,10 +14,10 @@ PRIORITY = 10  # below every accelerator: CLANG is the device that is there when
 def open_device():
   from kc.device import CompiledDevice, HostAllocator
   from kc_clang.runtime import ClangProgram
-  return CompiledDevice(DEVICE, HostAllocator(), renderer(), ClangCompiler(f"kc-clang {__version__}"), ClangProgram)
+  return CompiledDevice(DEVICE, HostAllocator(), make_renderer(), ClangCompiler(f"kc-clang {__version__}"), ClangProgram)
 
 
-def renderer():
+def make_renderer():
   from kc_clang.renderer import ClangRenderer
   return ClangRenderer()
 
@@ -25,7 +25,7 @@ def renderer():
 @hookimpl
 def kc_backends() -> list[BackendSpec]:
   return [BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=unavailable_reason,
-                      open=open_device, renderer=renderer, distribution="kc-clang", version=__version__)]
+                      open=open_device, renderer=make_renderer, distribution="kc-clang", version=__version__)]
 
 
 __all__ = ["ClangCompiler", "compiler_command", "open_device", "kc_backends", "DEVICE", "PRIORITY", "__version__"]

@@ -1,0 +1,105 @@
+"""Named example kernels: the kernels `kc render`, `kc run` and `kc doctor` use. Each builds its AST, random
+inputs, and the numpy result it must match."""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Callable
+import numpy as np
+from kc import ast as A
+from kc.dtype import dtypes
+from kc.errors import KcError
+from kc.uop import UOp
+
+
+@dataclass(frozen=True)
+class Example:
+  name: str
+  describe: str
+  build: Callable[[], tuple[UOp, dict[int, np.ndarray], np.ndarray]]  # (sink, inputs by buffer index, expected output 0)
+
+
+def _rand(rng, *shape): return rng.standard_normal(shape).astype(np.float32)
+
+
+def _add():
+  rng = np.random.default_rng(0)
+  n = 1 << 16
+  a, b = _rand(rng, n), _rand(rng, n)
+  return A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)) + A.arg(2, dtypes.float32, (n,)))), {1: a, 2: b}, a + b
+
+
+def _sum():
+  rng = np.random.default_rng(0)
+  n = 1 << 16
+  a = _rand(rng, n)
+  return A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)).sum())), {1: a}, a.sum(dtype=np.float64).astype(np.float32).reshape(1)
+
+
+def _matmul():
+  rng = np.random.default_rng(0)
+  M = K = N = 256
+  a, b = _rand(rng, M, K), _rand(rng, K, N)
+  x, y = A.arg(1, dtypes.float32, (M, K)), A.arg(2, dtypes.float32, (K, N))
+  return A.sink(A.store(0, (x.reshape(M, K, 1) * y.reshape(1, K, N)).sum(axis=1))), {1: a, 2: b}, (a @ b).reshape(M, 1, N)
+
+
+def windows(x: A.Expr, axis: int, k: int) -> A.Expr:
+  """x with `axis` (size n) replaced by (k, n-k+1) sliding windows: out[..., i, j, ...] = x[..., i+j, ...].
+  Built from movement ops only: repeat the axis k times, flatten, shift each copy by one more, cut."""
+  n = x.shape[axis]
+  pre, post = x.shape[:axis], x.shape[axis + 1:]
+  rep = x.reshape(*pre, 1, n, *post).expand(*pre, k, n, *post).reshape(*pre, k * n, *post)
+  pad = tuple((0, 0) for _ in pre) + ((0, k),) + tuple((0, 0) for _ in post)
+  grid = rep.pad(pad).reshape(*pre, k, n + 1, *post)
+  cut = tuple((0, s) for s in pre) + ((0, k), (0, n - k + 1)) + tuple((0, s) for s in post)
+  return grid.shrink(cut)
+
+
+def _conv2d():
+  rng = np.random.default_rng(0)
+  cin, cout, H, W, K = 4, 8, 16, 16, 3
+  img, wt = _rand(rng, cin, H, W), _rand(rng, cout, cin, K, K)
+  x = A.arg(1, dtypes.float32, (cin, H, W)).pad(((0, 0), (1, 1), (1, 1)))          # (cin, H+2, W+2)
+  win = windows(windows(x, 1, K), 3, K)                                              # (cin, ky, H, kx, W)
+  win = win.permute(0, 1, 3, 2, 4).reshape(1, cin, K, K, H, W)
+  w = A.arg(2, dtypes.float32, (cout, cin, K, K)).reshape(cout, cin, K, K, 1, 1)
+  out = (win * w).sum(axis=(1, 2, 3))                                                # (cout, 1, 1, 1, H, W)
+  padded = np.pad(img, ((0, 0), (1, 1), (1, 1)))
+  ref = np.zeros((cout, H, W), np.float32)
+  for ky in range(K):
+    for kx in range(K): ref += np.einsum("oc,chw->ohw", wt[:, :, ky, kx], padded[:, ky:ky + H, kx:kx + W])
+  return A.sink(A.store(0, out)), {1: img, 2: wt}, ref.reshape(cout, 1, 1, 1, H, W)
+
+
+def _softmax():
+  rng = np.random.default_rng(0)
+  R, C = 16, 64
+  a = _rand(rng, R, C)
+  x = A.arg(1, dtypes.float32, (R, C))
+  e = (x - x.max(1)).exp2()
+  ref = np.exp2(a - a.max(1, keepdims=True))
+  return A.sink(A.store(0, e / e.sum(1))), {1: a}, ref / ref.sum(1, keepdims=True)
+
+
+def _layernorm_stats():
+  rng = np.random.default_rng(0)
+  R, C = 32, 256
+  a = _rand(rng, R, C)
+  x = A.arg(1, dtypes.float32, (R, C))
+  mean = x.sum(1) * (1 / C)
+  var = ((x - mean) * (x - mean)).sum(1) * (1 / C)
+  return A.sink(A.store(0, var)), {1: a}, a.var(1, keepdims=True)
+
+
+EXAMPLES: dict[str, Example] = {e.name: e for e in [
+  Example("add", "elementwise a+b over 65536 floats", _add),
+  Example("sum", "sum of 65536 floats to a scalar", _sum),
+  Example("matmul", "256x256 @ 256x256 float32", _matmul),
+  Example("conv2d", "3x3 convolution, 4->8 channels, 16x16, padding 1, from movement ops", _conv2d),
+  Example("softmax", "row softmax of 16x64 in one kernel (a fused chain of two reduces)", _softmax),
+  Example("variance", "row variance of 32x256 in one kernel (mean, then the mean of squared deviations)", _layernorm_stats),
+]}
+
+
+def example(name: str) -> Example:
+  if name not in EXAMPLES: raise KcError(f"unknown example {name!r}; the examples are {', '.join(EXAMPLES)}")
+  return EXAMPLES[name]
