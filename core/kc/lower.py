@@ -47,15 +47,17 @@ def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tu
   if max_sizes is None: max_sizes = (2**31 - 1,) * max(len(dims), 1)
   # each launch axis holds parts of dims: (dim index, part size, the part's stride within its dim)
   axes: list[list[tuple[int, sint, int]]] = [[(d, dims[d], 1)] for d in order]
-  for i in range(min(len(axes), len(max_sizes))):
-    if len(axes[i]) != 1 or _max_of(size := axes[i][0][1]) <= max_sizes[i]: continue
-    d = axes[i][0][0]
-    if not isinstance(size, int): raise KernelOptError(f"{prefix}: the symbolic dim {size.render()} may exceed the launch limit {max_sizes[i]}")
-    split = next((f for f in range(2, int(size ** 0.5) + 1) if size % f == 0 and size // f <= max_sizes[i]), None)
-    if split is None or i + 1 >= len(max_sizes):
-      raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: {size} cannot be split")
-    # the low part stays on this axis, the high part moves to the next one
-    axes[i:i + 1] = [[(d, size // split, 1)], [(d, split, size // split)]]
+  i = 0
+  while i < min(len(axes), len(max_sizes)):
+    if len(axes[i]) == 1 and _max_of(size := axes[i][0][1]) > max_sizes[i]:
+      d, _, stride = axes[i][0]
+      if not isinstance(size, int): raise KernelOptError(f"{prefix}: the symbolic dim {size.render()} may exceed the launch limit {max_sizes[i]}")
+      # the largest factor that fits stays on this axis; the rest moves on to the next axis (and may split again)
+      low = next((f for f in range(max_sizes[i], 1, -1) if size % f == 0), None)
+      if low is None or i + 1 >= len(max_sizes):
+        raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: {size} cannot be split")
+      axes[i:i + 1] = [[(d, low, stride)], [(d, size // low, stride * low)]]
+    i += 1
   i = 0
   while len(axes) > len(max_sizes):
     if prod(_max_of(p[1]) for p in axes[i] + axes[i + 1]) <= max_sizes[i]: axes[i:i + 2] = [axes[i] + axes[i + 1]]

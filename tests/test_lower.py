@@ -1,0 +1,68 @@
+"""Lowering: launch dims fitted to the renderer's limits, and the lowered graph's shape."""
+import itertools
+import pytest
+from hypothesis import given, settings, strategies as st
+from kc import Ops, UOp, dtypes, KernelOptError, ast as A, Opt, OptOps, Kernel, sym_infer
+from kc.lower import get_grouped_dims, lower
+
+
+def launch_values(sizes):
+  return itertools.product(*[range(s) for s in sizes])
+
+
+def check_bijection(dims, max_sizes, reverse):
+  idxs, sizes = get_grouped_dims("g", dims, max_sizes, reverse)
+  assert len(sizes) == max(len(max_sizes), 0) and all(s <= m for s, m in zip(sizes, max_sizes))
+  specials = {u.arg[0]: u for x in idxs for u in x.toposort if u.op is Ops.SPECIAL}
+  seen = set()
+  for vals in launch_values(sizes):
+    env = {specials[f"g{a}"]: v for a, v in enumerate(vals) if f"g{a}" in specials}
+    point = tuple(sym_infer(x.substitute({k: UOp.const(dtypes.int32, v) for k, v in env.items()}), {}) for x in idxs)
+    assert all(0 <= p < d for p, d in zip(point, dims)), (point, dims)
+    seen.add(point)
+  assert len(seen) == max(1, __import__("math").prod(dims)), "every index of the dims is reached exactly once"
+
+
+@pytest.mark.parametrize("dims,max_sizes,reverse,sizes", [
+  ((4, 5, 6), (16, 16, 16), True, [6, 5, 4]),        # globals: the last dim goes to x
+  ((4, 5, 6), (16, 16, 16), False, [4, 5, 6]),
+  ((2, 3, 4, 5), (16, 16, 16), False, [6, 4, 5]),     # one dim too many: collapse onto the first axis with room
+  ((100000,), (65535, 65535, 65535), False, [50000, 2, 1]),  # too large for x: split across x and y
+  ((256,), (8, 8, 8), False, [8, 8, 4]),              # and across all three
+  ((7,), (16, 16, 16), False, [7, 1, 1]),             # padded with 1s
+])
+def test_grouped_dims(dims, max_sizes, reverse, sizes):
+  assert get_grouped_dims("g", dims, max_sizes, reverse)[1] == sizes
+  if __import__("math").prod(dims) <= 5000: check_bijection(dims, max_sizes, reverse)
+
+
+def test_grouped_dims_that_cannot_fit_name_both_shapes():
+  with pytest.raises(KernelOptError, match=r"dims \(3, 5, 7, 11\).*\(8, 8, 8\)"): get_grouped_dims("g", (3, 5, 7, 11), (8, 8, 8))
+  with pytest.raises(KernelOptError, match="cannot be split"): get_grouped_dims("g", (97,), (16, 16, 16))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=5), st.lists(st.integers(2, 64), min_size=1, max_size=3), st.booleans())
+def test_grouped_dims_cover_every_index_once(dims, max_sizes, reverse):
+  try: check_bijection(tuple(dims), tuple(max_sizes), reverse)
+  except KernelOptError: pass  # an unfittable case: the error is the answer, tested above
+
+
+def test_small_global_max_splits_a_kernel_over_axes(gpu):
+  r = type(gpu)(has_local=True, has_shared=True, global_max=(8, 8, 8), local_max=(4, 4, 4))
+  k = Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (256,)) * 2.0)), r)
+  prg = k.to_program()
+  assert all(g <= 8 for g in prg.global_size) and 256 == __import__("math").prod(prg.global_size) * __import__("math").prod(prg.local_size or [1])
+
+
+def test_upcasts_are_unrolled_and_accumulators_shared(cpu):
+  x = A.arg(1, dtypes.float32, (16, 64))
+  k = Kernel(A.sink(A.store(0, (x - x.max(1)).exp2().sum(1))), cpu)
+  k.apply_opt(Opt(OptOps.UNROLL, 0, 4))
+  sink = lower(k.get_optimized_ast(), cpu)
+  ops = [u.op for u in sink.toposort]
+  assert Ops.EXPAND not in ops and Ops.CONTRACT not in ops and Ops.REDUCE_AXIS not in ops and Ops.VIEW not in ops
+  accs = [u for u in sink.toposort if u.op is Ops.DEFINE_ACC]
+  assert len(accs) == 2  # the max and the sum, each once
+  # the chain's second reduce has a loop of its own: the two accumulators walk different RANGEs
+  assert set(accs[0].src[1:]).isdisjoint(accs[1].src[1:])
