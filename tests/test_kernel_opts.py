@@ -178,7 +178,9 @@ def test_copy_is_independent(gpu):
 def test_names_are_unique_and_source_safe(gpu):
   from kc.kernel import to_function_name
   a, b = Kernel(matmul(), gpu), Kernel(matmul(), gpu)
-  assert to_function_name(a.name) == "r_64_48_32" and to_function_name(b.name).startswith("r_64_48_32n")
+  na, nb = to_function_name(a.name), to_function_name(b.name)
+  assert na.startswith("r_64_48_32") and nb.startswith("r_64_48_32n") and na != nb  # a counter makes repeats unique
+  assert a.name == a.name and na.isidentifier()
   e = Kernel(elementwise(4, 4), gpu)
   assert to_function_name(e.name).startswith("E_16")
   two = Kernel(A.sink(A.store(0, F(1, 4) * 2.0), A.store(1, F(1, 4) + 1.0)), gpu)
