@@ -1,0 +1,35 @@
+"""kc-opencl: the OPENCL device. Importing this module is cheap: pyopencl is imported when the device is checked,
+opened or asked for its limits, never here."""
+from __future__ import annotations
+from importlib.metadata import PackageNotFoundError, version as _version
+from kc.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc_opencl.platform import ENV_DEVICE, DeviceInfo, select_device, selected_info, unavailable_reason
+
+try: __version__ = _version("kc-opencl")
+except PackageNotFoundError: __version__ = "0.0.0+unknown"
+
+DEVICE = "OPENCL"
+# below CLANG: the OpenCL device most machines have is PoCL on the CPU, where CLANG is as fast without a driver in
+# between; KC_DEVICE=OPENCL makes it the default
+PRIORITY = 5
+
+
+def open_device():
+  from kc_opencl.runtime import OpenCLDevice
+  return OpenCLDevice(DEVICE, select_device(), f"kc-opencl {__version__}")
+
+
+def renderer():
+  """The renderer with the selected device's limits, or conservative defaults where no device can be opened."""
+  from kc_opencl.renderer import OpenCLRenderer
+  return OpenCLRenderer(selected_info() if unavailable_reason() is None else None)
+
+
+@hookimpl
+def kc_backends() -> list[BackendSpec]:
+  return [BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=unavailable_reason,
+                      open=open_device, renderer=renderer, distribution="kc-opencl", version=__version__)]
+
+
+__all__ = ["DEVICE", "PRIORITY", "ENV_DEVICE", "DeviceInfo", "open_device", "renderer", "kc_backends", "select_device", "unavailable_reason",
+           "__version__"]

@@ -1,0 +1,53 @@
+"""OpenCL C source to the device's program binary, through the OpenCL driver's own compiler."""
+from __future__ import annotations
+import warnings
+import pyopencl as cl
+from kc import CompileError
+from kc.device import Compiler
+from kc_opencl.platform import DeviceInfo
+
+
+def build_options(info: DeviceInfo) -> list[str]:
+  # IEEE division and sqrt where the device can do them, so kernels give numpy's numbers; never fast-math
+  return ["-cl-fp32-correctly-rounded-divide-sqrt"] if info.correctly_rounded_divide_sqrt else []
+
+
+def _first_error(log: str) -> str:
+  lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+  return next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else "(the driver gave no build log)")
+
+
+def build_log(program, device) -> str:
+  try: return str(program.get_build_info(device, cl.program_build_info.LOG)).strip()
+  except cl.Error: return ""
+
+
+class OpenCLCompiler(Compiler):
+  """Builds source for one device and returns its binary. The binary is only good for that device and driver,
+  which is why they (and the build options) are part of the cache key through identity()."""
+
+  def __init__(self, context, device, info: DeviceInfo, plugin_version: str = ""):
+    super().__init__(plugin_version)
+    self.context, self.device, self.info = context, device, info
+    self.options = build_options(info)
+
+  def identity(self) -> str:
+    i = self.info
+    return " | ".join([type(self).__qualname__, i.platform, i.name, i.version, i.driver_version, *self.options])
+
+  def compile_uncached(self, src: str) -> bytes:
+    program = cl.Program(self.context, src)
+    # pyopencl warns about any compiler output (a failed build is reported below) and about reading build info
+    # of a program it built through its own cache path
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      try:
+        # cache_dir=False: kc's compile cache is the one cache, keyed on the device (see identity)
+        program.build(options=self.options, devices=[self.device], cache_dir=False)
+      except cl.RuntimeError as e:
+        # the driver's log when the program object kept it, else pyopencl's message, which quotes it
+        log = build_log(program, self.device) or str(e)
+        raise CompileError(f"OpenCL build failed on {self.info.name}: {_first_error(log)}", src=src, log=log) from None
+    binary = program.get_info(cl.program_info.BINARIES)[0]
+    if not binary: raise CompileError(f"the OpenCL driver of {self.info.name} built the program but gave no binary", src=src)
+    return bytes(binary)

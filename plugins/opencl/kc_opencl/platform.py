@@ -1,0 +1,110 @@
+"""Which OpenCL device kc uses and what it can do. pyopencl is imported inside the functions, never at import
+time, so `import kc_opencl` works (and says why the device is unavailable) where pyopencl or a platform is missing.
+
+The device is `KC_OPENCL_DEVICE=platform:device` (indices into pyopencl's lists) when set; otherwise the first
+GPU or accelerator of any platform, else the first device of the first platform that has one."""
+from __future__ import annotations
+import functools, importlib.util, os
+from dataclasses import dataclass
+from typing import Any, Optional
+from kc import DeviceUnavailable
+
+ENV_DEVICE = "KC_OPENCL_DEVICE"
+INSTALL_HINT = "pip install 'kc-opencl[pocl]' for PoCL's CPU device, or install your GPU vendor's OpenCL driver"
+
+
+def list_platforms() -> list:
+  """pyopencl's platforms. An ICD loader with no platform raises PLATFORM_NOT_FOUND_KHR instead of returning []."""
+  import pyopencl as cl
+  try: return list(cl.get_platforms())
+  except cl.LogicError as e:
+    if "PLATFORM_NOT_FOUND" in str(e): return []
+    raise
+
+
+def _devices_of(platform) -> list:
+  import pyopencl as cl
+  try: return list(platform.get_devices())
+  except cl.LogicError as e:  # a platform without devices says DEVICE_NOT_FOUND rather than returning []
+    if "DEVICE_NOT_FOUND" in str(e): return []
+    raise
+
+
+def _parse_choice(text: str) -> tuple[int, int]:
+  try:
+    p, d = text.split(":")
+    return int(p), int(d)
+  except ValueError:
+    raise DeviceUnavailable(f"{ENV_DEVICE}={text!r} is not 'platform:device' (two indices, e.g. 0:1)") from None
+
+
+def _describe(platforms: list) -> str:
+  rows = [f"{i}:{j} {d.name.strip()} ({p.name.strip()})" for i, p in enumerate(platforms) for j, d in enumerate(_devices_of(p))]
+  return ", ".join(rows) or "none"
+
+
+def select_device() -> Any:
+  """The pyopencl Device kc opens; DeviceUnavailable saying why when there is none (or the choice is wrong)."""
+  if importlib.util.find_spec("pyopencl") is None: raise DeviceUnavailable(f"pyopencl is not installed: {INSTALL_HINT}")
+  import pyopencl as cl
+  platforms = list_platforms()
+  if not platforms: raise DeviceUnavailable(f"no OpenCL platform is installed (the ICD loader found none): {INSTALL_HINT}")
+  if (choice := os.environ.get(ENV_DEVICE, "").strip()):
+    p, d = _parse_choice(choice)
+    devices = _devices_of(platforms[p]) if 0 <= p < len(platforms) else []
+    if not 0 <= d < len(devices):
+      raise DeviceUnavailable(f"{ENV_DEVICE}={choice} names no device; the devices are {_describe(platforms)}")
+    return devices[d]
+  every = [d for p in platforms for d in _devices_of(p)]
+  if not every: raise DeviceUnavailable(f"the OpenCL platforms ({', '.join(p.name.strip() for p in platforms)}) have no devices: {INSTALL_HINT}")
+  fast = [d for d in every if d.type & (cl.device_type.GPU | cl.device_type.ACCELERATOR)]
+  return (fast or every)[0]
+
+
+def unavailable_reason() -> Optional[str]:
+  """None when an OpenCL device can be opened here, else why not (and how to get one)."""
+  try: select_device()
+  except DeviceUnavailable as e: return str(e)
+  return None
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+  """What the renderer, compiler and runtime need to know about one OpenCL device."""
+  name: str
+  platform: str
+  version: str                  # CL_DEVICE_VERSION: for PoCL it names the CPU the code is built for
+  driver_version: str
+  max_work_item_sizes: tuple[int, ...]
+  max_work_group_size: int
+  local_mem_size: int
+  address_bits: int
+  mem_base_addr_align: int      # bits: sub-buffer offsets must be multiples of this
+  extensions: frozenset[str]
+  image_support: bool
+  correctly_rounded_divide_sqrt: bool
+
+  @property
+  def has_fp16(self) -> bool: return "cl_khr_fp16" in self.extensions
+  @property
+  def has_fp64(self) -> bool: return "cl_khr_fp64" in self.extensions
+
+  @classmethod
+  def of(cls, dev) -> DeviceInfo:
+    import pyopencl as cl
+    return cls(name=dev.name.strip(), platform=f"{dev.platform.name.strip()} {dev.platform.version.strip()}", version=dev.version.strip(),
+               driver_version=dev.driver_version.strip(), max_work_item_sizes=tuple(int(x) for x in dev.max_work_item_sizes),
+               max_work_group_size=int(dev.max_work_group_size), local_mem_size=int(dev.local_mem_size),
+               address_bits=int(dev.address_bits), mem_base_addr_align=int(dev.mem_base_addr_align),
+               extensions=frozenset(dev.extensions.split()), image_support=bool(dev.image_support),
+               correctly_rounded_divide_sqrt=bool(dev.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT))
+
+
+@functools.lru_cache(maxsize=None)
+def _info_for(choice: str) -> DeviceInfo:
+  return DeviceInfo.of(select_device())
+
+
+def selected_info() -> DeviceInfo:
+  """The DeviceInfo of the selected device (queried once per KC_OPENCL_DEVICE value); DeviceUnavailable if none."""
+  return _info_for(os.environ.get(ENV_DEVICE, "").strip())

@@ -1,0 +1,145 @@
+"""The OPENCL device at run time: one context and one in-order, profiling queue on the selected device; buffers
+(and images) as pyopencl memory objects; programs loaded from their binaries once; kernels launched on an NDRange."""
+from __future__ import annotations
+import functools, hashlib, operator, threading
+from collections import OrderedDict
+from typing import Hashable, Optional, Sequence
+import numpy as np
+import pyopencl as cl
+from kc import ImageDType, KcError, dtypes
+from kc.device import CompiledDevice, LRUAllocator, raw_buffers
+from kc_opencl.compiler import OpenCLCompiler, build_log
+from kc_opencl.platform import DeviceInfo
+from kc_opencl.renderer import OpenCLRenderer
+
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+PROGRAMS_KEPT = 256  # loaded programs kept per device: a BEAM search loads many kernels, most used once
+
+
+class OpenCLAllocator(LRUAllocator):
+  """cl.Buffers (or cl.Images when the options are an ImageDType). Copies are blocking: the host memory they read
+  or write belongs to the caller and may be gone right after the call."""
+  oom_errors = (cl.MemoryError,)
+
+  def __init__(self, device: OpenCLDevice):
+    super().__init__()
+    self.device = device
+
+  def _alloc(self, nbytes: int, options: Optional[Hashable]):
+    ctx = self.device.context
+    if isinstance(options, ImageDType):
+      h, w = options.shape[0], options.shape[1]
+      channel = cl.channel_type.HALF_FLOAT if options.base == dtypes.half else cl.channel_type.FLOAT
+      if h * w * 4 * options.base.itemsize != nbytes:
+        raise KcError(f"an image {options} holds {h * w * 4} values of {options.base}, not a buffer of {nbytes} bytes")
+      return cl.Image(ctx, cl.mem_flags.READ_WRITE, cl.ImageFormat(cl.channel_order.RGBA, channel), shape=(w, h))
+    if options is not None: raise KcError(f"OPENCL buffers take no options but an ImageDType, got {options!r}")
+    return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))  # OpenCL has no empty buffers
+
+  def _free(self, opaque, nbytes: int, options: Optional[Hashable]): opaque.release()
+
+  def _image_region(self, img) -> dict:
+    return {"origin": (0, 0), "region": (img.get_image_info(cl.image_info.WIDTH), img.get_image_info(cl.image_info.HEIGHT))}
+
+  def copyin(self, dest, src: memoryview):
+    if src.nbytes == 0: return
+    extra = self._image_region(dest) if isinstance(dest, cl.Image) else {}
+    cl.enqueue_copy(self.device.queue, dest, src, is_blocking=True, **extra)
+
+  def copyout(self, dest: memoryview, src):
+    if dest.nbytes == 0: return
+    extra = self._image_region(src) if isinstance(src, cl.Image) else {}
+    cl.enqueue_copy(self.device.queue, dest, src, is_blocking=True, **extra)
+
+  def offset(self, opaque, nbytes: int, offset: int):
+    # a view is an OpenCL sub-buffer, which must start on the device's base address alignment
+    align = max(1, self.device.info.mem_base_addr_align // 8)
+    if isinstance(opaque, cl.Image) or offset % align:
+      raise KcError(f"an OPENCL buffer view must start at a multiple of {align} bytes on {self.device.info.name} (got byte "
+                    f"{offset}{', of an image' if isinstance(opaque, cl.Image) else ''}): copy the data into a buffer of its own instead")
+    return opaque.get_sub_region(offset, max(nbytes, 1))
+
+
+class OpenCLProgram:
+  """One kernel of a loaded program. Launch sizes follow kc: global_size counts work-groups per axis and local_size
+  is the work-group, so the NDRange is their product; local_size None lets the driver choose the work-group."""
+
+  def __init__(self, device: OpenCLDevice, name: str, lib: bytes):
+    self.device, self.name = device, name
+    program = device.load_program(lib)
+    try: self.kernel = cl.Kernel(program, name)
+    except cl.Error as e: raise KcError(f"the OpenCL program has no kernel named {name!r}: {e}") from None
+    self.num_args = int(self.kernel.get_info(cl.kernel_info.NUM_ARGS))
+    self._lock = threading.Lock()  # set_args and enqueue must not interleave between threads
+
+  def __call__(self, *bufs, global_size: Optional[Sequence[int]] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
+               vals: Sequence[int] = (), wait: bool = False) -> Optional[float]:
+    if len(bufs) + len(vals) != self.num_args:
+      raise KcError(f"kernel {self.name} takes {self.num_args} arguments, called with {len(bufs)} buffers and {len(vals)} variable values")
+    handles = raw_buffers(bufs)
+    for i, b in enumerate(handles):
+      if not isinstance(b, cl.MemoryObject): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not OPENCL memory")
+    args = [*handles, *(np.int32(_int32(v, i, self.name)) for i, v in enumerate(vals))]
+    groups = [int(g) for g in (global_size or (1, 1, 1))]
+    local = None if local_size is None else [int(s) for s in local_size]
+    if local is not None: self._check_work_group(local)
+    ndrange = groups if local is None else [g * s for g, s in zip(groups, local)]
+    if 0 in ndrange: return 0.0 if wait else None  # an empty launch runs nothing; OpenCL would reject it
+    with self._lock:
+      self.kernel.set_args(*args)
+      try: event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, ndrange, local)
+      except cl.Error as e:
+        raise KcError(f"launching {self.name} with {len(ndrange)}-d NDRange {ndrange} and work-group {local} failed: {e}") from None
+    if not wait: return None
+    event.wait()
+    return (event.profile.end - event.profile.start) * 1e-9
+
+  def _check_work_group(self, local: list[int]):
+    info = self.device.info
+    too_big = [f"axis {i}: {s} > {m}" for i, (s, m) in enumerate(zip(local, info.max_work_item_sizes)) if s > m]
+    if too_big or (n := int(np.prod(local))) > info.max_work_group_size:
+      why = "; ".join(too_big) or f"{n} work-items > the device's {info.max_work_group_size}"
+      raise KcError(f"kernel {self.name} asks for a work-group {local} that {info.name} cannot run ({why}): use smaller LOCAL/GROUP opts")
+
+  def __repr__(self): return f"<OpenCLProgram {self.name} on {self.device.info.name}>"
+
+
+def _int32(v, i: int, kernel: str) -> int:
+  try: v = operator.index(v)  # ints and numpy integers; floats would silently truncate
+  except TypeError: raise KcError(f"variable value {i} of kernel {kernel} is {v!r}: kernel variables are int32") from None
+  if not INT32_MIN <= v <= INT32_MAX: raise KcError(f"variable value {i} of kernel {kernel} is {v}, outside int32")
+  return v
+
+
+class OpenCLDevice(CompiledDevice):
+  """A context and a profiling command queue on one OpenCL device."""
+
+  def __init__(self, name: str, cl_device, plugin_version: str = ""):
+    self.cl_device, self.info = cl_device, DeviceInfo.of(cl_device)
+    self.context = cl.Context([cl_device])
+    self.queue = cl.CommandQueue(self.context, cl_device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    self._programs: OrderedDict[str, cl.Program] = OrderedDict()
+    self._programs_lock = threading.Lock()
+    super().__init__(name, OpenCLAllocator(self), OpenCLRenderer(self.info), OpenCLCompiler(self.context, cl_device, self.info, plugin_version),
+                     functools.partial(OpenCLProgram, self))
+
+  def load_program(self, lib: bytes):
+    """The program built from `lib` (a binary from this device's compiler), built once and kept for the next kernel."""
+    key = hashlib.sha256(lib).hexdigest()
+    with self._programs_lock:
+      if (hit := self._programs.get(key)) is not None:
+        self._programs.move_to_end(key)
+        return hit
+    program = cl.Program(self.context, [self.cl_device], [lib])
+    try: program.build(devices=[self.cl_device])
+    except cl.Error as e:
+      raise KcError(f"{self.info.name} rejected a program binary ({e}); {build_log(program, self.cl_device)}. A stale compile cache "
+                    "entry can cause this: clear KC_CACHE_DIR") from None
+    with self._programs_lock:
+      self._programs[key] = program
+      while len(self._programs) > PROGRAMS_KEPT: self._programs.popitem(last=False)
+    return program
+
+  def synchronize(self): self.queue.finish()
+
+  def __repr__(self): return f"<OpenCLDevice {self.name}: {self.info.name} ({self.info.platform})>"
