@@ -92,6 +92,16 @@ def test_bool_rules():
   assert S(c & False) is UOp.const(dtypes.bool, False) and S(c | True) is UOp.const(dtypes.bool, True)
 
 
+def test_division_by_a_positive_variable():
+  N = Variable("N", 1, 10)
+  v = Variable("v", 0, 5)
+  assert S((v * N) // N) is v and S((v * N) % N) is C(0)
+  assert S((v * N + 3) // N) is v + 3 // N
+  sp = Variable("start_pos", 0, 20)
+  r0, r1 = Variable("r0", 0, 1), UOp.range(dtypes.int32, 0, sp + 1, 0)
+  assert S((r0 * (sp + 1) + r1) // (sp + 1)) is r0 and S((r0 * (sp + 1) + r1) % (sp + 1)) is r1
+
+
 def test_split_sum():
   terms, const = split_sum(x * 3 + y + x + 5)
   assert terms == {x: 4, y: 1} and const == 5
@@ -125,7 +135,7 @@ def test_simplify_latency_is_memoized():
 
 # ***** property tests: simplification is exact, ranges are sound *****
 
-VARS = {"a": (0, 7), "b": (0, 3), "c": (0, 15), "d": (-4, 5)}
+VARS = {"a": (0, 7), "b": (0, 3), "c": (0, 15), "d": (-4, 5), "p": (1, 4)}  # p: a positive divisor
 UVARS = {k: Variable(k, *r) for k, r in VARS.items()}
 INT32 = 2**31
 
@@ -195,6 +205,7 @@ def extend(children):
   return st.one_of(
     st.tuples(st.sampled_from(["+", "-", "*", "max"]), children, children),
     st.tuples(st.sampled_from(["//", "%"]), children, nonzero),
+    st.tuples(st.sampled_from(["//", "%"]), children, st.sampled_from(["p", ("+", "p", 1), ("*", "p", 2)])),
     st.tuples(st.just("where"), st.tuples(st.sampled_from(["<", "!="]), children, children), children, children))
 
 

@@ -146,6 +146,33 @@ def divmod_fold(x: UOp, c: UOp, op: Ops) -> Optional[UOp]:
   return None
 
 
+def divmod_by_variable(x: UOp, d: UOp, op: Ops) -> Optional[UOp]:
+  """x // d and x % d for a positive non-constant d: pull out the terms that are multiples of d.
+  x == d*Q + R exactly; with x >= 0 and R >= 0 (truncation is floor there), x//d == Q + R//d and x%d == R%d,
+  and when R < d always, x//d == Q and x%d == R."""
+  if d.op is Ops.CONST or d.vmin <= 0 or not dtypes.is_int(x.dtype) or x.dtype.count != 1: return None
+  terms, const = split_sum(x)
+  quot: dict[UOp, int] = {}
+  rest: dict[UOp, int] = {}
+  for t, k in terms.items():
+    if t is d: quot[UOp.const(x.dtype, 1)] = quot.get(UOp.const(x.dtype, 1), 0) + k
+    elif t.op is Ops.MUL and d in t.src: quot[t.src[1] if t.src[0] is d else t.src[0]] = k
+    else: rest[t] = k
+  lo, hi = sum_bounds(rest, const)
+  if x.vmin < 0 or lo < 0: return None
+  # the rest never reaches d: by its range, or because it is a loop index that runs to d
+  below_d = hi < d.vmin or (const == 0 and len(rest) == 1 and (t := next(iter(rest))).op is Ops.RANGE and rest[t] == 1 and
+                            t.src[0].op is Ops.CONST and t.src[0].arg == 0 and t.src[1] is d)
+  if below_d:
+    if not quot: return x.const_like(0) if op is Ops.IDIV else None
+    q = build_sum({t: k for t, k in quot.items() if t.op is not Ops.CONST}, sum(k for t, k in quot.items() if t.op is Ops.CONST), x.dtype)
+    return q if op is Ops.IDIV else build_sum(rest, const, x.dtype)
+  if not quot: return None
+  q = build_sum({t: k for t, k in quot.items() if t.op is not Ops.CONST}, sum(k for t, k in quot.items() if t.op is Ops.CONST), x.dtype)
+  r = build_sum(rest, const, x.dtype)
+  return q + r // d if op is Ops.IDIV else r % d
+
+
 def nested_div(x: UOp, a: UOp, b: UOp) -> Optional[UOp]:
   """(x // a) // b == x // (a*b) for positive a and b (for truncating and flooring division alike)."""
   if a.arg > 0 and b.arg > 0 and _fits(x.dtype, 0, a.arg * b.arg): return x // (a.arg * b.arg)
@@ -257,6 +284,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.MOD, src=(UPat(Ops.MOD, src=(var("x"), cvar("a"))), cvar("b"))), nested_mod),
   (UPat(Ops.IDIV, dtype=ints, src=(var("x"), cvar("c"))), lambda x, c: divmod_fold(x, c, Ops.IDIV)),
   (UPat(Ops.MOD, dtype=ints, src=(var("x"), cvar("c"))), lambda x, c: divmod_fold(x, c, Ops.MOD)),
+  (UPat(Ops.IDIV, dtype=ints, src=(var("x"), var("d"))), lambda x, d: divmod_by_variable(x, d, Ops.IDIV)),
+  (UPat(Ops.MOD, dtype=ints, src=(var("x"), var("d"))), lambda x, d: divmod_by_variable(x, d, Ops.MOD)),
   # comparisons against constants
   (UPat(Ops.CMPLT, src=(var("x", ints), cvar("c"))), lt_fold),
   (UPat(Ops.CMPNE, src=(var("x", ints), cvar("c"))), ne_fold),

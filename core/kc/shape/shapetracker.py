@@ -14,16 +14,19 @@ from kc.symbolic import split_sum, ssimplify, sym_infer
 from kc.uop import Ops, UOp, sint
 from kc.shape.view import View, as_shape, fmt_shape, normalize_axes, same_size, strides_for_shape, unravel
 
+# bounded: a long search compiles thousands of kernels and must not keep every view and index it ever built
+CACHE_SIZE = 1 << 14
+
 __all__ = ["ShapeTracker"]
 
 
-@functools.cache
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def _ranges(shape: tuple[sint, ...]) -> tuple[UOp, ...]:
   """One RANGE per dim, numbered by axis: the placeholders real_strides and axis_is_masked read back."""
   return tuple(UOp.range(dtypes.int32, 0, s, i) for i, s in enumerate(shape))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def _indexed(views: tuple[View, ...], idxs: tuple[UOp, ...]) -> tuple[UOp, UOp]:
   views = ShapeTracker(views).simplify().views  # every view collapsed away is a layer of divisions saved
   idx, valid = views[-1].to_indexed_uops(idxs)
@@ -36,12 +39,12 @@ def _indexed(views: tuple[View, ...], idxs: tuple[UOp, ...]) -> tuple[UOp, UOp]:
 def _range_axes(u: UOp) -> set[int]: return {x.arg for x in u.toposort if x.op is Ops.RANGE}
 
 
-@functools.cache
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def _masked_axes(views: tuple[View, ...]) -> frozenset[int]:
   return frozenset(_range_axes(_indexed(views, _ranges(views[-1].shape))[1]))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def _real_strides(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional[sint], ...]:
   if len(simple := ShapeTracker(views).simplify().views) == 1 and simple[0].mask is None: return simple[0].strides
   shape = views[-1].shape

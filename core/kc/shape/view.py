@@ -20,6 +20,9 @@ from kc.helpers import all_int, ceildiv, prod
 from kc.symbolic import resolve, smax, smin, ssimplify
 from kc.uop import Ops, UOp, sint
 
+# bounded: a long search compiles thousands of kernels and must not keep every view and index it ever built
+CACHE_SIZE = 1 << 14
+
 __all__ = ["View", "strides_for_shape", "unravel", "fmt_shape", "sint_to_uop"]
 
 Mask = Optional[tuple[tuple[sint, sint], ...]]
@@ -106,7 +109,7 @@ def _hashable(x):
 def _memo(fn):
   """Cache a movement op on (view, argument). Views are immutable and shared, so trackers that repeat the same
   chain of ops (the Kernel does, for every buffer) pay once; lists in the argument are made tuples for the key."""
-  cached = functools.cache(fn)
+  cached = functools.lru_cache(maxsize=CACHE_SIZE)(fn)
   @functools.wraps(fn)
   def wrapper(self, arg):
     key = _hashable(arg)
@@ -123,7 +126,7 @@ def strides_for_shape(shape) -> tuple[sint, ...]:
   return _strides_for_shape(shape if isinstance(shape, tuple) else as_shape(shape, "strides_for_shape"))
 
 
-@functools.cache
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def _strides_for_shape(shape: tuple[sint, ...]) -> tuple[sint, ...]:
   strides, acc = [], 1
   for s in reversed(shape):
@@ -320,7 +323,7 @@ class View:
     if self.is_void: return View.void(new_shape)
     return _reshape_strided(self, new_shape)
 
-  @functools.cache  # noqa: B019
+  @functools.lru_cache(maxsize=CACHE_SIZE)  # noqa: B019
   def minify(self) -> View:
     """The same window with the fewest dims: neighbours that step through memory as one dim are merged. Inner views
     are minified before they are indexed, so that unravelling a flat index takes as few divisions as possible."""
@@ -330,7 +333,7 @@ class View:
 
   # ***** composition *****
 
-  @functools.cache  # noqa: B019  (views are immutable; composing the same pair again is free)
+  @functools.lru_cache(maxsize=CACHE_SIZE)  # noqa: B019  (views are immutable; composing the same pair again is free)
   def __add__(self, outer: View) -> Optional[View]:
     """The single view equal to `outer` looking at this view as if it were a contiguous buffer of this view's shape,
     or None where one view cannot express the pair."""
@@ -363,7 +366,7 @@ def normalize_axes(axes, ndim: int, op: str, shape) -> tuple[int, ...]:
   return tuple(out)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=CACHE_SIZE)
 def _create(shape: tuple[sint, ...], strides: tuple[sint, ...], offset: sint, mask: Mask) -> View:
   """View.create after validation: canonicalize (see the module docstring)."""
   if any(_is0(s) for s in shape): return View(shape, (0,) * len(shape), 0, None, True)
