@@ -232,3 +232,12 @@ def unregister(name: str): BACKENDS.unregister(name)
 
 __all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "PluginTable", "BACKENDS", "hookimpl", "hookspec", "register",
            "unregister", "installed_entry_points", "validate_spec"]
+
+
+def _register_core_backends():
+  # EMU lives in the core, so every process has it whatever plugins are installed
+  from kc.emulator import backend_spec
+  BACKENDS.register(backend_spec())
+
+
+_register_core_backends()

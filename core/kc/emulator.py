@@ -1,0 +1,727 @@
+"""The EMU device: runs the exact linear UOps a Renderer receives with numpy, so that the lowering for any backend
+(CUDA, Metal, a plugin) can be checked numerically on a CPU.
+
+The "source" EMU compiles is the UOp list itself (serialized by EmuRenderer.render); its runtime interprets it.
+All threads of a batch of work-groups run in lock-step: each UOp's value is a numpy array over the lanes
+(shape (lanes,), or (lanes, n) for an n-wide vector; a value every lane shares may stay a 0-d array). RANGE
+loops repeat their body, IF blocks and per-lane loop bounds narrow the mask of active lanes, DEFINE_LOCAL memory
+is kept per work-group, and BARRIER checks that every thread of a group reaches it.
+
+EMU doubles as a checker. Where real hardware would silently misbehave it raises an EmulatorError naming the
+kernel and the UOp: out-of-bounds or misaligned accesses, a thread that skips a barrier its group reaches, a
+local read of an element another thread wrote since the last barrier (or that nobody wrote), two threads
+storing different values to one element, launch sizes beyond the renderer's limits, an op it does not know.
+
+`KC_EMULATE=NAME` or `kc.Device["EMU"].impersonate(NAME)` makes EMU lower kernels with the registered device
+NAME's Renderer (its limits, locals, float4, tensor cores and dialect rewrites); only the final rendering step
+is EMU's. Without it EMU uses EmuRenderer, a generic GPU-like target with locals."""
+from __future__ import annotations
+import base64, functools, io, os, pickle, time, zlib
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+import numpy as np
+from kc.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
+from kc.dtype import DType, ImageDType, PtrDType, dtypes
+from kc.errors import CompileError, KcError
+from kc.helpers import prod
+from kc.renderer import Renderer
+from kc.renderer.cstyle import CStyleLanguage
+from kc.symbolic import sym_infer
+from kc.uop import GroupOp, Ops, UOp
+
+DEVICE = "EMU"
+PRIORITY = -1000  # below every real device: EMU is never the default while anything else can run
+FORMAT = "kc-emu-1"  # the tag of the serialized program line; bump when the payload changes shape
+LANES_PER_BATCH = 1 << 14  # whole work-groups are batched up to this many threads, to bound memory
+
+
+# ---------------------------------------------------------------------------------------------------------- errors
+
+class EmulatorError(KcError, RuntimeError):
+  """The emulated kernel did something a real device would get wrong; the message names the kernel and the UOp."""
+
+
+class OutOfBoundsError(EmulatorError, IndexError):
+  """A load or store outside its buffer (or a local buffer beyond its declared size), or a misaligned vector access."""
+
+
+class BarrierError(EmulatorError):
+  """Some threads of a work-group reach a BARRIER that others of the same group skip."""
+
+
+class DataRaceError(EmulatorError):
+  """Threads that read or write the same element without a barrier between them (or read what nobody wrote)."""
+
+
+class LaunchError(EmulatorError, ValueError):
+  """Launch sizes, buffers or variable values that do not fit the kernel or the renderer's limits."""
+
+
+class UnsupportedOpError(EmulatorError, NotImplementedError):
+  """A UOp (or dtype) the interpreter does not run."""
+
+
+# ---------------------------------------------------------------------------------------------------------- serialization
+
+_ALLOWED_GLOBALS = {("kc.uop", "UOp"), ("kc.uop", "Ops"), ("kc.dtype", "_intern"), ("kc.dtype", "DType"),
+                    ("kc.dtype", "PtrDType"), ("kc.dtype", "ImageDType")}
+
+
+class _UOpUnpickler(pickle.Unpickler):
+  """Unpickles UOp lists only: a program is data, and loading one must never import or call anything else."""
+
+  def find_class(self, module, name):
+    if (module, name) in _ALLOWED_GLOBALS: return super().find_class(module, name)
+    raise pickle.UnpicklingError(f"a serialized EMU program may only hold UOps and dtypes, not {module}.{name}")
+
+
+def describe(pc: int, u: UOp, pos: dict) -> str:
+  """One line of the listing: position, op, dtype, source positions, arg."""
+  srcs = ",".join(str(pos.get(s, "?")) for s in u.src)
+  arg = u.arg.render() if isinstance(u.arg, UOp) else repr(u.arg)
+  return f"{pc:4d} {u.op.name:<14s} {str(u.dtype):<28s} [{srcs}] {arg}"
+
+
+def serialize(name: str, uops: list[UOp]) -> str:
+  """The EMU 'source': a readable listing in comments (for DEBUG and `kc render`) and one line holding the
+  program itself, which is all the compiler reads."""
+  pos = {u: i for i, u in enumerate(uops)}
+  listing = [f"# EMU program {name}: {len(uops)} uops"] + ["# " + describe(i, u, pos) for i, u in enumerate(uops)]
+  payload = base64.b64encode(zlib.compress(pickle.dumps((name, list(uops)), protocol=pickle.HIGHEST_PROTOCOL))).decode()
+  return "\n".join(listing + [f"{FORMAT} {payload}"]) + "\n"
+
+
+def load_program(data: bytes) -> tuple[str, list[UOp]]:
+  """(name, uops) from the bytes EmuCompiler made."""
+  name, uops = _UOpUnpickler(io.BytesIO(zlib.decompress(data))).load()
+  if not isinstance(name, str) or not isinstance(uops, list) or not all(isinstance(u, UOp) for u in uops):
+    raise pickle.UnpicklingError("the payload is not a (name, [UOp, ...]) pair")
+  return name, uops
+
+
+# ---------------------------------------------------------------------------------------------------------- renderer
+
+class EmuRenderer(Renderer):
+  """The generic target EMU lowers for when it impersonates no device: GPU-like, with locals and float4. Every op
+  that the C-style backends spell, the interpreter runs natively (transcendentals through numpy)."""
+  device = DEVICE
+  impersonates: Optional[str] = None
+  has_local = True
+  has_shared = True
+  supports_float4 = True
+  global_max = (65535, 65535, 65535)
+  local_max = (256, 256, 64)
+  shared_max = 32768
+  tensor_cores = []
+  code_for_op = dict(CStyleLanguage.code_for_op)
+
+  def render(self, name: str, uops: list) -> str: return serialize(name, uops)
+
+
+def _render_for_emu(self, name: str, uops: list) -> str: return serialize(name, uops)
+
+
+@functools.lru_cache(maxsize=None)
+def _impersonating_class(cls: type) -> type:
+  # a subclass keeps every declaration and dialect rewrite of the impersonated renderer (class attributes and
+  # methods alike); only the last step, rendering, is EMU's
+  return type(f"Emu{cls.__name__}", (cls,), {"render": _render_for_emu, "device": DEVICE, "__module__": __name__,
+                                            "__doc__": f"{cls.__name__} lowering, EMU rendering."})
+
+
+def impersonating(target: Renderer) -> Renderer:
+  """A renderer that lowers exactly like `target` (limits set on the instance included) but renders for EMU."""
+  r = object.__new__(_impersonating_class(type(target)))
+  r.__dict__.update(vars(target))
+  r.impersonates = target.device
+  r.device = DEVICE
+  return r
+
+
+# ---------------------------------------------------------------------------------------------------------- compiler
+
+class EmuCompiler(Compiler):
+  """Checks the serialized program and returns its payload. Nothing is cached on disk: decoding the payload is
+  cheaper than reading a cache entry, and an entry would only store the source a second time."""
+
+  def compile(self, src: str) -> bytes:
+    if not isinstance(src, str): raise CompileError(f"source must be a str, got {type(src).__name__}", src=str(src))
+    return self.compile_uncached(src)
+
+  def compile_uncached(self, src: str) -> bytes:
+    line = next((ln for ln in reversed(src.splitlines()) if ln.startswith(FORMAT + " ")), None)
+    if line is None: raise CompileError(f"not an EMU program: no '{FORMAT} ...' line (render it with EMU's renderer)", src=src)
+    try:
+      data = base64.b64decode(line[len(FORMAT) + 1:], validate=True)
+      name, uops = load_program(data)
+    except Exception as e:
+      raise CompileError(f"the EMU program is damaged: {type(e).__name__}: {e}", src=src) from e
+    _Plan(name, uops)  # unknown ops fail here, at compile time, like a compiler rejecting source
+    return data
+
+
+# ---------------------------------------------------------------------------------------------------------- values
+
+def value_np(dt: DType) -> np.dtype:
+  """The numpy dtype values of `dt` are computed in: bfloat16 as float32 holding bfloat16-exact values."""
+  s = dt.scalar()
+  if s == dtypes.bfloat16: return np.dtype(np.float32)
+  if s.np is None: raise UnsupportedOpError(f"EMU has no numpy type for {dt}")
+  return s.np
+
+
+def storage_np(dt: DType) -> np.dtype:
+  """The numpy dtype of `dt`'s bits in memory: bfloat16 as uint16."""
+  return np.dtype(np.uint16) if dt.scalar() == dtypes.bfloat16 else value_np(dt)
+
+
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+  """float32 values to bfloat16 bits, rounding to nearest even; NaNs stay (quiet) NaNs."""
+  bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+  rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+  nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+  return np.where(nan, ((bits >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16), rounded)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+  return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray: return bf16_values(bf16_bits(x))
+
+
+def to_storage(x: np.ndarray, dt: DType) -> np.ndarray:
+  return bf16_bits(x) if dt.scalar() == dtypes.bfloat16 else np.asarray(x, dtype=storage_np(dt))
+
+
+def from_storage(bits: np.ndarray, dt: DType) -> np.ndarray:
+  return bf16_values(bits) if dt.scalar() == dtypes.bfloat16 else bits
+
+
+def _fix(dt: DType, fn: Callable) -> Callable:
+  """`fn` with its result held in `dt` exactly: the numpy type, and bfloat16 rounding."""
+  vnp = value_np(dt)
+  if dt.scalar() == dtypes.bfloat16: return lambda *a: round_bf16(np.asarray(fn(*a), dtype=np.float32))
+  return lambda *a: np.asarray(fn(*a)).astype(vnp, copy=False)
+
+
+def _c_idiv(a, b):
+  # C truncates toward zero; a - fmod(a, b) is an exact multiple of b, so floor division of it is exact
+  return (a - np.fmod(a, b)) // np.where(b == 0, 1, b) * (b != 0)
+
+
+def _c_max(a, b): return np.where(a < b, b, a)  # C-style `(a<b)?b:a`: a NaN in a wins, a NaN in b loses
+
+
+def _shift(fn):
+  return lambda a, b: fn(a, np.asarray(b).astype(np.asarray(a).dtype))
+
+
+def _neg(a):
+  a = np.asarray(a)
+  return np.logical_not(a) if a.dtype == np.bool_ else np.negative(a)
+
+
+def _where(c, a, b):
+  c = np.asarray(c)
+  if np.ndim(a) == 2 or np.ndim(b) == 2: c = c[..., None] if c.ndim < 2 else c  # a scalar condition picks whole vectors
+  return np.where(c, a, b)
+
+
+_ALU: dict[Ops, Callable] = {
+  Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: _c_max, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
+  Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: _shift(np.left_shift),
+  Ops.SHR: _shift(np.right_shift), Ops.FDIV: np.divide, Ops.POW: np.power, Ops.NEG: _neg, Ops.RECIP: np.reciprocal,
+  Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt, Ops.WHERE: _where,
+  Ops.MULACC: lambda a, b, c: np.add(np.multiply(a, b), c),
+}
+
+
+def alu_function(op: Ops, dt: DType, src_dt: DType) -> Callable:
+  """The numpy function of an ALU UOp of result dtype `dt` whose (first) operand has dtype `src_dt`."""
+  is_int, is_bool = dtypes.is_int(dt), dtypes.is_bool(dt)
+  if op is Ops.IDIV: fn = (lambda a, b: a // np.where(b == 0, 1, b) * (b != 0)) if dtypes.is_unsigned(dt) else _c_idiv
+  elif op is Ops.MOD: fn = np.fmod  # C: the remainder has the dividend's sign (and x % 0 gives 0 here, not a trap)
+  elif op is Ops.SUB: fn = np.bitwise_xor if is_bool else np.subtract  # bool - bool, read back as bool, is xor
+  elif op in _ALU: fn = _ALU[op]
+  else: raise UnsupportedOpError(f"EMU does not know the ALU op {op.name}")
+  if op in GroupOp.Comparison:
+    if src_dt.scalar() == dtypes.bfloat16: return fn  # compared as the float32 values they are
+    return lambda a, b: np.asarray(fn(a, b))
+  if op in (Ops.IDIV, Ops.MOD) and not is_int: raise UnsupportedOpError(f"EMU runs {op.name} on ints only, got {dt}")
+  return _fix(dt, fn)
+
+
+def cast_function(src: DType, dt: DType) -> Callable:
+  """A value conversion with C's rules: floats to ints truncate, anything to bool is `!= 0`."""
+  if dt.scalar() == dtypes.bfloat16: return lambda x: round_bf16(np.asarray(x).astype(np.float32))
+  vnp = value_np(dt)
+  return lambda x: np.asarray(x).astype(vnp)
+
+
+def bitcast_function(src: DType, dt: DType) -> Callable:
+  """Reinterpretation of the bits; the lane counts may differ (float -> half2) when the sizes match."""
+  if src.itemsize != dt.itemsize: raise UnsupportedOpError(f"BITCAST from {src} to {dt} changes the size")
+  def bitcast(x):
+    bits = to_storage(x, src)
+    if src.count == 1: bits = bits[..., None]
+    out = np.ascontiguousarray(bits).view(storage_np(dt))
+    if dt.count == 1: out = out[..., 0]
+    elif out.ndim == 1: out = out[None]
+    return from_storage(out, dt)
+  return bitcast
+
+
+def const_value(u: UOp) -> np.ndarray:
+  v = np.asarray(u.arg, dtype=np.float64 if isinstance(u.arg, float) else None)
+  v = round_bf16(v.astype(np.float32)) if u.dtype.scalar() == dtypes.bfloat16 else v.astype(value_np(u.dtype))
+  return np.full((1, u.dtype.count), v) if u.dtype.count > 1 else v
+
+
+def vectorize(*xs):
+  out = np.stack(np.broadcast_arrays(*xs), axis=-1)
+  return out[None] if out.ndim == 1 else out
+
+
+def gep_function(lanes: tuple) -> Callable:
+  if len(lanes) == 1: return lambda x: np.asarray(x)[..., lanes[0]]
+  return lambda x: np.asarray(x)[..., list(lanes)]
+
+
+# ---------------------------------------------------------------------------------------------------------- the plan
+
+_VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP}
+_KNOWN = _VALUE_OPS | {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL, Ops.RANGE, Ops.ENDRANGE,
+                       Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.NOOP}
+
+
+class _Plan:
+  """A program prepared for interpretation: source positions (uses of an ASSIGN read its accumulator), matching
+  block starts and ends, the numpy function of each value op, and the kernel's buffers, variables and indices."""
+
+  def __init__(self, name: str, uops: list[UOp]):
+    self.name, self.uops = name, uops
+    pos = {u: i for i, u in enumerate(uops)}
+    self.pos = pos
+    for pc, u in enumerate(uops):
+      if u.op not in _KNOWN: raise UnsupportedOpError(self.where(pc, f"EMU cannot run {u.op.name}: it interprets {', '.join(sorted(o.name for o in _KNOWN))}"))
+      if isinstance(u.dtype, ImageDType): raise UnsupportedOpError(self.where(pc, "EMU does not emulate images"))
+      missing = [s for s in u.src if s not in pos and not (u.op is Ops.DEFINE_ACC)]
+      if missing: raise UnsupportedOpError(self.where(pc, f"a source ({missing[0].op.name}) is not in the program"))
+    def resolve(s: UOp) -> int: return pos[s.src[0]] if s.op is Ops.ASSIGN else pos[s]
+    self.srcs = [tuple(resolve(s) for s in u.src) if u.op is not Ops.DEFINE_ACC else (pos[u.src[0]],) for u in uops]
+    self.jump: dict[int, int] = {}
+    opened: list[int] = []
+    for pc, u in enumerate(uops):
+      if u.op in (Ops.RANGE, Ops.IF): opened.append(pc)
+      elif u.op in (Ops.ENDRANGE, Ops.ENDIF):
+        start = pos.get(u.src[0]) if u.src else None
+        if not opened or start != opened[-1]: raise UnsupportedOpError(self.where(pc, f"{u.op.name} does not close the innermost open block"))
+        self.jump[start], self.jump[pc] = pc, opened.pop()
+    if opened: raise UnsupportedOpError(self.where(opened[-1], f"{uops[opened[-1]].op.name} is never closed"))
+    self.fns: dict[int, Callable] = {pc: self._function(pc, u) for pc, u in enumerate(uops) if u.op in _VALUE_OPS}
+    self.consts = {pc: const_value(u) for pc, u in enumerate(uops) if u.op is Ops.CONST}
+    self.globals = [pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_GLOBAL]
+    self.vars = sorted((pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_VAR), key=lambda pc: uops[pc].arg)
+    self.locals = [pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_LOCAL]
+    self.specials = [pc for pc, u in enumerate(uops) if u.op is Ops.SPECIAL]
+    self.local_bytes = sum(uops[pc].arg[1] * uops[pc].dtype.base.itemsize for pc in self.locals)
+
+  def where(self, pc: int, msg: str) -> str:
+    """`msg` prefixed with the kernel and the UOp it is about."""
+    u = self.uops[pc]
+    return f"kernel {self.name}: uop {pc} ({u.op.name} {u.dtype}): {msg}"
+
+  def _function(self, pc: int, u: UOp) -> Callable:
+    try:
+      if u.op in GroupOp.ALU: return alu_function(u.op, u.dtype, u.src[0].dtype)
+      if u.op is Ops.CAST: return cast_function(u.src[0].dtype, u.dtype)
+      if u.op is Ops.BITCAST: return bitcast_function(u.src[0].dtype, u.dtype)
+      if u.op is Ops.VECTORIZE: return vectorize
+      return gep_function(tuple(u.arg))
+    except UnsupportedOpError as e: raise UnsupportedOpError(self.where(pc, str(e))) from None
+
+
+# ---------------------------------------------------------------------------------------------------------- launch geometry
+
+@dataclass(frozen=True)
+class Limits:
+  """What the renderer a program was lowered for promised about launches."""
+  renderer: str
+  global_max: Optional[tuple[int, ...]]
+  local_max: Optional[tuple[int, ...]]
+  shared_max: int
+
+
+def _dims(x: Optional[Sequence[int]], what: str, name: str) -> tuple[int, int, int]:
+  if x is None: return (1, 1, 1)
+  dims = tuple(int(v) for v in x) + (1,) * (3 - len(x))
+  if len(dims) != 3 or any(d < 1 for d in dims): raise LaunchError(f"kernel {name}: {what} size {list(x)} must be 1 to 3 positive ints")
+  return dims  # type: ignore[return-value]
+
+
+class _Batch:
+  """A run of whole work-groups in lock-step: lanes are group-major, x fastest within a group."""
+
+  def __init__(self, groups: np.ndarray, local: tuple[int, int, int]):
+    self.groups, self.local = groups, local                  # groups: (G, 3) work-group coordinates
+    self.threads = prod(local)
+    self.num_groups = len(groups)
+    self.lanes = self.num_groups * self.threads
+    tid = np.arange(self.threads)
+    self.thread_coords = np.stack([tid % local[0], tid // local[0] % local[1], tid // (local[0] * local[1])], axis=1)
+    self.group_of_lane = np.repeat(np.arange(self.num_groups), self.threads)
+    self.thread_of_lane = np.tile(tid, self.num_groups)
+
+  def special(self, name: str) -> np.ndarray:
+    axis = int(name[-1])
+    gid = np.repeat(self.groups[:, axis], self.threads).astype(np.int32)
+    lid = np.tile(self.thread_coords[:, axis], self.num_groups).astype(np.int32)
+    if name.startswith("gidx"): return gid
+    if name.startswith("lidx"): return lid
+    return (gid * self.local[axis] + lid).astype(np.int32)
+
+  def lane_name(self, lane: int) -> str:
+    g, t = self.groups[lane // self.threads], self.thread_coords[lane % self.threads]
+    return f"work-group ({g[0]},{g[1]},{g[2]}) thread ({t[0]},{t[1]},{t[2]})"
+
+
+# ---------------------------------------------------------------------------------------------------------- memory
+
+class _Memory:
+  """One buffer the kernel addresses: its elements (in storage dtype) and, for local memory, one row per
+  work-group plus who wrote each element since the last barrier (-2 nobody yet, -1 published by a barrier)."""
+
+  def __init__(self, label: str, data: np.ndarray, dtype: DType, size: int, local: bool, batch: _Batch):
+    self.label, self.data, self.dtype, self.size, self.local = label, data, dtype, size, local
+    self.writer = np.full(data.shape, -2, dtype=np.int32) if local else None
+    self.batch = batch
+
+  def flat(self, lanes: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    return self.batch.group_of_lane[lanes][:, None] * self.size + offsets if self.local else offsets
+
+  def publish(self, groups: np.ndarray):
+    """A barrier the threads of `groups` passed: what they wrote is now everyone's to read."""
+    rows = self.writer.reshape(self.batch.num_groups, self.size)[groups]
+    rows[rows >= 0] = -1
+    self.writer.reshape(self.batch.num_groups, self.size)[groups] = rows
+
+
+# ---------------------------------------------------------------------------------------------------------- the interpreter
+
+class _Run:
+  """One batch of work-groups executing the plan."""
+
+  def __init__(self, plan: _Plan, batch: _Batch, buffers: list[tuple[np.ndarray, DType]], var_vals: list[int]):
+    self.plan, self.batch = plan, batch
+    self.vals: list = [None] * len(plan.uops)
+    self.memory: dict[int, _Memory] = {}
+    for i, (pc, (data, dt)) in enumerate(zip(plan.globals, buffers)):
+      self.memory[pc] = _Memory(f"data{plan.uops[pc].arg} (argument {i}, {len(data)} x {dt.name})", data, dt, len(data), False, batch)
+    for pc in plan.locals:
+      u = plan.uops[pc]
+      size = u.arg[1]
+      data = np.zeros(batch.num_groups * size, dtype=storage_np(u.dtype.base))
+      self.memory[pc] = _Memory(f"local {u.arg[0]} ({size} x {u.dtype.base.name})", data, u.dtype.base, size, True, batch)
+    for pc, v in zip(plan.vars, var_vals): self.vals[pc] = np.asarray(v, dtype=np.int32)
+    for pc, v in plan.consts.items(): self.vals[pc] = v
+    for pc in plan.specials: self.vals[pc] = batch.special(plan.uops[pc].arg[0])
+
+  def error(self, cls: type, pc: int, msg: str, lane: Optional[int] = None) -> EmulatorError:
+    who = f" ({self.batch.lane_name(lane)})" if lane is not None else ""
+    return cls(self.plan.where(pc, msg + who))
+
+  def run(self):
+    plan, vals, uops, srcs, fns = self.plan, self.vals, self.plan.uops, self.plan.srcs, self.plan.fns
+    mask: Optional[np.ndarray] = None   # the active lanes, None when all are
+    frames: list = []                   # per open block: (kind, pc, mask before it, loop end)
+    pc, n = 0, len(uops)
+    while pc < n:
+      op = uops[pc].op
+      if pc in fns: vals[pc] = fns[pc](*[vals[s] for s in srcs[pc]])
+      elif op is Ops.INDEX:
+        s = srcs[pc]
+        vals[pc] = (s[0], vals[s[1]], vals[s[2]] if len(s) > 2 else None)
+      elif op is Ops.LOAD: vals[pc] = self.load(pc, mask)
+      elif op is Ops.STORE: self.store(pc, mask)
+      elif op is Ops.DEFINE_ACC: vals[pc] = vals[srcs[pc][0]]
+      elif op is Ops.ASSIGN:
+        acc, new = srcs[pc]
+        vals[acc] = new_val = vals[new] if mask is None else _where(mask, vals[new], vals[acc])
+        vals[pc] = new_val
+      elif op is Ops.RANGE:
+        start, end = vals[srcs[pc][0]], vals[srcs[pc][1]]
+        if np.size(start) == 1 and np.size(end) == 1:  # bounds every lane shares: one counter
+          counter, end = np.asarray(start, dtype=np.int32).reshape(()), int(np.asarray(end).reshape(()))
+          if int(counter) >= end:
+            pc = plan.jump[pc] + 1
+            continue
+          frames.append(("range", pc, mask, end))
+        else:  # bounds that differ per lane: lanes leave the loop as they reach their end
+          counter = np.broadcast_to(np.asarray(start, dtype=np.int32), (self.batch.lanes,)).copy()
+          active = counter < end if mask is None else mask & (counter < end)
+          if not active.any():
+            pc = plan.jump[pc] + 1
+            continue
+          frames.append(("range", pc, mask, end))
+          mask = active
+        vals[pc] = counter
+      elif op is Ops.ENDRANGE:
+        _, start_pc, outer, end = frames[-1]
+        counter = (vals[start_pc] + 1).astype(np.int32)
+        if isinstance(end, int):
+          if int(counter) < end:
+            vals[start_pc], pc = counter, start_pc + 1
+            continue
+        else:
+          active = counter < end if outer is None else outer & (counter < end)
+          if active.any():
+            vals[start_pc], mask, pc = counter, active, start_pc + 1
+            continue
+        frames.pop()
+        mask = outer
+      elif op is Ops.IF:
+        gate = np.asarray(vals[srcs[pc][0]], dtype=bool)
+        active = gate if mask is None else mask & gate
+        frames.append(("if", pc, mask, None))
+        if not active.any():
+          pc = plan.jump[pc]  # to the ENDIF, which closes the block
+          continue
+        mask = None if active.all() and np.size(active) in (1, self.batch.lanes) else np.broadcast_to(active, (self.batch.lanes,))
+      elif op is Ops.ENDIF: mask = frames.pop()[2]
+      elif op is Ops.BARRIER: self.barrier(pc, mask)
+      # DEFINE_GLOBAL / DEFINE_VAR / DEFINE_LOCAL / CONST / SPECIAL were set up front; NOOP does nothing
+      pc += 1
+
+  # -- memory ---------------------------------------------------------------------------------------------------------
+
+  def _active_lanes(self, mask: Optional[np.ndarray], gate) -> Optional[np.ndarray]:
+    """Indices of the lanes that perform an access, None when all of them do."""
+    if gate is not None:
+      g = np.broadcast_to(np.asarray(gate, dtype=bool), (self.batch.lanes,))
+      mask = g if mask is None else mask & g
+    if mask is None: return None
+    return np.flatnonzero(mask)
+
+  def _addresses(self, pc: int, mem: _Memory, offsets, lanes: Optional[np.ndarray], width: int, verb: str) -> tuple[np.ndarray, np.ndarray]:
+    """(lanes, element offsets of shape (k, width)) of an access, checked against the buffer's bounds."""
+    all_offsets = np.broadcast_to(np.asarray(offsets, dtype=np.int64), (self.batch.lanes,))
+    if lanes is None: lanes = np.arange(self.batch.lanes)
+    off = all_offsets[lanes]
+    bad = (off < 0) | (off + width > mem.size)
+    if bad.any():
+      i = int(np.argmax(bad))
+      span = f"elements {off[i]}..{off[i] + width - 1}" if width > 1 else f"element {off[i]}"
+      raise self.error(OutOfBoundsError, pc, f"{verb} {span} of {mem.label}, which has elements 0..{mem.size - 1}", int(lanes[i]))
+    if width > 1 and (misaligned := off % width != 0).any():
+      i = int(np.argmax(misaligned))
+      raise self.error(OutOfBoundsError, pc, f"a {width}-wide vector access at element {off[i]} of {mem.label} is not {width}-aligned", int(lanes[i]))
+    return lanes, off[:, None] + np.arange(width)
+
+  def load(self, pc: int, mask: Optional[np.ndarray]) -> np.ndarray:
+    u = self.plan.uops[pc]
+    buf_pc, offsets, gate = self.vals[self.plan.srcs[pc][0]]
+    mem, width = self.memory[buf_pc], u.dtype.count
+    lanes = self._active_lanes(mask, gate)
+    shape = (self.batch.lanes, width) if width > 1 else (self.batch.lanes,)
+    out = np.zeros(shape, dtype=value_np(u.dtype))  # gated-off lanes read 0
+    if lanes is not None and len(lanes) == 0: return out
+    lanes, addr = self._addresses(pc, mem, offsets, lanes, width, "reads")
+    flat = mem.flat(lanes, addr)
+    if mem.local: self._check_local_read(pc, mem, lanes, flat)
+    data = from_storage(mem.data[flat], mem.dtype)
+    out[lanes] = data if width > 1 else data[:, 0]
+    return out
+
+  def store(self, pc: int, mask: Optional[np.ndarray]):
+    u = self.plan.uops[pc]
+    buf_pc, offsets, gate = self.vals[self.plan.srcs[pc][0]]
+    mem, width = self.memory[buf_pc], u.src[1].dtype.count
+    lanes = self._active_lanes(mask, gate)
+    if lanes is not None and len(lanes) == 0: return
+    lanes, addr = self._addresses(pc, mem, offsets, lanes, width, "writes")
+    shape = (self.batch.lanes, width) if width > 1 else (self.batch.lanes,)
+    value = to_storage(np.broadcast_to(self.vals[self.plan.srcs[pc][1]], shape)[lanes], mem.dtype).reshape(len(lanes), width)
+    flat = mem.flat(lanes, addr)
+    self._check_store_conflicts(pc, mem, lanes, flat, value)
+    if mem.local:
+      self._check_local_write(pc, mem, lanes, flat)
+      mem.writer[flat] = self.batch.thread_of_lane[lanes][:, None]
+    mem.data[flat] = value
+
+  def _check_store_conflicts(self, pc: int, mem: _Memory, lanes, flat, value):
+    """Two threads storing different values to one element at the same store: on a real device either may win."""
+    f, v = flat.reshape(-1), value.reshape(-1)
+    if len(f) < 2: return
+    order = np.argsort(f, kind="stable")
+    fs, bits = f[order], np.ascontiguousarray(v[order]).view(f"u{v.dtype.itemsize}") if v.dtype != np.bool_ else v[order]
+    clash = (fs[1:] == fs[:-1]) & (bits[1:] != bits[:-1])
+    if clash.any():
+      i = int(np.argmax(clash))
+      a, b = (int(lanes[order[j] // flat.shape[1]]) for j in (i, i + 1))
+      raise self.error(DataRaceError, pc, f"{self.batch.lane_name(a)} and {self.batch.lane_name(b)} store different values to "
+                                          f"element {self._element(mem, fs[i])} of {mem.label} at the same time", None)
+
+  def _element(self, mem: _Memory, flat: int) -> int: return int(flat) % mem.size if mem.local and mem.size else int(flat)
+
+  def _check_local_read(self, pc: int, mem: _Memory, lanes, flat):
+    writer, me = mem.writer[flat], self.batch.thread_of_lane[lanes][:, None]
+    if (never := writer == -2).any():
+      i = int(np.argmax(never.any(axis=1)))
+      raise self.error(DataRaceError, pc, f"reads element {self._element(mem, flat[i][never[i]][0])} of {mem.label}, which no thread "
+                                          "of the work-group wrote", int(lanes[i]))
+    if (race := (writer >= 0) & (writer != me)).any():
+      i = int(np.argmax(race.any(axis=1)))
+      j = int(np.argmax(race[i]))
+      raise self.error(DataRaceError, pc, f"reads element {self._element(mem, flat[i, j])} of {mem.label} that thread "
+                                          f"{self._thread_name(int(writer[i, j]))} wrote with no BARRIER in between", int(lanes[i]))
+
+  def _check_local_write(self, pc: int, mem: _Memory, lanes, flat):
+    writer, me = mem.writer[flat], self.batch.thread_of_lane[lanes][:, None]
+    if (race := (writer >= 0) & (writer != me)).any():
+      i = int(np.argmax(race.any(axis=1)))
+      j = int(np.argmax(race[i]))
+      raise self.error(DataRaceError, pc, f"overwrites element {self._element(mem, flat[i, j])} of {mem.label} that thread "
+                                          f"{self._thread_name(int(writer[i, j]))} wrote with no BARRIER in between", int(lanes[i]))
+
+  def _thread_name(self, t: int) -> str:
+    c = self.batch.thread_coords[t]
+    return f"({c[0]},{c[1]},{c[2]})"
+
+  def barrier(self, pc: int, mask: Optional[np.ndarray]):
+    b = self.batch
+    if mask is None: reached = np.ones(b.num_groups, dtype=bool)
+    else:
+      per_group = np.broadcast_to(mask, (b.lanes,)).reshape(b.num_groups, b.threads)
+      reached, partial = per_group.all(axis=1), per_group.any(axis=1) & ~per_group.all(axis=1)
+      if partial.any():
+        g = int(np.argmax(partial))
+        row = per_group[g]
+        there, away = int(np.argmax(row)), int(np.argmax(~row))
+        raise self.error(BarrierError, pc, f"{b.lane_name(g * b.threads + there)} reaches the BARRIER but "
+                                           f"{b.lane_name(g * b.threads + away)} of the same work-group skips it")
+    for pcl in self.plan.locals: self.memory[pcl].publish(reached)
+
+
+# ---------------------------------------------------------------------------------------------------------- program handle
+
+class EmuProgram:
+  """A loaded EMU program; calling it launches the kernel (the kc program-handle protocol)."""
+
+  def __init__(self, name: str, lib: bytes, limits: Optional[Limits] = None):
+    try: prog_name, uops = load_program(lib)
+    except Exception as e: raise LaunchError(f"kernel {name}: the EMU binary does not load: {type(e).__name__}: {e}") from e
+    self.name, self.plan = name, _Plan(prog_name, uops)
+    self.limits = limits
+    if limits is not None and self.plan.local_bytes > limits.shared_max:
+      raise LaunchError(f"kernel {name} declares {self.plan.local_bytes} bytes of local memory, more than the shared_max "
+                        f"{limits.shared_max} of the {limits.renderer} renderer")
+
+  def __call__(self, *bufs, global_size: Optional[Sequence[int]] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
+               vals: Sequence[int] = (), wait: bool = False) -> Optional[float]:
+    plan = self.plan
+    start = time.perf_counter()
+    buffers = self._buffers(bufs)
+    var_vals = self._var_values(vals)
+    gdims, ldims = _dims(global_size, "global", self.name), _dims(local_size, "local", self.name)
+    self._check_launch(gdims, ldims, global_size, local_size, var_vals)
+    groups = np.stack(np.meshgrid(*[np.arange(d) for d in gdims], indexing="ij"), axis=-1).transpose(2, 1, 0, 3).reshape(-1, 3)
+    per_batch = max(1, LANES_PER_BATCH // prod(ldims))
+    with np.errstate(all="ignore"):  # wrap-around, inf and nan are the semantics here, not accidents
+      for first in range(0, len(groups), per_batch):
+        _Run(plan, _Batch(groups[first:first + per_batch], ldims), buffers, var_vals).run()
+    return time.perf_counter() - start if wait else None
+
+  def _buffers(self, bufs) -> list[tuple[np.ndarray, DType]]:
+    plan = self.plan
+    if len(bufs) != len(plan.globals):
+      raise LaunchError(f"kernel {self.name} takes {len(plan.globals)} buffers, got {len(bufs)}")
+    out = []
+    for i, (pc, raw) in enumerate(zip(plan.globals, raw_buffers(bufs))):
+      dt = plan.uops[pc].dtype.base
+      arr = getattr(raw, "array", None)
+      if not isinstance(arr, np.ndarray): raise LaunchError(f"kernel {self.name}: buffer {i} is not EMU (host) memory: {type(raw).__name__}")
+      itemsize = storage_np(dt).itemsize
+      usable = arr[:len(arr) - len(arr) % itemsize]
+      out.append((usable.view(storage_np(dt)), dt))
+    return out
+
+  def _var_values(self, vals: Sequence[int]) -> list[int]:
+    plan = self.plan
+    if len(vals) != len(plan.vars):
+      raise LaunchError(f"kernel {self.name} takes {len(plan.vars)} variable values ({', '.join(plan.uops[pc].arg[0] for pc in plan.vars)}), got {len(vals)}")
+    for pc, v in zip(plan.vars, vals):
+      name, lo, hi = plan.uops[pc].arg
+      if not lo <= int(v) <= hi: raise LaunchError(f"kernel {self.name}: variable {name}={v} is outside its range {lo}..{hi}")
+    return [int(v) for v in vals]
+
+  def _check_launch(self, gdims, ldims, global_size, local_size, var_vals: list[int]):
+    """The launch matches the sizes the kernel's SPECIALs declare and the limits its renderer promised."""
+    plan = self.plan
+    by_name = {plan.uops[pc].arg[0]: v for pc, v in zip(plan.vars, var_vals)}
+    for pc in plan.specials:
+      name, size = plan.uops[pc].arg
+      want, axis = int(sym_infer(size, by_name)), int(name[-1])
+      got = gdims[axis] if name.startswith("gidx") else ldims[axis] if name.startswith("lidx") else gdims[axis] * ldims[axis]
+      if got != want:
+        raise LaunchError(plan.where(pc, f"{name} counts {want}, but the launch (global {list(gdims)}, local {list(ldims)}) gives {got}"))
+    if self.limits is None: return
+    for dims, given, limit, what in ((gdims, global_size, self.limits.global_max, "global"), (ldims, local_size, self.limits.local_max, "local")):
+      if given is None or limit is None: continue
+      if any(d > m for d, m in zip(dims, limit)):
+        raise LaunchError(f"kernel {self.name}: {what} size {list(dims)} exceeds the {what}_max {tuple(limit)} of the {self.limits.renderer} renderer")
+
+
+# ---------------------------------------------------------------------------------------------------------- the device
+
+class EmuDevice(CompiledDevice):
+  """The EMU device. `impersonate(name)` swaps in the lowering of another registered device's renderer."""
+
+  def __init__(self, impersonate: Optional[str] = None):
+    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler("kc"), self._load)
+    self.impersonate(impersonate)
+
+  @property
+  def impersonating(self) -> Optional[str]:
+    """The device whose renderer EMU lowers with, None for its generic renderer."""
+    return getattr(self.renderer, "impersonates", None)
+
+  def impersonate(self, name: Optional[str]) -> "EmuDevice":
+    """Lower kernels with the Renderer of registered device `name` (limits, locals, float4, tensor cores, dialect
+    rewrites); None (or "") goes back to EMU's generic renderer."""
+    if not name:
+      self.renderer = EmuRenderer()
+      return self
+    from kc.device import Device
+    if Device.canonical(name) == DEVICE: raise KcError("EMU cannot impersonate itself: impersonate(None) gives its generic renderer")
+    if name not in Device:
+      raise KcError(f"EMU cannot impersonate {name!r}: no such device is registered (registered: {', '.join(Device.names())})")
+    self.renderer = impersonating(Device.renderer(name))
+    return self
+
+  def _load(self, name: str, lib: bytes) -> EmuProgram:
+    r = self.renderer
+    limits = Limits(self.impersonating or DEVICE, r.global_max, r.local_max if r.has_local else None, r.shared_max)
+    return EmuProgram(name, lib, limits)
+
+  def __repr__(self): return f"<EmuDevice impersonating {self.impersonating or 'nothing (generic renderer)'}>"
+
+
+def open_device() -> EmuDevice: return EmuDevice(os.environ.get("KC_EMULATE") or None)
+
+
+def backend_spec():
+  """The BackendSpec kc registers EMU with: always available, the lowest priority."""
+  from kc.device import Device
+  from kc.plugins import PLUGIN_API_VERSION, BackendSpec
+  return BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=lambda: None, open=open_device,
+                     renderer=lambda: Device[DEVICE].renderer, distribution="kc", version=_kc_version())
+
+
+def _kc_version() -> str:
+  from kc.device import _kc_version as version
+  return version()
+
+
+__all__ = ["EmuDevice", "EmuRenderer", "EmuCompiler", "EmuProgram", "EmulatorError", "OutOfBoundsError", "BarrierError",
+           "DataRaceError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program", "DEVICE", "PRIORITY"]
