@@ -19,7 +19,8 @@ def open_device():
   return OpenCLDevice(DEVICE, select_device(), f"kc-opencl {__version__}")
 
 
-def renderer():
+# not named `renderer`: importing the submodule kc_opencl.renderer would rebind that name in this package
+def device_renderer():
   """The renderer with the selected device's limits, or conservative defaults where no device can be opened."""
   from kc_opencl.renderer import OpenCLRenderer
   return OpenCLRenderer(selected_info() if unavailable_reason() is None else None)
@@ -28,8 +29,8 @@ def renderer():
 @hookimpl
 def kc_backends() -> list[BackendSpec]:
   return [BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=unavailable_reason,
-                      open=open_device, renderer=renderer, distribution="kc-opencl", version=__version__)]
+                      open=open_device, renderer=device_renderer, distribution="kc-opencl", version=__version__)]
 
 
-__all__ = ["DEVICE", "PRIORITY", "ENV_DEVICE", "DeviceInfo", "open_device", "renderer", "kc_backends", "select_device", "unavailable_reason",
+__all__ = ["DEVICE", "PRIORITY", "ENV_DEVICE", "DeviceInfo", "open_device", "device_renderer", "kc_backends", "select_device", "unavailable_reason",
            "__version__"]

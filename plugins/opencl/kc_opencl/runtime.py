@@ -32,7 +32,8 @@ class OpenCLAllocator(LRUAllocator):
       channel = cl.channel_type.HALF_FLOAT if options.base == dtypes.half else cl.channel_type.FLOAT
       if h * w * 4 * options.base.itemsize != nbytes:
         raise KcError(f"an image {options} holds {h * w * 4} values of {options.base}, not a buffer of {nbytes} bytes")
-      return cl.Image(ctx, cl.mem_flags.READ_WRITE, cl.ImageFormat(cl.channel_order.RGBA, channel), shape=(w, h))
+      make = getattr(cl, "create_image", cl.Image)  # newer pyopencl deprecates constructing Image directly
+      return make(ctx, cl.mem_flags.READ_WRITE, cl.ImageFormat(cl.channel_order.RGBA, channel), shape=(w, h))
     if options is not None: raise KcError(f"OPENCL buffers take no options but an ImageDType, got {options!r}")
     return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))  # OpenCL has no empty buffers
 

@@ -1,0 +1,414 @@
+"""The OPENCL device (kc-opencl): the OpenCL C dialect, limits from the device, launches with work-groups, build
+errors, buffers, and every opt (GROUP/GROUPTOP/LOCAL included) giving numpy's numbers. Runs on PoCL in CI.
+
+Render-tier tests and the unavailable-device tests run everywhere; the rest skip when no OpenCL device opens."""
+import importlib.util, subprocess, sys
+import numpy as np
+import pytest
+import kc
+from kc import Buffer, Opt, OptOps, ShapeTracker, UOp, Ops, dtypes
+from kc import ast as A
+from kc.device import DeviceRegistry
+from kc.errors import CompileError, DeviceUnavailable, KcError
+from kc.plugins import PluginTable
+import kc_opencl
+from kc_opencl import platform as clplatform
+from kc_opencl.platform import DeviceInfo
+from kc_opencl.renderer import DEFAULT_LOCAL_MAX, DEFAULT_LOCAL_MEM, OpenCLRenderer
+
+REASON = kc_opencl.unavailable_reason()
+needs_device = pytest.mark.skipif(REASON is not None, reason=f"OPENCL cannot open here: {REASON}")
+needs_pyopencl = pytest.mark.skipif(importlib.util.find_spec("pyopencl") is None, reason="pyopencl is not installed")
+
+F = lambda i, *shape: A.arg(i, dtypes.float32, shape)  # noqa: E731
+O = OptOps
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
+  return tmp_path
+
+
+@pytest.fixture
+def cl_dev():
+  return kc.Device["OPENCL"]
+
+
+def fake_info(**changes) -> DeviceInfo:
+  base = dict(name="Fake GPU", platform="Fake 1.0", version="OpenCL 3.0", driver_version="1", max_work_item_sizes=(512, 128, 32),
+              max_work_group_size=256, local_mem_size=65536, address_bits=32, mem_base_addr_align=1024,
+              extensions=frozenset({"cl_khr_fp64"}), image_support=True, correctly_rounded_divide_sqrt=True)
+  return DeviceInfo(**{**base, **changes})
+
+
+def render(sink, opts=(), renderer=None) -> str:
+  k = kc.Kernel(sink, opts=renderer or OpenCLRenderer())
+  for o in opts: k.apply_opt(o)
+  return k.to_program().src
+
+
+def run(sink, inputs, opts, **var_vals):
+  return kc.run(sink, inputs, device="OPENCL", opts=opts, **var_vals)[0]
+
+
+# ---------------------------------------------------------------------------------------------------------- plugin
+
+def test_opencl_is_registered_through_its_entry_point():
+  spec = kc.Device.spec("opencl")
+  assert "OPENCL" in kc.Device.names() and "opencl" not in kc.Device.errors()
+  assert spec.distribution == "kc-opencl" and spec.version == kc_opencl.__version__ and spec.priority == kc_opencl.PRIORITY
+  assert spec.priority < kc.Device.spec("CLANG").priority  # PoCL must not take the default from CLANG
+
+
+def test_importing_kc_opencl_does_not_import_pyopencl():
+  code = "import sys, kc, kc_opencl; kc.Device.names(); assert 'pyopencl' not in sys.modules, 'pyopencl imported'; print('ok')"
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@needs_pyopencl
+def test_no_platform_registers_an_unavailable_device_that_says_why(monkeypatch):
+  monkeypatch.setattr(clplatform, "list_platforms", lambda: [])
+  monkeypatch.delenv("KC_OPENCL_DEVICE", raising=False)
+  reason = kc_opencl.unavailable_reason()
+  assert "no OpenCL platform" in reason and "kc-opencl[pocl]" in reason
+  reg = DeviceRegistry(PluginTable(entry_points=lambda: []))
+  reg.table.register(kc_opencl.kc_backends()[0])
+  assert "OPENCL" in reg.names() and "OPENCL" not in reg.available()
+  assert reg.unavailable_reason("OPENCL") == reason
+  with pytest.raises(DeviceUnavailable, match="no OpenCL platform"):
+    reg["OPENCL"]
+  # the render tier still works: a renderer with limits every OpenCL 1.2 device meets
+  r = reg.renderer("OPENCL")
+  assert isinstance(r, OpenCLRenderer) and r.info is None
+  assert r.local_max == DEFAULT_LOCAL_MAX and r.shared_max == DEFAULT_LOCAL_MEM and r.has_local and r.has_shared
+  assert "__kernel void" in render(A.sink(A.store(0, F(1, 16) + 1.0)), renderer=r)
+
+
+def test_missing_pyopencl_is_the_reason(monkeypatch):
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyopencl" else real(name, *a))
+  assert "pyopencl is not installed" in kc_opencl.unavailable_reason()
+
+
+@needs_pyopencl
+def test_platform_without_devices_and_bad_device_choice(monkeypatch):
+  class NoDevices:
+    name = "Empty Platform"
+    def get_devices(self): return []
+  monkeypatch.setattr(clplatform, "list_platforms", lambda: [NoDevices()])
+  monkeypatch.delenv("KC_OPENCL_DEVICE", raising=False)
+  assert "Empty Platform" in kc_opencl.unavailable_reason() and "have no devices" in kc_opencl.unavailable_reason()
+  monkeypatch.setenv("KC_OPENCL_DEVICE", "0:3")
+  assert "KC_OPENCL_DEVICE=0:3 names no device" in kc_opencl.unavailable_reason()
+  monkeypatch.setenv("KC_OPENCL_DEVICE", "gpu")
+  assert "not 'platform:device'" in kc_opencl.unavailable_reason()
+
+
+# ---------------------------------------------------------------------------------------------------------- renderer
+
+def test_renderer_limits_come_from_the_device_info():
+  r = OpenCLRenderer(fake_info())
+  assert r.local_max == (256, 128, 32)  # item sizes capped by the work-group size
+  assert r.shared_max == 65536 and r.max_work_group_size == 256
+  assert r.global_max == (2**31 - 1,) * 3  # 32 address bits, but kernels index in int
+  assert OpenCLRenderer(fake_info(local_mem_size=0)).has_shared is False
+
+
+@needs_device
+def test_limits_are_read_from_the_opened_device(cl_dev):
+  import pyopencl as cl
+  dev = clplatform.select_device()
+  r = cl_dev.renderer
+  assert r.local_max == tuple(min(s, dev.max_work_group_size) for s in dev.max_work_item_sizes[:3])
+  assert r.shared_max == dev.local_mem_size and r.max_work_group_size == dev.max_work_group_size
+  assert r.has_fp16 == ("cl_khr_fp16" in dev.extensions) and r.has_images == bool(dev.image_support)
+  assert kc.Device.renderer("OPENCL").local_max == r.local_max  # the factory agrees with the opened device
+  assert isinstance(cl_dev.context, cl.Context)
+
+
+def test_render_group_reduce_uses_local_memory_and_barriers():
+  src = render(A.sink(A.store(0, F(1, 64, 256).sum(1))), [Opt(O.GROUPTOP, 0, 16)])
+  assert src.startswith("__kernel void r_64_16_16(__global float* data0, __global float* data1)")
+  assert "get_group_id(0)" in src and "get_local_id(0)" in src
+  assert "__attribute__((aligned(16))) __local float temp" in src and "barrier(CLK_LOCAL_MEM_FENCE);" in src
+  assert src.index("__local") < src.index("barrier") < src.rindex("data0")
+
+
+def test_render_without_local_ids_reads_global_ids():
+  # no lidx: the runtime lets the driver pick the work-group, so the group axes must be global ids
+  src = render(A.sink(A.store(0, F(1, 5, 7) * 2.0)))
+  assert "get_global_id(0)" in src and "get_group_id" not in src
+
+
+def test_render_float4_and_dialect_spellings():
+  src = render(A.sink(A.store(0, F(1, 8, 16) * 3.0)), [Opt(O.UPCAST, 0, 4)])
+  assert "*((__global float4*)(data0+" in src and "(float4)(" in src
+  src = render(A.sink(A.store(0, F(1, 16, 64).sum(1))), [Opt(O.UNROLL, 0, 4)])
+  assert "float4 val0 = *((__global float4*)(data1+" in src and "val0.s3" in src
+  bits = render(A.sink(A.store(0, A.arg(1, dtypes.int32, (8,)).bitcast(dtypes.float32))))
+  assert "as_float(" in bits
+  mask = render(A.sink(A.store(0, F(1, 8) < 0.0)))
+  assert "__global uchar* data0" in mask  # bool buffers hold numpy's bytes whatever sizeof(bool) is on the device
+  big = render(A.sink(A.store(0, A.arg(1, dtypes.int64, (8,)) + A.const(2**40, dtypes.int64, (8,)))))
+  assert "long" in big and f"{2**40}l" in big and "ll" not in big
+
+
+def test_half_needs_cl_khr_fp16():
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float16, (8,)) * 2.0))
+  with pytest.raises(CompileError, match="cl_khr_fp16"):
+    render(sink, renderer=OpenCLRenderer(fake_info()))
+  src = render(sink, renderer=OpenCLRenderer(fake_info(extensions=frozenset({"cl_khr_fp16"}))))
+  assert src.startswith("#pragma OPENCL EXTENSION cl_khr_fp16 : enable") and "__global half* data1" in src
+
+
+def test_double_needs_cl_khr_fp64():
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float64, (8,)) * 2.0))
+  assert "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in render(sink, renderer=OpenCLRenderer(fake_info()))
+  with pytest.raises(CompileError, match="cl_khr_fp64"):
+    render(sink, renderer=OpenCLRenderer(fake_info(extensions=frozenset())))
+
+
+# ---------------------------------------------------------------------------------------------------------- runtime
+
+IDS = """
+__kernel void ids(__global int* data0, __global int* data1, __global int* data2, const int base) {
+  int i = get_global_id(0) + get_global_size(0) * get_global_id(1);
+  data0[i] = get_group_id(0) + 100 * get_group_id(1) + base;
+  data1[i] = get_local_id(0);
+  data2[i] = get_local_size(0);
+}
+"""
+
+
+@needs_device
+def test_launch_global_size_counts_work_groups(cl_dev):
+  prg = cl_dev.runtime("ids", cl_dev.compiler.compile(IDS))
+  groups, local = Buffer("OPENCL", 24, dtypes.int32), Buffer("OPENCL", 24, dtypes.int32)
+  sizes = Buffer("OPENCL", 24, dtypes.int32)
+  seconds = prg(groups, local, sizes, global_size=(2, 3, 1), local_size=(4, 1, 1), vals=(1000,), wait=True)
+  assert isinstance(seconds, float) and seconds > 0
+  i = np.arange(24)
+  x, y = i % 8, i // 8  # an NDRange of (2*4, 3*1)
+  np.testing.assert_array_equal(groups.numpy(), x // 4 + 100 * y + 1000)
+  np.testing.assert_array_equal(local.numpy(), x % 4)
+  assert (sizes.numpy() == 4).all()
+  # local_size None: global_size is the NDRange and the driver picks the work-group
+  assert prg(groups, local, sizes, global_size=(24, 1, 1), local_size=None, vals=(0,)) is None
+  cl_dev.synchronize()
+  assert (groups.numpy() < 24).all() and sorted(set(groups.numpy() * sizes.numpy() + local.numpy())) == list(range(24))
+
+
+@needs_device
+def test_launch_errors_are_typed(cl_dev):
+  prg = cl_dev.runtime("ids", cl_dev.compiler.compile(IDS))
+  bufs = [Buffer("OPENCL", 4, dtypes.int32) for _ in range(3)]
+  too_many = cl_dev.renderer.max_work_group_size + 1
+  with pytest.raises(KcError, match="cannot run"):
+    prg(*bufs, global_size=(1, 1, 1), local_size=(too_many, 1, 1), vals=(0,))
+  with pytest.raises(KcError, match="takes 4 arguments"):
+    prg(*bufs, vals=())
+  with pytest.raises(KcError, match="outside int32"):
+    prg(*bufs, vals=(2**31,))
+  with pytest.raises(KcError, match="not OPENCL memory"):
+    prg(np.zeros(4, np.int32), *bufs[1:], vals=(0,))
+  with pytest.raises(KcError, match="no kernel named 'nosuch'"):
+    cl_dev.runtime("nosuch", cl_dev.compiler.compile(IDS))
+
+
+@needs_device
+def test_build_failure_is_a_compile_error_with_the_build_log(cl_dev):
+  bad = "__kernel void broken(__global float* data0) { data0[0] = undeclared_name; }"
+  with pytest.raises(CompileError) as info:
+    cl_dev.compiler.compile(bad)
+  err = info.value
+  assert err.src == bad and "undeclared_name" in err.log and "undeclared_name" in str(err)
+  assert str(err).startswith(f"OpenCL build failed on {cl_dev.renderer.info.name}")
+
+
+@needs_device
+def test_binaries_are_cached_on_disk_and_programs_loaded_once(cl_dev, cache_dir, monkeypatch):
+  calls = []
+  real = cl_dev.compiler.compile_uncached
+  monkeypatch.setattr(cl_dev.compiler, "compile_uncached", lambda src: calls.append(src) or real(src))
+  lib = cl_dev.compiler.compile(IDS)
+  assert cl_dev.compiler.compile(IDS) == lib and len(calls) == 1
+  assert len(list((cache_dir / "compile").iterdir())) == 1
+  assert cl_dev.load_program(lib) is cl_dev.load_program(lib)
+  # the key names the device and driver: a binary is never handed to another device
+  from kc_opencl.compiler import OpenCLCompiler
+  other = OpenCLCompiler(cl_dev.context, cl_dev.cl_device, fake_info(), cl_dev.compiler.plugin_version)
+  assert other.cache_key(IDS) != cl_dev.compiler.cache_key(IDS)
+
+
+@needs_device
+def test_buffers_copy_to_and_from_numpy():
+  rng = np.random.default_rng(1)
+  for dt in (dtypes.float32, dtypes.int8, dtypes.uint16, dtypes.int64, dtypes.float64, dtypes.bool):
+    arr = (rng.standard_normal(37) * 50).astype(dt.np)
+    np.testing.assert_array_equal(Buffer("OPENCL", 37, dt).copyin(arr).numpy(), arr)
+  assert Buffer("OPENCL", 0, dtypes.float32).allocate().numpy().size == 0
+
+
+@needs_device
+def test_views_are_sub_buffers_on_aligned_offsets(cl_dev):
+  align = cl_dev.info.mem_base_addr_align // 8
+  n = align // 4
+  base = Buffer("OPENCL", 4 * n, dtypes.float32).copyin(np.zeros(4 * n, np.float32))
+  view = base.view(n, dtypes.float32, offset=align)
+  view.copyin(np.arange(n, dtype=np.float32))
+  expect = np.zeros(4 * n, np.float32)
+  expect[n:2 * n] = np.arange(n)
+  np.testing.assert_array_equal(base.numpy(), expect)
+  with pytest.raises(KcError, match=f"multiple of {align} bytes"):
+    base.view(4, dtypes.float32, offset=4).allocate()
+
+
+# ---------------------------------------------------------------------------------------------------------- end to end
+
+REDUCE_OPTS = [
+  "none", "hand", [Opt(O.GROUP, 0, 16)], [Opt(O.GROUPTOP, 0, 16)], [Opt(O.LOCAL, 0, 16)], [Opt(O.LOCAL, 0, 8), Opt(O.GROUP, 0, 8)],
+  [Opt(O.GROUPTOP, 0, 32), Opt(O.UNROLL, 0, 4)], [Opt(O.UPCAST, 0, 4), Opt(O.GROUP, 0, 4), Opt(O.LOCAL, 0, 4)],
+  [Opt(O.NOLOCALS, 0, None)], [Opt(O.UNROLL, 0, 4), Opt(O.UPCAST, 0, 4)], [Opt(O.LOCAL, 0, 8), Opt(O.GROUPTOP, 0, 8), Opt(O.UPCAST, 0, 4)],
+]
+
+
+@needs_device
+@pytest.mark.parametrize("opts", REDUCE_OPTS, ids=str)
+def test_row_sum_every_opt(opts):
+  x = np.random.default_rng(0).random((64, 256), dtype=np.float32)
+  out = run(A.sink(A.store(0, F(1, 64, 256).sum(1))), {1: x}, opts)
+  np.testing.assert_allclose(out, x.sum(1, keepdims=True), rtol=1e-5)
+
+
+@needs_device
+@pytest.mark.parametrize("opts", ["none", "hand", [Opt(O.GROUPTOP, 0, 256)], [Opt(O.GROUP, 0, 64), Opt(O.UNROLL, 0, 4)]], ids=str)
+def test_full_sum_and_max(opts):
+  y = np.random.default_rng(2).standard_normal(1 << 14).astype(np.float32)
+  np.testing.assert_allclose(run(A.sink(A.store(0, F(1, 1 << 14).sum())), {1: y}, opts), y.sum().reshape(1), rtol=1e-4, atol=1e-3)
+  np.testing.assert_array_equal(run(A.sink(A.store(0, F(1, 1 << 14).max())), {1: y}, opts), y.max().reshape(1))
+
+
+MATMUL_OPTS = [
+  "none", "hand", [Opt(O.LOCAL, 0, 8), Opt(O.LOCAL, 1, 8)], [Opt(O.UPCAST, 0, 4), Opt(O.UPCAST, 1, 4), Opt(O.LOCAL, 0, 4)],
+  [Opt(O.GROUP, 0, 8)], [Opt(O.GROUPTOP, 0, 16), Opt(O.LOCAL, 1, 4)], [Opt(O.UNROLL, 0, 4), Opt(O.LOCAL, 0, 16), Opt(O.UPCAST, 1, 4)],
+]
+
+
+@needs_device
+@pytest.mark.parametrize("opts", MATMUL_OPTS, ids=str)
+def test_matmul_every_opt(opts):
+  M, K, N = 64, 48, 80
+  rng = np.random.default_rng(3)
+  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
+  sink = A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+  np.testing.assert_allclose(run(sink, {1: a, 2: b}, opts).reshape(M, N), a @ b, rtol=1e-5)
+
+
+@needs_device
+@pytest.mark.parametrize("opts", ["hand", [Opt(O.PADTO, 0, 32), Opt(O.LOCAL, 0, 8)], [Opt(O.PADTO, 2, 32), Opt(O.GROUP, 0, 8)],
+                                  [Opt(O.PADTO, 1, 16), Opt(O.LOCAL, 1, 16), Opt(O.UPCAST, 0, 3)]], ids=str)
+def test_odd_matmul_with_padding(opts):
+  M, K, N = 30, 20, 10
+  rng = np.random.default_rng(4)
+  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
+  sink = A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+  np.testing.assert_allclose(run(sink, {1: a, 2: b}, opts).reshape(M, N), a @ b, rtol=1e-5)
+
+
+@needs_device
+@pytest.mark.parametrize("opts", ["none", "hand", [Opt(O.LOCAL, 0, 4)], [Opt(O.UPCAST, 0, 4), Opt(O.UNROLL, 0, 4)],
+                                  [Opt(O.LOCAL, 0, 8), Opt(O.UNROLL, 0, 8)]], ids=str)
+def test_softmax_like_fused_chain(opts):
+  x = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float32)
+  X = F(1, 16, 64)
+  sink = A.sink(A.store(0, (X - X.max(1)).exp2().sum(1)))
+  np.testing.assert_allclose(run(sink, {1: x}, opts), np.exp2(x - x.max(1, keepdims=True)).sum(1, keepdims=True), rtol=1e-5)
+
+
+@needs_device
+def test_symbolic_shapes_pass_variables():
+  n = kc.Variable("n", 1, 100)
+  w = np.random.default_rng(6).random((4, 37), dtype=np.float32)
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (4, n)).sum(1)))
+  for opts in ("none", "hand"):
+    np.testing.assert_allclose(run(sink, {1: w}, opts, n=37), w.sum(1, keepdims=True), rtol=1e-5)
+
+
+@needs_device
+def test_integer_and_narrow_dtypes():
+  rng = np.random.default_rng(7)
+  i = rng.integers(-50, 50, (8, 8)).astype(np.int32)
+  I = A.arg(1, dtypes.int32, (8, 8))
+  out = run(A.sink(A.store(0, (I // 3 + I % 5).sum(1))), {1: i}, "hand")
+  np.testing.assert_array_equal(out, (np.trunc(i / 3).astype(np.int32) + np.fmod(i, 5)).sum(1, keepdims=True))
+  x = rng.integers(-60, 60, 64).astype(np.float32)
+  for dt in (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.int64, dtypes.float64):
+    v = np.abs(x) if dtypes.is_unsigned(dt) else x
+    sink = A.sink(A.store(0, (F(1, 64).cast(dt) * A.const(2, dt, (64,))).cast(dtypes.float32)))
+    np.testing.assert_array_equal(run(sink, {1: v}, "hand"), (v.astype(dt.np) * 2).astype(np.float32), err_msg=str(dt))
+  l = np.array([-2**63, 2**63 - 1, 5, -7] * 4, dtype=np.int64)
+  sink = A.sink(A.store(0, A.arg(1, dtypes.int64, (16,)).maximum(A.const(-2**63, dtypes.int64, (16,)))))
+  np.testing.assert_array_equal(run(sink, {1: l}, "none"), l)
+
+
+@needs_device
+def test_bool_buffers_bitcasts_and_bfloat16():
+  x = np.random.default_rng(8).standard_normal(64).astype(np.float32)
+  mask = x > 0
+  sink = A.sink(A.store(0, A.arg(1, dtypes.bool, (64,)).where(F(2, 64), A.const(0.0, dtypes.float32, (64,)))))
+  np.testing.assert_array_equal(run(sink, {1: mask, 2: x}, "hand"), np.where(mask, x, 0))
+  np.testing.assert_array_equal(run(A.sink(A.store(0, F(1, 64) < 0.0)), {1: x}, "hand"), x < 0)
+  bits = x.view(np.int32)
+  np.testing.assert_array_equal(run(A.sink(A.store(0, A.arg(1, dtypes.int32, (64,)).bitcast(dtypes.float32))), {1: bits}, "hand"), x)
+  # bfloat16 keeps float's exponent and 8 bits of mantissa: x rounded to bf16, doubled exactly, read back as float
+  sink = A.sink(A.store(0, (F(1, 64).cast(dtypes.bfloat16) * A.const(2.0, dtypes.bfloat16, (64,))).cast(dtypes.float32)))
+  rounded = ((x.view(np.uint32).astype(np.uint64) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+  np.testing.assert_array_equal(run(sink, {1: x}, "hand"), rounded * 2)
+
+
+@needs_device
+def test_half_is_refused_or_runs_as_the_device_says(cl_dev):
+  x = np.random.default_rng(9).standard_normal(64).astype(np.float16)
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float16, (64,)) * 2.0))
+  if not cl_dev.renderer.has_fp16:
+    with pytest.raises(CompileError, match="cl_khr_fp16"):
+      run(sink, {1: x}, "hand")
+  else:
+    np.testing.assert_array_equal(run(sink, {1: x}, "hand"), x * np.float16(2))
+
+
+def _image_copy_sink(img, shape, read_image: bool):
+  """out = 2 * in, where `in` (read_image) or `out` is an image buffer; kc.ast builds pointer buffers only."""
+  st = ShapeTracker.from_shape(shape).to_uop()
+  src_dt, dst_dt = (img, dtypes.float32.ptr()) if read_image else (dtypes.float32.ptr(), img)
+  val = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.DEFINE_GLOBAL, src_dt, (), 1), st)) * UOp.const(dtypes.float32, 2.0)
+  return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dst_dt, (), 0), st, val)),))
+
+
+@needs_device
+def test_images_read_and_write_texels(cl_dev):
+  if not cl_dev.renderer.has_images: pytest.skip(f"{cl_dev.info.name} has no image support")
+  img = dtypes.imagef((4, 8, 4))
+  x = np.arange(128, dtype=np.float32)
+  image_in = Buffer("OPENCL", 128, dtypes.float32, options=img).copyin(x)
+  np.testing.assert_array_equal(image_in.numpy(), x)  # texels hold RGBA in row-major (y, x) order, as numpy does
+  for opts in ("none", "hand"):
+    k = kc.compile(_image_copy_sink(img, (4, 32), read_image=True), device="OPENCL", opts=opts)
+    assert "read_imagef(data1, smp" in k.program.src and "read_only image2d_t data1" in k.program.src
+    out = np.zeros(128, np.float32)
+    k(out, image_in)
+    np.testing.assert_array_equal(out, 2 * x)
+  k = kc.compile(_image_copy_sink(img, (4, 32), read_image=False), device="OPENCL", opts="hand")
+  assert "write_imagef(data0" in k.program.src
+  image_out = Buffer("OPENCL", 128, dtypes.float32, options=img).allocate()
+  k(image_out, x)
+  np.testing.assert_array_equal(image_out.numpy(), 2 * x)
+  with pytest.raises(CompileError, match="whole texel"):
+    kc.compile(_image_copy_sink(img, (4, 32), read_image=False), device="OPENCL", opts="none")
+
+
+def test_images_need_image_support():
+  with pytest.raises(CompileError, match="no image support"):
+    kc.Kernel(_image_copy_sink(dtypes.imagef((4, 8, 4)), (4, 32), True), opts=OpenCLRenderer(fake_info(image_support=False))).to_program()
