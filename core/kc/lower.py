@@ -172,7 +172,7 @@ class Lowering:
       return UOp(Ops.SINK, dtypes.void, tuple(dict.fromkeys(stores)))
     if u.op in (Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR): return u
     if u.op is Ops.BIND: return u.src[0]
-    if u.op is Ops.VALID: return st_arg(u).to_indexed_uops(env)[1]
+    if u.op is Ops.VALID: return self.indexed(st_arg(u), env)[1]
     if u.op is Ops.LOAD: return self.lower_load(u, env)
     if u.op is Ops.STORE: return self.lower_store(u, env)
     if u.op is Ops.VIEW: return self.lower(u.src[0], env)  # a broadcast: the value is the same along the expanded axes
@@ -196,9 +196,20 @@ class Lowering:
   def wmma_axes(wmma: UOp) -> set[int]:
     return {a for ax in wmma.arg[6] for a, _ in ax} | set(wmma.arg[7])
 
+  def indexed(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
+    """(offset, valid) of a view at env. The lanes of unrolled axes differ from lane 0 by a constant offset wherever
+    the view walks those axes with a fixed stride and no mask, so one index expression serves every lane."""
+    lanes = {a: env[a].arg for a in range(self.first_upcast, len(env)) if env[a].op is Ops.CONST and env[a].arg != 0}
+    if not lanes: return st.to_indexed_uops(env)
+    strides = st.real_strides()
+    if not all(isinstance(strides[a], int) for a in lanes): return st.to_indexed_uops(env)
+    idx, valid = st.to_indexed_uops(self.with_axes(env, {a: 0 for a in lanes}))
+    shift = sum(strides[a] * v for a, v in lanes.items())
+    return (idx + shift).simplify() if shift else idx, valid
+
   def lower_load(self, u: UOp, env: Env) -> UOp:
     buf = u.src[0]
-    idx, valid = st_arg(u).to_indexed_uops(env)
+    idx, valid = self.indexed(st_arg(u), env)
     barrier: tuple = ()
     if buf.op is Ops.DEFINE_LOCAL and len(u.src) > 2:
       # the stores into local memory happen in every thread (and every upcast lane) before any thread reads
@@ -210,7 +221,7 @@ class Lowering:
 
   def lower_store(self, u: UOp, env: Env) -> UOp:
     buf = u.src[0]
-    idx, valid = st_arg(u).to_indexed_uops(env)
+    idx, valid = self.indexed(st_arg(u), env)
     if buf.op is Ops.DEFINE_GLOBAL:
       # after a grouped reduce every thread of the group holds the result: only the first one writes it
       for a in self.late: valid = valid & self.base[a].eq(0)
