@@ -202,10 +202,16 @@ class Lowering:
     lanes = {a: env[a].arg for a in range(self.first_upcast, len(env)) if env[a].op is Ops.CONST and env[a].arg != 0}
     if not lanes: return st.to_indexed_uops(env)
     strides = st.real_strides()
-    if not all(isinstance(strides[a], int) for a in lanes): return st.to_indexed_uops(env)
-    idx, valid = st.to_indexed_uops(self.with_axes(env, {a: 0 for a in lanes}))
-    shift = sum(strides[a] * v for a, v in lanes.items())
-    return (idx + shift).simplify() if shift else idx, valid
+    if all(isinstance(strides[a], int) for a in lanes):
+      idx, valid = st.to_indexed_uops(self.with_axes(env, {a: 0 for a in lanes}))
+      shift = sum(strides[a] * v for a, v in lanes.items())
+      return (idx + shift).simplify() if shift else idx, valid
+    # masked or unravelled lanes: build the expression once over a placeholder per lane axis, then give each lane
+    # its value (re-simplifying only what the value touches: the rest is memoized on the UOps)
+    holders = {a: UOp.variable(f"lane{a}", 0, self.full_shape[a] - 1) for a in lanes}
+    idx, valid = st.to_indexed_uops(self.with_axes(env, holders))
+    values = {holders[a]: UOp.const(dtypes.int32, v) for a, v in lanes.items()}
+    return idx.substitute(values).simplify(), valid.substitute(values).simplify()
 
   def lower_load(self, u: UOp, env: Env) -> UOp:
     buf = u.src[0]

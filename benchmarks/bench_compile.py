@@ -1,0 +1,78 @@
+"""Compile speed: one kernel AST to a rendered Program (hand-coded opts), kc next to tinygrad 0.10.0, for a C
+renderer and a GPU-like (OpenCL-style) renderer. Fresh sizes per repeat: every compile is a first compile.
+Writes its section of benchmarks/RESULTS.md."""
+from __future__ import annotations
+import argparse, pathlib, statistics, sys, time
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import kc  # noqa: E402
+from kc import ast as A, dtypes  # noqa: E402
+from kc.examples import windows  # noqa: E402
+from kc.renderer.cstyle import CStyleLanguage  # noqa: E402
+from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
+from compile_cases import CASES  # noqa: E402
+from results import write_section  # noqa: E402
+
+
+class GPULike(CStyleLanguage):
+  """The limits and spellings of an OpenCL GPU, so the GPU code paths (locals, groups) are compiled."""
+  device = "GPULIKE"
+  kernel_prefix, buffer_prefix, smem_prefix, barrier = "__kernel ", "__global ", "__local ", "barrier(CLK_LOCAL_MEM_FENCE);"
+  code_for_workitem = {"g": lambda d: f"get_group_id({d})", "l": lambda d: f"get_local_id({d})", "i": lambda d: f"get_global_id({d})"}
+  float4 = "(float4)"
+
+
+def build(kind, shape):
+  F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+  if kind == "matmul":
+    M, K, N = shape
+    return A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+  if kind == "add": return A.sink(A.store(0, F(1, *shape) + F(2, *shape)))
+  if kind == "rowsum": return A.sink(A.store(0, F(1, *shape).sum(1)))
+  if kind == "conv2d":
+    cin, cout, H, W, k = shape
+    x = F(1, cin, H, W).pad(((0, 0), (1, 1), (1, 1)))
+    win = windows(windows(x, 1, k), 3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+    w = F(2, cout, cin, k, k).reshape(cout, cin, k, k, 1, 1)
+    return A.sink(A.store(0, (win * w).sum(axis=(1, 2, 3))))
+  raise ValueError(kind)
+
+
+def measure(repeats: int) -> dict:
+  out = {}
+  for rname, ren in (("CLANG", kc.Device.renderer("CLANG")), ("GPU", GPULike())):
+    for name, case in CASES.items():
+      times = []
+      for i in range(repeats):
+        kind, shape = case(i)
+        sink = build(kind, shape)
+        t0 = time.perf_counter()
+        kc.Kernel(sink, ren).hand_coded_optimizations().to_program()
+        times.append(time.perf_counter() - t0)
+      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": 1}
+  return out
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__)
+  ap.add_argument("--repeats", type=int, default=7)
+  args = ap.parse_args()
+  ours = measure(args.repeats)
+  theirs, why = run_tinygrad("tinygrad_compile.py", args.repeats)
+  rows = ["| renderer / kernel | kc ms | tinygrad ms | tinygrad kernels | tg/kc |", "|---|---:|---:|---:|---:|"]
+  ratios = []
+  for key, k in ours.items():
+    t = theirs.get(key) if theirs else None
+    if t: ratios.append(t["median_s"] / k["median_s"])
+    rows.append(f"| {key} | {k['median_s'] * 1e3:.1f} | {t['median_s'] * 1e3:.1f} | {t['kernels']} | {ratios[-1]:.2f}x |" if t else
+                f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - |")
+  lines = [f"## Compile speed: AST to rendered source (`python benchmarks/bench_compile.py --repeats {args.repeats}`)", "",
+           f"Median over {args.repeats} compiles, each of a fresh size; hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
+           "venv on the same math (its conv2d AST comes from its own Tensor.conv2d, and counts every kernel it schedules).", "", *rows, ""]
+  lines.append(f"- median tinygrad/kc ratio: {statistics.median(ratios):.2f}x (above 1: kc compiles faster)" if ratios else f"- tinygrad anchor unavailable: {why}")
+  body = "\n".join(lines)
+  print(body)
+  write_section("bench_compile", body)
+
+
+if __name__ == "__main__":
+  main()
