@@ -5,10 +5,15 @@ import subprocess, sys, types
 from dataclasses import dataclass
 import pytest
 import kc
-from kc.device import Allocator, Compiler, CompiledDevice, DeviceRegistry
+from kc.device import Compiler, CompiledDevice, DeviceRegistry, HostAllocator
 from kc.errors import DeviceUnavailable, KcError, PluginError
 from kc.plugins import PLUGIN_API_VERSION, BackendSpec, PluginTable, hookimpl
 from kc.renderer import Renderer
+
+
+class EchoCompiler(Compiler):
+  """A compiler whose binary is the source: the plugin tests open devices but never run kernels."""
+  def compile_uncached(self, src): return src.encode()
 
 
 class FakeRenderer(Renderer):
@@ -38,7 +43,7 @@ class Opens:
   def __call__(self, name):
     def open_device():
       self.count[name] = self.count.get(name, 0) + 1
-      return CompiledDevice(name, Allocator(), FakeRenderer(name), Compiler(), lambda n, lib: None)
+      return CompiledDevice(name, HostAllocator(), FakeRenderer(name), EchoCompiler(), lambda n, lib: None)
     return open_device
 
 
@@ -182,7 +187,7 @@ def test_renderer_of_a_device_without_a_renderer_factory():
   assert reg.renderer("UP").device == "UP"  # available: taken from the opened device
   with pytest.raises(DeviceUnavailable, match="not macOS.*BackendSpec.renderer"):
     reg.renderer("DOWN")
-  bare = CompiledDevice("BARE", Allocator(), None, Compiler(), lambda n, lib: None)
+  bare = CompiledDevice("BARE", HostAllocator(), None, EchoCompiler(), lambda n, lib: None)
   reg2 = registry(FakeEntryPoint("bare", plugin(spec("BARE", renderer=False, opener=lambda: bare))))
   with pytest.raises(KcError, match="BARE from kc-bare 1.2.3 has no renderer"):
     reg2.renderer("bare")

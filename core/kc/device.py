@@ -4,6 +4,7 @@ handle protocol, CompiledDevice, and the device registry exposed as `kc.Device`.
 The core names no backend: which devices exist is decided by the plugins (`kc.plugins`), found lazily the
 first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin."""
 from __future__ import annotations
+from abc import ABC, abstractmethod
 import hashlib, json, os, tempfile, threading
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ class InvalidBufferError(KcError, ValueError):
 
 # ---------------------------------------------------------------------------------------------------------- allocators
 
-class Allocator:
+class Allocator(ABC):
   """Owns a device's memory. Opaque handles go in and out; only the allocator knows what they are.
 
   Subclasses implement `_alloc`, `_free`, `copyin`, `copyout` and, where views are supported, `offset`."""
@@ -34,10 +35,13 @@ class Allocator:
 
   def free(self, opaque, nbytes: int, options: Optional[Hashable] = None): self._free(opaque, nbytes, options)
 
-  def _alloc(self, nbytes: int, options: Optional[Hashable]): raise NotImplementedError(f"{type(self).__name__} cannot allocate")
-  def _free(self, opaque, nbytes: int, options: Optional[Hashable]): pass
-  def copyin(self, dest, src: memoryview): raise NotImplementedError(f"{type(self).__name__} cannot copy in")
-  def copyout(self, dest: memoryview, src): raise NotImplementedError(f"{type(self).__name__} cannot copy out")
+  @abstractmethod
+  def _alloc(self, nbytes: int, options: Optional[Hashable]): """A new handle to nbytes of device memory."""
+  def _free(self, opaque, nbytes: int, options: Optional[Hashable]): """Give the memory back (default: leave it to the garbage collector)."""
+  @abstractmethod
+  def copyin(self, dest, src: memoryview): """Copy host bytes into device memory."""
+  @abstractmethod
+  def copyout(self, dest: memoryview, src): """Copy device memory into host bytes."""
 
   def offset(self, opaque, nbytes: int, offset: int):
     """A handle to `nbytes` bytes starting `offset` bytes into `opaque`, sharing its memory."""
@@ -221,7 +225,7 @@ def compile_cache_dir() -> Optional[str]:
   return d or None
 
 
-class Compiler:
+class Compiler(ABC):
   """Turns source into a device's binary. `compile` consults the disk cache; subclasses implement
   `compile_uncached` and `identity` (what besides the source decides the output: compiler, version, flags).
 
@@ -232,7 +236,8 @@ class Compiler:
     self.plugin_version = plugin_version
 
   def identity(self) -> str: return type(self).__qualname__
-  def compile_uncached(self, src: str) -> bytes: raise NotImplementedError(f"{type(self).__name__} does not compile")
+  @abstractmethod
+  def compile_uncached(self, src: str) -> bytes: """The binary of `src`; raises kc.CompileError with the compiler's log."""
 
   def cache_key(self, src: str) -> str:
     parts = {"src": src, "compiler": self.identity(), "kc": _kc_version(), "plugin": self.plugin_version}
