@@ -187,3 +187,17 @@ def test_names_are_unique_and_source_safe(gpu):
   assert to_function_name(two.name).startswith("E2_4")
   copy = Kernel(A.sink(A.store(0, F(1, 4, 4).permute(1, 0))), gpu)
   assert to_function_name(copy.name).startswith("C_")
+
+
+def test_padto_checks_every_reduce_that_walks_the_axis(gpu):
+  # softmax in one kernel: the max and the sum reduce an axis the output keeps; padding it would change both
+  x = F(1, 6, 30)
+  e = (x - x.max(1)).exp2()
+  k = Kernel(A.sink(A.store(0, e / e.sum(1))), gpu)
+  refused(k, Opt(OptOps.PADTO, 1, 32), "cannot pad the reduce")
+  # a sum of a value that is not 0 where the input is padded: x + 1
+  refused(Kernel(A.sink(A.store(0, (F(1, 4, 30) + 1.0).sum(1))), gpu), Opt(OptOps.PADTO, 1, 32), "cannot pad")
+  # a sum of x*2 pads fine
+  ok = Kernel(A.sink(A.store(0, (F(1, 4, 30) * 2.0).sum(1))), gpu)
+  ok.apply_opt(Opt(OptOps.PADTO, 1, 32))
+  assert ok.full_shape == (4, 32)

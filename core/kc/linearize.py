@@ -44,7 +44,10 @@ def _closed_by(u: UOp) -> frozenset[UOp]:
   return frozenset(u.src[0].src[1:]) if u.op is Ops.ASSIGN else frozenset()
 
 
-def _nesting_key(r: UOp): return (r.arg, r.src[1].arg if r.src[1].op is Ops.CONST else 0)
+def _nesting_key(r: UOp):
+  """Loops of the output's own axes (kind 0) are outermost, in axis order; reduce loops nest inside them."""
+  axis, kind = r.arg
+  return (kind != 0, axis, kind)
 
 
 def linearize(sink: UOp) -> list[UOp]:

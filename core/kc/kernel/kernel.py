@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses, itertools, os
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
-from kc.dtype import ImageDType
+from kc.dtype import ImageDType, dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, all_same, dedup, prod, round_up
 from kc.kernel.naming import colored, ansilen, to_function_name
@@ -342,8 +342,11 @@ class Kernel:
     elif opt.op is OptOps.PADTO:
       check(not self.vars, "does not work with symbolic shape")
       check(axis < self.first_upcast, "cannot pad upcasted")
-      if (r := self.reduceop) is not None and self.first_reduce <= axis:
-        check(r.arg[0] is Ops.ADD and can_pad(r), f"cannot pad the reduce {r.arg[0]} through ops that do not map 0 to 0")
+      # every reduce that walks this axis would also sum the padding: only a sum of values that are 0 there is safe
+      for j, r in enumerate(self.reduceops):
+        out_st, in_st = self.sts[len(self.bufs) + 2 * j], self.sts[len(self.bufs) + 2 * j + 1]
+        if out_st.shape[axis] != in_st.shape[axis]:
+          check(r.arg[0] is Ops.ADD and can_pad(r), f"cannot pad the reduce {r.arg[0]}: its input is not 0 where the inputs are padded")
       padded = False
       for i, st in enumerate(self.sts):
         if (s := st.shape[axis]) == 1: continue  # reduced here
@@ -465,8 +468,16 @@ class Kernel:
 
 
 def can_pad(u: UOp) -> bool:
-  """Padding the inputs of `u` with zeros leaves its value unchanged: nothing under it maps 0 to non-zero."""
-  return not any(x.op in GroupOp.UnsafePad for x in u.toposort)
+  """A reduce's input is 0 wherever its inputs are padding (every LOAD reads 0, every VALID is false), so padding
+  its axes leaves the result unchanged. Decided by evaluating the input there: exp2, recip, log2, a constant
+  added, or a broadcast of another reduce all make padding count."""
+  zeros: dict[UOp, UOp] = {}
+  for x in u.src[0].toposort:
+    if x.op is Ops.LOAD: zeros[x] = UOp.const(x.dtype, 0)
+    elif x.op is Ops.VALID: zeros[x] = UOp.const(dtypes.bool, False)
+    elif x.op in (Ops.REDUCE_AXIS, Ops.VIEW) and x.src: return False  # another reduce's value is not 0 in the padding
+  at_padding = u.src[0].substitute(zeros).simplify()
+  return at_padding.op is Ops.CONST and at_padding.arg == 0
 
 
 def _preorder(root: UOp) -> list[UOp]:

@@ -55,7 +55,7 @@ def _is_broadcast(src: ShapeTracker, view: ShapeTracker, optimized: bool) -> boo
   if not optimized:
     try: return view == ShapeTracker.from_shape(src.shape).expand(view.shape)
     except KcError: return False
-  strides = view.real_strides()
+  strides = view.real_strides(ignore_valid=True)  # padded axes (PADTO) keep the broadcast; the padding is never stored
   return all(s == v or (s == 1 and strides[i] == 0) for i, (s, v) in enumerate(zip(src.shape, view.shape)))
 
 
