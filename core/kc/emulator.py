@@ -53,6 +53,10 @@ class DataRaceError(EmulatorError):
   """Threads that read or write the same element without a barrier between them (or read what nobody wrote)."""
 
 
+class DivisionByZeroError(EmulatorError, ZeroDivisionError):
+  """An integer division or remainder by zero in a thread that executes it (undefined in C, a trap on CPUs)."""
+
+
 class LaunchError(EmulatorError, ValueError):
   """Launch sizes, buffers or variable values that do not fit the kernel or the renderer's limits."""
 
@@ -85,8 +89,10 @@ def describe(pc: int, u: UOp, pos: dict) -> str:
 def serialize(name: str, uops: list[UOp]) -> str:
   """The EMU 'source': a readable listing in comments (for DEBUG and `kc render`) and one line holding the
   program itself, which is all the compiler reads."""
-  pos = {u: i for i, u in enumerate(uops)}
-  listing = [f"# EMU program {name}: {len(uops)} uops"] + ["# " + describe(i, u, pos) for i, u in enumerate(uops)]
+  listing, pos = [f"# EMU program {name}: {len(uops)} uops"], {}
+  for i, u in enumerate(uops):
+    listing.append("# " + describe(i, u, pos))
+    pos.setdefault(u, i)
   payload = base64.b64encode(zlib.compress(pickle.dumps((name, list(uops)), protocol=pickle.HIGHEST_PROTOCOL))).decode()
   return "\n".join(listing + [f"{FORMAT} {payload}"]) + "\n"
 
@@ -290,6 +296,8 @@ def gep_function(lanes: tuple) -> Callable:
 
 # ---------------------------------------------------------------------------------------------------------- the plan
 
+
+_DEFINITIONS = {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL}
 _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP}
 _KNOWN = _VALUE_OPS | {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL, Ops.RANGE, Ops.ENDRANGE,
                        Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.NOOP}
@@ -301,31 +309,42 @@ class _Plan:
 
   def __init__(self, name: str, uops: list[UOp]):
     self.name, self.uops = name, uops
-    pos = {u: i for i, u in enumerate(uops)}
-    self.pos = pos
+    self.srcs: list[tuple[int, ...]] = []
+    self.jump: dict[int, int] = {}
+    seen: dict[UOp, int] = {}  # where each UOp's value lives: a UOp may appear more than once (an IF per gated store)
+    opened: list[int] = []
     for pc, u in enumerate(uops):
       if u.op not in _KNOWN: raise UnsupportedOpError(self.where(pc, f"EMU cannot run {u.op.name}: it interprets {', '.join(sorted(o.name for o in _KNOWN))}"))
       if isinstance(u.dtype, ImageDType): raise UnsupportedOpError(self.where(pc, "EMU does not emulate images"))
-      missing = [s for s in u.src if s not in pos and not (u.op is Ops.DEFINE_ACC)]
-      if missing: raise UnsupportedOpError(self.where(pc, f"a source ({missing[0].op.name}) is not in the program"))
-    def resolve(s: UOp) -> int: return pos[s.src[0]] if s.op is Ops.ASSIGN else pos[s]
-    self.srcs = [tuple(resolve(s) for s in u.src) if u.op is not Ops.DEFINE_ACC else (pos[u.src[0]],) for u in uops]
-    self.jump: dict[int, int] = {}
-    opened: list[int] = []
-    for pc, u in enumerate(uops):
+      self.srcs.append(self._sources(pc, u, seen))
       if u.op in (Ops.RANGE, Ops.IF): opened.append(pc)
       elif u.op in (Ops.ENDRANGE, Ops.ENDIF):
-        start = pos.get(u.src[0]) if u.src else None
-        if not opened or start != opened[-1]: raise UnsupportedOpError(self.where(pc, f"{u.op.name} does not close the innermost open block"))
-        self.jump[start], self.jump[pc] = pc, opened.pop()
+        if not opened or not u.src or uops[opened[-1]] is not u.src[0]:
+          raise UnsupportedOpError(self.where(pc, f"{u.op.name} does not close the innermost open block"))
+        start = opened.pop()
+        self.jump[start], self.jump[pc] = pc, start
+      if u.op not in _DEFINITIONS or u not in seen: seen[u] = pc  # a definition keeps its first place (one buffer, one value)
     if opened: raise UnsupportedOpError(self.where(opened[-1], f"{uops[opened[-1]].op.name} is never closed"))
+    firsts = set(seen.values())
     self.fns: dict[int, Callable] = {pc: self._function(pc, u) for pc, u in enumerate(uops) if u.op in _VALUE_OPS}
     self.consts = {pc: const_value(u) for pc, u in enumerate(uops) if u.op is Ops.CONST}
-    self.globals = [pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_GLOBAL]
-    self.vars = sorted((pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_VAR), key=lambda pc: uops[pc].arg)
-    self.locals = [pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_LOCAL]
-    self.specials = [pc for pc, u in enumerate(uops) if u.op is Ops.SPECIAL]
+    self.globals = [pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_GLOBAL and pc in firsts]
+    self.vars = sorted((pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_VAR and pc in firsts), key=lambda pc: uops[pc].arg)
+    self.locals = [pc for pc, u in enumerate(uops) if u.op is Ops.DEFINE_LOCAL and pc in firsts]
+    self.specials = [pc for pc, u in enumerate(uops) if u.op is Ops.SPECIAL and pc in firsts]
+    self.int_divisions = {pc for pc, u in enumerate(uops) if u.op in (Ops.IDIV, Ops.MOD)}
     self.local_bytes = sum(uops[pc].arg[1] * uops[pc].dtype.base.itemsize for pc in self.locals)
+
+  def _sources(self, pc: int, u: UOp, seen: dict[UOp, int]) -> tuple[int, ...]:
+    """Where the values of u's sources live. A use of an ASSIGN reads its accumulator; a DEFINE_ACC lists the loops
+    it accumulates over, which come later, but only its identity value is read."""
+    srcs = u.src[:1] if u.op is Ops.DEFINE_ACC else u.src
+    out = []
+    for s in srcs:
+      target = s.src[0] if s.op is Ops.ASSIGN else s
+      if target not in seen: raise UnsupportedOpError(self.where(pc, f"uses a {s.op.name} that does not come earlier in the program"))
+      out.append(seen[target])
+    return tuple(out)
 
   def where(self, pc: int, msg: str) -> str:
     """`msg` prefixed with the kernel and the UOp it is about."""
@@ -438,7 +457,9 @@ class _Run:
     pc, n = 0, len(uops)
     while pc < n:
       op = uops[pc].op
-      if pc in fns: vals[pc] = fns[pc](*[vals[s] for s in srcs[pc]])
+      if pc in fns:
+        vals[pc] = fns[pc](*[vals[s] for s in srcs[pc]])
+        if pc in plan.int_divisions: self.check_divisor(pc, vals[srcs[pc][1]], mask)
       elif op is Ops.INDEX:
         s = srcs[pc]
         vals[pc] = (s[0], vals[s[1]], vals[s[2]] if len(s) > 2 else None)
@@ -492,6 +513,15 @@ class _Run:
       elif op is Ops.BARRIER: self.barrier(pc, mask)
       # DEFINE_GLOBAL / DEFINE_VAR / DEFINE_LOCAL / CONST / SPECIAL were set up front; NOOP does nothing
       pc += 1
+
+  def check_divisor(self, pc: int, divisor, mask: Optional[np.ndarray]):
+    zero = np.asarray(divisor) == 0
+    if zero.ndim == 2: zero = zero.any(axis=1)
+    zero = np.broadcast_to(zero, (self.batch.lanes,))
+    if mask is not None: zero = zero & mask
+    if zero.any():
+      divisor_pc = self.plan.srcs[pc][1]
+      raise self.error(DivisionByZeroError, pc, f"divides by zero (the divisor, uop {divisor_pc}, is 0)", int(np.argmax(zero)))
 
   # -- memory ---------------------------------------------------------------------------------------------------------
 
@@ -661,6 +691,8 @@ class EmuProgram:
     by_name = {plan.uops[pc].arg[0]: v for pc, v in zip(plan.vars, var_vals)}
     for pc in plan.specials:
       name, size = plan.uops[pc].arg
+      if isinstance(size, UOp) and any(v.arg[0] not in by_name for v in size.variables()):
+        continue  # a launch dim set by a Variable the kernel does not take: only the launch knows its value
       want, axis = int(sym_infer(size, by_name)), int(name[-1])
       got = gdims[axis] if name.startswith("gidx") else ldims[axis] if name.startswith("lidx") else gdims[axis] * ldims[axis]
       if got != want:
@@ -724,4 +756,4 @@ def _kc_version() -> str:
 
 
 __all__ = ["EmuDevice", "EmuRenderer", "EmuCompiler", "EmuProgram", "EmulatorError", "OutOfBoundsError", "BarrierError",
-           "DataRaceError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program", "DEVICE", "PRIORITY"]
+           "DataRaceError", "DivisionByZeroError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program", "DEVICE", "PRIORITY"]

@@ -1,0 +1,440 @@
+"""The kernels of the end-to-end suite: each builds its AST, its inputs and numpy's answer.
+
+Shapes stay small: EMU interprets every UOp, and every case runs under some thirty optimization choices on
+each device. Integer division and remainder follow C (truncation), as every kc backend does."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from typing import Callable
+import numpy as np
+from kc import DType, UOp, Variable, dtypes
+from kc import ast as A
+
+
+@dataclass
+class Setup:
+  """One instance of a case: the AST, the inputs by buffer index, numpy's outputs, every buffer's dtype and the
+  Variables' values. bfloat16 data is given as float32 values that bfloat16 holds exactly."""
+  sink: UOp
+  inputs: dict[int, np.ndarray]
+  expected: dict[int, np.ndarray]
+  dtypes: dict[int, DType]
+  var_vals: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+  name: str
+  build: Callable[[np.random.Generator], Setup]
+  kind: str  # the tolerance kind of its outputs (see tolerance.py)
+
+
+CASES: dict[str, Case] = {}
+
+
+def case(kind: str):
+  def register(fn: Callable[[np.random.Generator], Setup]) -> Callable:
+    name = fn.__name__
+    if name in CASES: raise ValueError(f"two cases named {name}")
+    CASES[name] = Case(name, fn, kind)
+    return fn
+  return register
+
+
+def arg(i: int, shape, dt: DType = dtypes.float32): return A.arg(i, dt, tuple(shape) if not isinstance(shape, int) else (shape,))
+
+
+def uniform(rng, shape, lo=-2.0, hi=2.0, dt=np.float32) -> np.ndarray: return rng.uniform(lo, hi, shape).astype(dt)
+
+
+def ints(rng, shape, lo, hi, dt) -> np.ndarray: return rng.integers(lo, hi, shape, endpoint=True).astype(dt)
+
+
+def nonzero(x: np.ndarray) -> np.ndarray: return np.where(x == 0, np.ones_like(x), x)
+
+
+def c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """Integer division truncating toward zero, in a's dtype."""
+  return ((a - np.fmod(a, b)) // b).astype(a.dtype)
+
+
+def bf16_round(x: np.ndarray) -> np.ndarray:
+  """float32 values rounded to the nearest bfloat16 (ties to even), as float32: the oracle's own rounding."""
+  bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+  bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+  return bits.astype(np.uint32).view(np.float32)
+
+
+def single(sink, inputs, expected, dts, **var_vals) -> Setup: return Setup(sink, inputs, expected, dts, var_vals)
+
+
+# ----------------------------------------------------------------------------------------------------- elementwise
+
+def _arith(rng, dt: DType) -> Setup:
+  shape = (7, 13)
+  a, b, c = (uniform(rng, shape, dt=dt.np) for _ in range(3))
+  b = np.where(np.abs(b) < 0.25, dt.np.type(0.5), b).astype(dt.np)
+  x, y, z = arg(1, shape, dt), arg(2, shape, dt), arg(3, shape, dt)
+  out = (x < y).where(((x + y) * z - x / y).maximum(z), -z)
+  want = np.where(a < b, np.maximum((a + b) * c - a / b, c), -c)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b, 3: c}, {0: want}, {i: dt for i in range(4)})
+
+
+@case("arith")
+def f32_arith(rng): return _arith(rng, dtypes.float32)
+
+
+@case("arith")
+def f16_arith(rng): return _arith(rng, dtypes.float16)
+
+
+@case("arith")
+def f64_arith(rng): return _arith(rng, dtypes.float64)
+
+
+@case("exact")
+def i32_arith(rng):
+  shape = (9, 8)
+  a, b = ints(rng, shape, -100, 100, np.int32), nonzero(ints(rng, shape, -9, 9, np.int32))
+  x, y = arg(1, shape, dtypes.int32), arg(2, shape, dtypes.int32)
+  out = (x * y + x // y - x % y).maximum(x ^ y) | (x & 7)
+  want = np.maximum(a * b + c_div(a, b) - np.fmod(a, b), a ^ b) | (a & 7)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {0: dtypes.int32, 1: dtypes.int32, 2: dtypes.int32})
+
+
+@case("exact")
+def i8_wraparound(rng):
+  shape = (6, 10)
+  a, b = ints(rng, shape, -128, 127, np.int8), ints(rng, shape, -128, 127, np.int8)
+  x, y = arg(1, shape, dtypes.int8), arg(2, shape, dtypes.int8)
+  want = (a * b + a - b).astype(np.int8)  # numpy wraps int8 like C does after the conversion back
+  return single(A.sink(A.store(0, x * y + x - y)), {1: a, 2: b}, {0: want}, {i: dtypes.int8 for i in range(3)})
+
+
+@case("exact")
+def u8_arith(rng):
+  shape = (5, 12)
+  a, b = ints(rng, shape, 0, 255, np.uint8), ints(rng, shape, 1, 255, np.uint8)
+  x, y = arg(1, shape, dtypes.uint8), arg(2, shape, dtypes.uint8)
+  out = (x + y).maximum(x // y) + x % y
+  want = (np.maximum(a + b, a // b) + a % b).astype(np.uint8)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.uint8 for i in range(3)})
+
+
+@case("exact")
+def i64_arith(rng):
+  shape = (4, 9)
+  a, b = ints(rng, shape, -2**40, 2**40, np.int64), nonzero(ints(rng, shape, -2**20, 2**20, np.int64))
+  x, y = arg(1, shape, dtypes.int64), arg(2, shape, dtypes.int64)
+  want = a * 3 + b + c_div(a, b) - np.fmod(a, b)
+  return single(A.sink(A.store(0, x * 3 + y + x // y - x % y)), {1: a, 2: b}, {0: want}, {i: dtypes.int64 for i in range(3)})
+
+
+@case("exact")
+def casts(rng):
+  shape = (6, 11)
+  a = uniform(rng, shape, -300.0, 300.0)
+  u = uniform(rng, shape, 0.0, 255.0)
+  x, y = arg(1, shape), arg(2, shape)
+  sink = A.sink(A.store(0, x.cast(dtypes.int32)), A.store(3, x.cast(dtypes.float16)), A.store(4, y.cast(dtypes.uint8)),
+                A.store(5, (x.cast(dtypes.int32) * 7).cast(dtypes.float32)), A.store(6, (x.cast(dtypes.int8).cast(dtypes.bool))))
+  want = {0: a.astype(np.int32), 3: a.astype(np.float16), 4: u.astype(np.uint8), 5: (a.astype(np.int32) * 7).astype(np.float32),
+          6: a.astype(np.int32).astype(np.int8) != 0}
+  dts = {0: dtypes.int32, 1: dtypes.float32, 2: dtypes.float32, 3: dtypes.float16, 4: dtypes.uint8, 5: dtypes.float32, 6: dtypes.bool}
+  return single(sink, {1: a, 2: u}, want, dts)
+
+
+@case("exact")
+def bitcasts(rng):
+  shape = (8, 9)
+  a = uniform(rng, shape, -5.0, 5.0)
+  x = arg(1, shape)
+  absx = (x.bitcast(dtypes.int32) & 0x7FFFFFFF).bitcast(dtypes.float32)
+  sink = A.sink(A.store(0, absx), A.store(2, x.bitcast(dtypes.uint32) // 8388608))  # the biased exponent and sign
+  return single(sink, {1: a}, {0: np.abs(a), 2: a.view(np.uint32) // 8388608}, {0: dtypes.float32, 1: dtypes.float32, 2: dtypes.uint32})
+
+
+@case("arith")
+def bf16_arith(rng):
+  shape = (6, 8)
+  a, b = bf16_round(uniform(rng, shape)), bf16_round(uniform(rng, shape))
+  x, y = arg(1, shape, dtypes.bfloat16), arg(2, shape, dtypes.bfloat16)
+  f = arg(3, shape)
+  c = uniform(rng, shape)
+  sink = A.sink(A.store(0, x * y + x), A.store(4, f.cast(dtypes.bfloat16)), A.store(5, (x + y).cast(dtypes.float32)))
+  want = {0: bf16_round(bf16_round(a * b) + a), 4: bf16_round(c), 5: bf16_round(a + b)}
+  dts = {0: dtypes.bfloat16, 1: dtypes.bfloat16, 2: dtypes.bfloat16, 3: dtypes.float32, 4: dtypes.bfloat16, 5: dtypes.float32}
+  return single(sink, {1: a, 2: b, 3: c}, want, dts)
+
+
+@case("exact")
+def compare_to_bool(rng):
+  shape = (7, 7)
+  a, b = ints(rng, shape, -3, 3, np.int32), ints(rng, shape, -3, 3, np.int32)
+  x, y = arg(1, shape, dtypes.int32), arg(2, shape, dtypes.int32)
+  sink = A.sink(A.store(0, x < y), A.store(3, x.eq(y).where(x, y * 2)), A.store(4, (x >= y).logical_not()))
+  want = {0: a < b, 3: np.where(a == b, a, b * 2), 4: ~(a >= b)}
+  return single(sink, {1: a, 2: b}, want, {0: dtypes.bool, 1: dtypes.int32, 2: dtypes.int32, 3: dtypes.int32, 4: dtypes.bool})
+
+
+# ----------------------------------------------------------------------------------------------------- unary math
+
+def _unary(rng, op: str, lo: float, hi: float, dt: DType) -> Setup:
+  shape = (9, 10)
+  a = uniform(rng, shape, lo, hi, dt.np)
+  x = arg(1, shape, dt)
+  want = {"exp2": np.exp2, "log2": np.log2, "sin": np.sin, "sqrt": np.sqrt, "recip": np.reciprocal}[op](a)
+  return single(A.sink(A.store(0, getattr(x, op)())), {1: a}, {0: want}, {0: dt, 1: dt})
+
+
+@case("transcendental")
+def exp2_f32(rng): return _unary(rng, "exp2", -20.0, 20.0, dtypes.float32)
+
+
+@case("transcendental")
+def log2_f32(rng): return _unary(rng, "log2", 1e-3, 1e3, dtypes.float32)
+
+
+@case("transcendental")
+def sin_f32(rng): return _unary(rng, "sin", -10.0, 10.0, dtypes.float32)
+
+
+@case("transcendental")
+def sqrt_f32(rng): return _unary(rng, "sqrt", 0.0, 100.0, dtypes.float32)
+
+
+@case("transcendental")
+def recip_f32(rng): return _unary(rng, "recip", 0.5, 50.0, dtypes.float32)
+
+
+@case("transcendental")
+def exp2_f16(rng): return _unary(rng, "exp2", -8.0, 8.0, dtypes.float16)
+
+
+@case("transcendental")
+def sin_f64(rng): return _unary(rng, "sin", -10.0, 10.0, dtypes.float64)
+
+
+# ----------------------------------------------------------------------------------------------------- reductions
+
+def _sum_axes(rng, axis) -> Setup:
+  shape = (5, 6, 7)
+  a = uniform(rng, shape)
+  want = a.astype(np.float64).sum(axis=axis, keepdims=True).astype(np.float32)
+  return single(A.sink(A.store(0, arg(1, shape).sum(axis))), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("reduce")
+def sum_axis0(rng): return _sum_axes(rng, 0)
+
+
+@case("reduce")
+def sum_axis1(rng): return _sum_axes(rng, 1)
+
+
+@case("reduce")
+def sum_axis2(rng): return _sum_axes(rng, 2)
+
+
+@case("reduce")
+def sum_axes02(rng): return _sum_axes(rng, (0, 2))
+
+
+@case("reduce")
+def sum_to_scalar(rng):
+  a = uniform(rng, (1000,))
+  return single(A.sink(A.store(0, arg(1, 1000).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("exact")
+def max_rows(rng):
+  a = uniform(rng, (13, 17))
+  return single(A.sink(A.store(0, arg(1, (13, 17)).max(1))), {1: a}, {0: a.max(1, keepdims=True)}, {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("exact")
+def max_i32_cols(rng):
+  a = ints(rng, (12, 5), -1000, 1000, np.int32)
+  return single(A.sink(A.store(0, arg(1, (12, 5), dtypes.int32).max(0))), {1: a}, {0: a.max(0, keepdims=True)},
+                {0: dtypes.int32, 1: dtypes.int32})
+
+
+@case("exact")
+def sum_i32(rng):
+  a = ints(rng, (8, 24), -1000, 1000, np.int32)
+  return single(A.sink(A.store(0, arg(1, (8, 24), dtypes.int32).sum(1))), {1: a}, {0: a.sum(1, keepdims=True, dtype=np.int32)},
+                {0: dtypes.int32, 1: dtypes.int32})
+
+
+@case("exact")
+def int_div_mod_sum(rng):
+  a = ints(rng, (8, 8), -50, 50, np.int32)
+  x = arg(1, (8, 8), dtypes.int32)
+  want = (c_div(a, np.int32(3)) + np.fmod(a, np.int32(5))).sum(1, keepdims=True, dtype=np.int32)
+  return single(A.sink(A.store(0, (x // 3 + x % 5).sum(1))), {1: a}, {0: want}, {0: dtypes.int32, 1: dtypes.int32})
+
+
+@case("reduce")
+def prod_rows(rng):
+  a = uniform(rng, (4, 12), 0.8, 1.25)
+  return single(A.sink(A.store(0, arg(1, (4, 12)).prod(1))), {1: a}, {0: a.astype(np.float64).prod(1, keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("reduce")
+def sum_f16(rng):
+  a = uniform(rng, (8, 16), 0.0, 1.0, np.float16)
+  return single(A.sink(A.store(0, arg(1, (8, 16), dtypes.float16).sum(1))), {1: a},
+                {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float16)}, {0: dtypes.float16, 1: dtypes.float16})
+
+
+@case("reduce")
+def symbolic_sum(rng):
+  n = Variable("n", 1, 64)
+  a = uniform(rng, (4, 37))
+  return single(A.sink(A.store(0, arg(1, (4, n)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32}, n=37)
+
+
+@case("arith")
+def symbolic_elementwise(rng):
+  n = Variable("n", 1, 100)
+  a = uniform(rng, (3, 29))
+  return single(A.sink(A.store(0, arg(1, (3, n)) * 3.0 + 1.0)), {1: a}, {0: a * np.float32(3.0) + np.float32(1.0)},
+                {0: dtypes.float32, 1: dtypes.float32}, n=29)
+
+
+# ----------------------------------------------------------------------------------------------------- movement
+
+def _movement(rng, shape, build: Callable, ref: Callable) -> Setup:
+  a = uniform(rng, shape)
+  return single(A.sink(A.store(0, build(arg(1, shape)) + 1.0)), {1: a}, {0: ref(a) + np.float32(1.0)}, {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("exact")
+def pad(rng): return _movement(rng, (5, 7), lambda x: x.pad(((1, 2), (0, 3))), lambda a: np.pad(a, ((1, 2), (0, 3))))
+
+
+@case("exact")
+def shrink(rng): return _movement(rng, (9, 11), lambda x: x.shrink(((2, 7), (1, 10))), lambda a: a[2:7, 1:10])
+
+
+@case("exact")
+def flip(rng): return _movement(rng, (6, 5), lambda x: x.flip((0, 1)), lambda a: a[::-1, ::-1])
+
+
+@case("exact")
+def permute(rng): return _movement(rng, (3, 4, 5), lambda x: x.permute(2, 0, 1), lambda a: a.transpose(2, 0, 1))
+
+
+@case("exact")
+def expand(rng):
+  a, b = uniform(rng, (5, 1)), uniform(rng, (1, 7))
+  out = arg(1, (5, 1)).expand(5, 7) * arg(2, (1, 7)).expand(5, 7)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b}, {i: dtypes.float32 for i in range(3)})
+
+
+@case("exact")
+def movement_chain(rng):
+  return _movement(rng, (4, 6), lambda x: x.pad(((1, 1), (2, 0))).flip((0,)).permute(1, 0).shrink(((1, 7), (0, 5))),
+                   lambda a: np.pad(a, ((1, 1), (2, 0)))[::-1].T[1:7, 0:5])
+
+
+@case("reduce")
+def padded_reduce(rng):
+  a = uniform(rng, (6, 10))
+  out = arg(1, (6, 10)).pad(((0, 0), (2, 3))).flip((1,)).sum(1)
+  return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32})
+
+
+# ----------------------------------------------------------------------------------------------------- several outputs, fused chains
+
+@case("arith")
+def two_outputs(rng):
+  a, b = uniform(rng, (6, 8)), uniform(rng, (6, 8))
+  x, y = arg(2, (6, 8)), arg(3, (6, 8))
+  return single(A.sink(A.store(0, x + y), A.store(1, x * y - 1.0)), {2: a, 3: b}, {0: a + b, 1: a * b - np.float32(1.0)},
+                {i: dtypes.float32 for i in range(4)})
+
+
+@case("reduce")
+def sum_and_max(rng):
+  a = uniform(rng, (7, 12))
+  x = arg(2, (7, 12))
+  want = {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32), 1: a.max(1, keepdims=True)}
+  return single(A.sink(A.store(0, x.sum(1)), A.store(1, x.max(1))), {2: a}, want, {i: dtypes.float32 for i in range(3)})
+
+
+@case("reduce")
+def softmax_denominator(rng):
+  a = uniform(rng, (8, 32), -4.0, 4.0)
+  x = arg(1, (8, 32))
+  out = (x - x.max(1).expand(8, 32)).exp2().sum(1)
+  want = np.exp2(a.astype(np.float64) - a.max(1, keepdims=True)).sum(1, keepdims=True).astype(np.float32)
+  return single(A.sink(A.store(0, out)), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("reduce")
+def softmax(rng):
+  a = uniform(rng, (6, 16), -4.0, 4.0)
+  x = arg(1, (6, 16))
+  e = (x - x.max(1).expand(6, 16)).exp2()
+  out = e * e.sum(1).recip().expand(6, 16)
+  ea = np.exp2(a.astype(np.float64) - a.max(1, keepdims=True))
+  return single(A.sink(A.store(0, out)), {1: a}, {0: (ea / ea.sum(1, keepdims=True)).astype(np.float32)}, {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("reduce")
+def variance(rng):
+  a = uniform(rng, (8, 24))
+  x = arg(1, (8, 24))
+  mean = (x.sum(1) * (1 / 24)).expand(8, 24)
+  out = ((x - mean) * (x - mean)).sum(1) * (1 / 24)
+  return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).var(1, keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32})
+
+
+# ----------------------------------------------------------------------------------------------------- matmul
+
+def _matmul(rng, M, K, N, transposed=False, dt=dtypes.float32) -> Setup:
+  a, b = uniform(rng, (K, M) if transposed else (M, K), dt=dt.np), uniform(rng, (K, N), dt=dt.np)
+  x = arg(1, (K, M), dt).permute(1, 0) if transposed else arg(1, (M, K), dt)
+  y = arg(2, (K, N), dt)
+  if dt != dtypes.float32: x, y = x.cast(dtypes.float32), y.cast(dtypes.float32)
+  out = (x.reshape(M, K, 1) * y.reshape(1, K, N)).sum(1)
+  am = a.T if transposed else a
+  want = (am.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).reshape(M, 1, N)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {0: dtypes.float32, 1: dt, 2: dt})
+
+
+@case("reduce")
+def matmul_square(rng): return _matmul(rng, 16, 16, 16)
+
+
+@case("reduce")
+def matmul_odd(rng): return _matmul(rng, 7, 9, 5)
+
+
+@case("reduce")
+def matmul_transposed(rng): return _matmul(rng, 8, 12, 6, transposed=True)
+
+
+@case("reduce")
+def matmul_half_in_float_acc(rng): return _matmul(rng, 8, 16, 8, dt=dtypes.float16)
+
+
+@case("reduce")
+def matmul_batched(rng):
+  B, M, K, N = 3, 8, 6, 4
+  a, b = uniform(rng, (B, M, K)), uniform(rng, (B, K, N))
+  out = (arg(1, (B, M, K)).reshape(B, M, K, 1) * arg(2, (B, K, N)).reshape(B, 1, K, N)).sum(2)
+  want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).reshape(B, M, 1, N)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.float32 for i in range(3)})
+
+
+def setup_of(name: str, seed: int = 0) -> Setup:
+  return CASES[name].build(np.random.default_rng(seed))
+
+
+__all__ = ["CASES", "Case", "Setup", "setup_of"]
