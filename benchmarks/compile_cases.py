@@ -1,9 +1,10 @@
-"""The kernels bench_compile times, described by shapes so that kc and tinygrad build the same math. Each case
-gets a fresh size per repeat (`i`) so that no cache makes a repeat cheaper than a first compile."""
+"""The kernels bench_compile times, described by shapes so that kc and tinygrad build the same math. Each repeat
+`i` shifts a size a little so that no cache makes a repeat cheaper than a first compile."""
 
 CASES = {
-  "matmul_256": lambda i: ("matmul", (256 + i, 256, 256)),
-  "elementwise_add_1M": lambda i: ("add", (1024 + i, 1024)),
-  "row_sum_4096": lambda i: ("rowsum", (4096 + 4 * i, 256)),
-  "conv2d_3x3_16ch_32px": lambda i: ("conv2d", (16, 16, 32 + i, 32, 3)),
+  "add": lambda i: ("add", (4096 + i, 4096)),
+  "sum": lambda i: ("rowsum", (4096 + 4 * i, 4096)),
+  "matmul_1024": lambda i: ("matmul", (1024 + 4 * i, 1024, 1024)),
+  "conv2d_3x3_32ch_64px": lambda i: ("conv2d", (32, 32, 64 + i, 64, 3)),
+  "softmax_1024": lambda i: ("softmax", (1024 + i, 1024)),
 }

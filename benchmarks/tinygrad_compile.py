@@ -1,4 +1,4 @@
-"""Times tinygrad 0.10.0's Kernel -> Program (hand-coded opts, CLANG and OpenCL renderers) on benchmarks/compile_cases.py.
+"""Times tinygrad 0.10.0's Kernel -> Program (every kernel its scheduler makes for the case: softmax is several) (hand-coded opts, CLANG and OpenCL renderers) on benchmarks/compile_cases.py.
 Runs inside the benchmark's own venv; prints JSON. kc never imports tinygrad."""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -14,6 +14,7 @@ def build(kind, shape):
   if kind == "matmul": M, K, N = shape; return Tensor.empty(M, K) @ Tensor.empty(K, N)
   if kind == "add": return Tensor.empty(*shape) + Tensor.empty(*shape)
   if kind == "rowsum": return Tensor.empty(*shape).sum(1)
+  if kind == "softmax": return Tensor.empty(*shape).softmax(1)
   if kind == "conv2d":
     cin, cout, H, W, k = shape
     return Tensor.empty(1, cin, H, W).conv2d(Tensor.empty(cout, cin, k, k), padding=1)

@@ -2,6 +2,7 @@
 happen (stores behind a false gate), fold neighbouring scalar loads and stores into vector accesses where the
 renderer supports them, and replace ops the renderer lacks (transcendentals) with ones it has."""
 from __future__ import annotations
+import functools
 from collections import defaultdict
 from typing import Optional
 from kc.dtype import PtrDType, dtypes
@@ -98,19 +99,25 @@ def _max_as_where(a: UOp, b: UOp) -> UOp:
   return take_b.where(b, a)
 
 
-def _missing_op_rules(spelled: set) -> Optional[PatternMatcher]:
+@functools.lru_cache(maxsize=None)
+def _missing_op_rules(spelled: frozenset) -> Optional[PatternMatcher]:
   """Rewrites of the ops a renderer does not spell into ones it does (it declares them in code_for_op)."""
   rules = []
   if Ops.MAX not in spelled: rules.append((UPat(Ops.MAX, src=(UPat(name="a"), UPat(name="b"))), _max_as_where))
   rules += transcendental_rules(spelled)
-  return PatternMatcher(rules) if rules else None
+  return PatternMatcher(rules) + structural if rules else None
+
+
+@functools.lru_cache(maxsize=None)
+def _with_simplify(extra: PatternMatcher) -> PatternMatcher:
+  """A renderer's extra rules followed by the simplifier, built once per rule set (building one is not free)."""
+  return extra + simplify_all
 
 
 def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
   sink = graph_rewrite(sink, simplify_all)
   if getattr(renderer, "supports_float4", False): sink = fold_vector_accesses(sink)
-  if (missing := _missing_op_rules(set(getattr(renderer, "code_for_op", {}) or {}))) is not None:
-    sink = graph_rewrite(sink, missing + structural)
-  if (extra := getattr(renderer, "extra_matcher", None)) is not None: sink = graph_rewrite(sink, extra + simplify_all)
+  if (missing := _missing_op_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}))) is not None: sink = graph_rewrite(sink, missing)
+  if (extra := getattr(renderer, "extra_matcher", None)) is not None: sink = graph_rewrite(sink, _with_simplify(extra))
   return sink

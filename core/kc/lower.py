@@ -197,21 +197,36 @@ class Lowering:
     return {a for ax in wmma.arg[6] for a, _ in ax} | set(wmma.arg[7])
 
   def indexed(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
-    """(offset, valid) of a view at env. The lanes of unrolled axes differ from lane 0 by a constant offset wherever
-    the view walks those axes with a fixed stride and no mask, so one index expression serves every lane."""
+    """(offset, valid) of a view at env. Unrolled lanes share one expression: where the view walks the lane axes
+    with a fixed stride (wherever it is valid) a lane's offset is lane 0's plus a constant, and its validity
+    depends only on the lane axes the view masks."""
     lanes = {a: env[a].arg for a in range(self.first_upcast, len(env)) if env[a].op is Ops.CONST and env[a].arg != 0}
     if not lanes: return st.to_indexed_uops(env)
-    strides = st.real_strides()
-    if all(isinstance(strides[a], int) for a in lanes):
+    strides, masked = self.view_facts(st)
+    shift = sum(strides[a] * v for a, v in lanes.items()) if all(isinstance(strides[a], int) for a in lanes) else None
+    if shift is not None and not any(a in masked for a in lanes):
       idx, valid = st.to_indexed_uops(self.with_axes(env, {a: 0 for a in lanes}))
-      shift = sum(strides[a] * v for a, v in lanes.items())
       return (idx + shift).simplify() if shift else idx, valid
-    # masked or unravelled lanes: build the expression once over a placeholder per lane axis, then give each lane
-    # its value (re-simplifying only what the value touches: the rest is memoized on the UOps)
+    # over a placeholder per lane axis, built once; each lane's value is put in afterwards (re-simplifying only what
+    # the value touches: the rest is memoized on the UOps)
     holders = {a: UOp.variable(f"lane{a}", 0, self.full_shape[a] - 1) for a in lanes}
-    idx, valid = st.to_indexed_uops(self.with_axes(env, holders))
-    values = {holders[a]: UOp.const(dtypes.int32, v) for a, v in lanes.items()}
-    return idx.substitute(values).simplify(), valid.substitute(values).simplify()
+    sym_idx, sym_valid = st.to_indexed_uops(self.with_axes(env, holders))
+    zero = UOp.const(dtypes.int32, 0)
+    def at(expr: UOp, axes: list[int]) -> UOp:
+      key = (expr, tuple((a, lanes[a]) for a in axes))
+      if (ret := self.memo.get(key)) is None:
+        ret = self.memo[key] = expr.substitute({h: (UOp.const(dtypes.int32, lanes[a]) if a in axes else zero) for a, h in holders.items()}).simplify()
+      return ret
+    valid = at(sym_valid, sorted(a for a in lanes if a in masked))
+    if shift is None: return at(sym_idx, sorted(lanes)), valid
+    idx = at(sym_idx, [])
+    return (idx + shift).simplify() if shift else idx, valid
+
+  def view_facts(self, st: ShapeTracker) -> tuple[tuple, set[int]]:
+    """The strides a view walks its axes with (where valid) and the axes its mask depends on, once per view."""
+    if (facts := self.memo.get(("facts", st))) is None:
+      facts = self.memo[("facts", st)] = (st.real_strides(ignore_valid=True), {a for a in range(self.first_upcast, len(self.full_shape)) if st.axis_is_masked(a)})
+    return facts
 
   def lower_load(self, u: UOp, env: Env) -> UOp:
     buf = u.src[0]
