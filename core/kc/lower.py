@@ -30,6 +30,12 @@ Env = tuple[UOp, ...]
 def _as_uop(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.int32, x)
 
 
+@functools.lru_cache(maxsize=4096)
+def _index_const(v: int) -> UOp:
+  """An int32 constant of index arithmetic (lane numbers, zeros): built once."""
+  return UOp.const(dtypes.int32, v)
+
+
 def _fits(dims: list, max_sizes: tuple[int, ...]) -> bool:
   return len(dims) <= len(max_sizes) and all(_max_of(d) <= m for d, m in zip(dims, max_sizes))
 
@@ -153,7 +159,10 @@ class Lowering:
 
   @staticmethod
   def with_axes(env: Env, values: dict) -> Env:
-    return tuple(_as_uop(values[i]) if i in values else x for i, x in enumerate(env))
+    if not values: return env
+    out = list(env)
+    for i, v in values.items(): out[i] = v if isinstance(v, UOp) else _index_const(v)
+    return tuple(out)
 
   # ***** the lowering *****
 
