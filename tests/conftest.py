@@ -38,3 +38,21 @@ def cpu():
 @pytest.fixture
 def tc_gpu():
   return LimitsRenderer(has_local=True, has_shared=True, shared_max=49152, tensor_cores=[TC_HALF, TC_FLOAT])
+
+
+from kc.renderer.cstyle import CStyleLanguage  # noqa: E402
+
+
+class MiniC(CStyleLanguage):
+  """A minimal C-like dialect with work-groups, local memory and the small test tensor cores: enough to render
+  every kernel the Kernel tests build, including WMMA calls."""
+  device = "MINIC"
+  kernel_prefix, buffer_prefix, smem_prefix, barrier = "kernel ", "global ", "local ", "barrier();"
+  code_for_workitem = {"g": lambda d: f"group_id({d})", "l": lambda d: f"local_id({d})", "i": lambda d: f"global_id({d})"}
+  float4 = "(float4)"
+  global_max, local_max, shared_max = (65535, 65535, 65535), (1024, 1024, 64), 49152
+  tensor_cores = [TC_HALF, TC_FLOAT]
+
+
+@pytest.fixture
+def minic(): return MiniC()

@@ -92,3 +92,47 @@ def test_transcendental_fallbacks_within_two_ulp(fn, ref, domain, dt):
   same = (out == want) | (np.isnan(out) & np.isnan(want))
   ulps = np.abs(out.astype(np.float64) - want.astype(np.float64)) / np.spacing(np.abs(want)).astype(np.float64)
   assert np.all(same | (ulps <= 2)), f"worst at {x[~same][np.argmax(ulps[~same])]}"
+
+
+def specials(prg): return {u.arg[0]: u.arg[1] for u in prg.uops if u.op is Ops.SPECIAL}
+
+
+def test_loops_and_specials_match_the_opts(minic, cpu):
+  M, K, N = 64, 32, 48
+  k = Kernel(matmul(M, K, N), minic)
+  for o in [Opt(OptOps.LOCAL, 0, 8), Opt(OptOps.LOCAL, 1, 4), Opt(OptOps.UPCAST, 0, 2)]: k.apply_opt(o)
+  prg = k.to_program()
+  sp = specials(prg)
+  assert sorted(v for n, v in sp.items() if n.startswith("lidx")) == [4, 8]
+  assert math.prod(v for n, v in sp.items() if n.startswith("gidx")) * 8 * 4 * 2 == M * N
+  ranges = [u for u in prg.uops if u.op is Ops.RANGE]
+  assert [r.src[1].arg for r in ranges] == [K]  # only the reduce is a loop on a GPU
+  cpu_prg = Kernel(matmul(M, K, N), kc.Device.renderer("CLANG")).to_program()
+  assert [r.src[1].arg for r in cpu_prg.uops if r.op is Ops.RANGE] == [M, N, K] and not specials(cpu_prg)
+
+
+def test_upcast_4_on_a_unit_stride_axis_is_one_vector_load():
+  k = Kernel(A.sink(A.store(0, F(1, 16, 64) * F(2, 16, 64))), kc.Device.renderer("CLANG"))
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))  # the merged 1024 axis, unit stride in every buffer
+  uops = k.to_program().uops
+  loads = [u for u in uops if u.op is Ops.LOAD]
+  stores = [u for u in uops if u.op is Ops.STORE]
+  assert [ld.dtype for ld in loads] == [dtypes.float32.vec(4)] * 2 and [st.src[1].dtype for st in stores] == [dtypes.float32.vec(4)]
+
+
+def test_the_minimal_dialect_renders_every_kernel_of_the_kernel_tests(minic):
+  from test_heuristics import CASES
+  from test_tensor_cores import half_matmul, float_matmul
+  from test_verify_ast import softmax_denominator, variance
+  builds = [c[0] for c in CASES.values()] + [softmax_denominator, variance, lambda: half_matmul(64, 64, 64), lambda: float_matmul(32, 32, 32),
+                                            lambda: half_matmul(30, 30, 30)]
+  rendered = 0
+  for build in builds:
+    variants = [lambda k: k, lambda k: k.hand_coded_optimizations()]
+    variants += [lambda k, lvl=lvl: (k.apply_tensor_cores(lvl, tc_opt=2), k)[1] for lvl in (1, 2, 3)]
+    for variant in variants:
+      k = variant(Kernel(build(), minic))
+      src = k.to_program().src
+      assert src.startswith("kernel void ") and src.count("{") == src.count("}")
+      rendered += 1
+  assert rendered == len(builds) * 5

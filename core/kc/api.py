@@ -5,6 +5,8 @@ import numpy as np
 from kc.device import Buffer, Device
 from kc.dtype import dtypes
 from kc.errors import KcError, SymbolicError
+from kc.helpers import debug_level
+from kc.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
 from kc.kernel.verify import st_arg
 from kc.renderer import Program
@@ -53,7 +55,12 @@ class CompiledKernel:
     ordered = [vals[v.arg[0]] for v in self.program.vars]
     seconds = self._handle(*[bufs[g] for g in self.program.globals], global_size=global_size, local_size=local_size, vals=ordered, wait=True)
     for arr, buf in copies: buf.copyout(arr.reshape(-1).view(np.uint8).data)
-    return float(seconds or 0.0)
+    seconds = float(seconds or 0.0)
+    if debug_level() >= 2:
+      ops = sym_infer(self.program.op_estimate, vals) if not isinstance(self.program.op_estimate, int) else self.program.op_estimate
+      mem = sym_infer(self.program.mem_estimate, vals) if not isinstance(self.program.mem_estimate, int) else self.program.mem_estimate
+      print(f"{self.device:8s} {self.name:40s} {seconds * 1e6:10.1f} us  {ops / max(seconds, 1e-9) / 1e9:8.2f} GFLOP/s  {mem / max(seconds, 1e-9) / 1e9:8.2f} GB/s")
+    return seconds
 
   def _var_values(self, var_vals: dict) -> dict[str, int]:
     wanted = {v.arg[0]: v for v in self.kernel.vars}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 from typing import Optional
 from kc.errors import KernelOptError
+from kc.helpers import debug_level
 from kc.kernel.kernel import Kernel, set_program_builder
 from kc.kernel.naming import to_function_name
 from kc.kernel.verify import st_arg
@@ -32,10 +33,20 @@ def mem_estimate(ast: UOp) -> int:
 def to_program(k: Kernel, name_override: Optional[str] = None) -> Program:
   uops = linearize_kernel(k)
   name = to_function_name(name_override if name_override is not None else k.name)
+  if debug_level() >= 5: print_uops(name, uops)
   src = k.opts.render(name, uops)
+  if debug_level() >= 4: print(src)
   prg = Program(name, src, k.opts.device, uops, mem_estimate=mem_estimate(k.ast))
   _check_launch_limits(prg, k.opts)
   return prg
+
+
+def print_uops(name: str, uops: list[UOp]) -> None:
+  """One line per UOp: position, op, dtype, the positions of its sources, arg."""
+  pos = {u: i for i, u in enumerate(uops)}
+  print(f"{name}: {len(uops)} uops")
+  for i, u in enumerate(uops):
+    print(f"{i:4d} {u.op.name:14s} {str(u.dtype.name if hasattr(u.dtype, 'name') else u.dtype):16s} {[pos.get(s, '-') for s in u.src]!s:24s} {u.arg!r}")
 
 
 def _check_launch_limits(prg: Program, renderer) -> None:

@@ -51,45 +51,49 @@ def _aligned(root: Optional[UOp], n: int) -> bool:
 VECTOR_WIDTHS = (4, 2)
 
 
+def _accesses(sink: UOp, op: Ops) -> dict[tuple, dict[int, UOp]]:
+  """Scalar float/half LOADs or STOREs grouped by (buffer, index root, gate, extra sources), keyed by constant offset."""
+  groups: dict[tuple, dict[int, UOp]] = defaultdict(dict)
+  for u in sink.toposort:
+    if u.op is not op or u.src[0].op is not Ops.INDEX: continue
+    index = u.src[0]
+    value_dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
+    if value_dt.count != 1 or value_dt.scalar() not in (dtypes.float32, dtypes.float16) or not isinstance(index.src[0].dtype, PtrDType): continue
+    root, off = _split_index(index.src[1])
+    groups[(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else ())][off] = u
+  return groups
+
+
+def _runs(by_off: dict[int, UOp], root: Optional[UOp]):
+  """Aligned runs of VECTOR_WIDTHS neighbouring offsets, widest first, each access in at most one run."""
+  taken: set[int] = set()
+  for off in sorted(by_off):
+    for n in VECTOR_WIDTHS:
+      if off % n == 0 and _aligned(root, n) and all(off + i in by_off and off + i not in taken for i in range(n)):
+        taken.update(range(off, off + n))
+        yield [by_off[off + i] for i in range(n)]
+        break
+
+
 def fold_vector_accesses(sink: UOp) -> UOp:
   """Groups of 4 (or 2) scalar loads of float/half from one buffer at aligned neighbouring offsets become one vector
-  load and lane reads; groups of such stores become one vector store of a VECTORIZE."""
-  loads: dict[tuple, dict[int, UOp]] = defaultdict(dict)
-  stores: dict[tuple, dict[int, UOp]] = defaultdict(dict)
-  for u in sink.toposort:
-    if u.op not in (Ops.LOAD, Ops.STORE) or u.src[0].op is not Ops.INDEX: continue
-    index = u.src[0]
-    buf = index.src[0]
-    value_dt = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
-    if value_dt.count != 1 or value_dt.scalar() not in (dtypes.float32, dtypes.float16) or not isinstance(buf.dtype, PtrDType): continue
-    root, off = _split_index(index.src[1])
-    key = (buf, root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if u.op is Ops.LOAD else ())
-    (loads if u.op is Ops.LOAD else stores)[key][off] = u
+  load and lane reads; then groups of such stores become one vector store of a VECTORIZE."""
   replace: dict[UOp, UOp] = {}
-  for key, by_off in loads.items():
-    buf, root, gate, rest = key
-    for off in sorted(by_off):
-      for n in VECTOR_WIDTHS:
-        group = [by_off.get(off + i) for i in range(n)]
-        if off % n or not _aligned(root, n) or any(g is None or g in replace for g in group): continue
-        first = group[0]
-        vec = UOp(Ops.LOAD, first.dtype.vec(n), (first.src[0].replace(src=(buf, first.src[0].src[1], *first.src[0].src[2:])),) + rest)
-        for i, g in enumerate(group): replace[g] = UOp(Ops.GEP, g.dtype, (vec,), (i,))
-        break
-  removed: set[UOp] = set()
-  for key, by_off in stores.items():
-    buf, root, gate, _ = key
-    for off in sorted(by_off):
-      for n in VECTOR_WIDTHS:
-        group = [by_off.get(off + i) for i in range(n)]
-        if off % n or not _aligned(root, n) or any(g is None or g in replace or g in removed for g in group): continue
-        value = UOp(Ops.VECTORIZE, group[0].src[1].dtype.vec(n), tuple(g.src[1] for g in group))
-        replace[group[0]] = UOp(Ops.STORE, dtypes.void, (group[0].src[0], value))
-        removed.update(group[1:])
-        break
-  if not replace: return sink
-  for r in removed: replace[r] = UOp(Ops.NOOP)
-  return graph_rewrite(sink.substitute(replace), structural)
+  for (buf, root, gate, rest), by_off in _accesses(sink, Ops.LOAD).items():
+    for group in _runs(by_off, root):
+      first = group[0]
+      vec = UOp(Ops.LOAD, first.dtype.vec(len(group)), (first.src[0],) + rest)
+      for i, g in enumerate(group): replace[g] = UOp(Ops.GEP, g.dtype, (vec,), (i,))
+  if replace: sink = sink.substitute(replace)
+  # stores second, on the graph with vector loads: a folded store's values are then already the lane reads
+  replace = {}
+  for (buf, root, gate, _), by_off in _accesses(sink, Ops.STORE).items():
+    for group in _runs(by_off, root):
+      value = UOp(Ops.VECTORIZE, group[0].src[1].dtype.vec(len(group)), tuple(g.src[1] for g in group))
+      replace[group[0]] = UOp(Ops.STORE, dtypes.void, (group[0].src[0], value))
+      for g in group[1:]: replace[g] = UOp(Ops.NOOP)
+  if replace: sink = sink.substitute(replace)
+  return graph_rewrite(sink, structural)
 
 
 def _max_as_where(a: UOp, b: UOp) -> UOp:
@@ -105,6 +109,9 @@ def _missing_op_rules(spelled: frozenset) -> Optional[PatternMatcher]:
   rules = []
   if Ops.MAX not in spelled: rules.append((UPat(Ops.MAX, src=(UPat(name="a"), UPat(name="b"))), _max_as_where))
   rules += transcendental_rules(spelled)
+  if Ops.MULACC in spelled:  # a*b+c in one instruction where the dialect has one (fma): one rounding instead of two
+    rules.append((UPat(Ops.ADD, dtype=dtypes.floats, src=[UPat(Ops.MUL, name="m"), UPat(name="c")]),
+                  lambda m, c: UOp(Ops.MULACC, c.dtype, (m.src[0], m.src[1], c)) if m.dtype.count == 1 else None))
   return PatternMatcher(rules) + structural if rules else None
 
 

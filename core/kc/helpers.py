@@ -24,7 +24,15 @@ def all_int(xs) -> bool:
 
 @functools.cache
 def getenv(key: str, default=0):
+  """An environment knob read once per process (knobs that change how kernels are built must not change midway)."""
   return type(default)(os.getenv(key, default))
+
+
+def debug_level() -> int:
+  """DEBUG from the environment, read on every call so a test or a notebook can turn it on and off:
+  2 kernel timings, 4 the rendered source, 5 the linear UOps."""
+  try: return int(os.getenv("DEBUG", "0") or 0)
+  except ValueError: return 0
 
 
 def c_div(a: int, b: int) -> int:
