@@ -136,3 +136,12 @@ def test_the_minimal_dialect_renders_every_kernel_of_the_kernel_tests(minic):
       assert src.startswith("kernel void ") and src.count("{") == src.count("}")
       rendered += 1
   assert rendered == len(builds) * 5
+
+
+def test_group_ids_without_thread_ids_still_mean_work_groups_of_one(minic):
+  prg = Kernel(A.sink(A.store(0, F(1, 5, 7) * 2.0)), minic).to_program()
+  assert [u.arg[0] for u in prg.uops if u.op is Ops.SPECIAL] == ["gidx0"] and prg.global_size == [35, 1, 1] and prg.local_size == [1, 1, 1]
+  k = Kernel(A.sink(A.store(0, F(1, 5, 7) * 2.0)), minic)
+  k.apply_opt(Opt(OptOps.NOLOCALS))
+  prg = k.to_program()
+  assert [u.arg[0] for u in prg.uops if u.op is Ops.SPECIAL] == ["idx0"] and prg.local_size is None

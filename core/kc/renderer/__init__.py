@@ -105,13 +105,12 @@ class Program:
     if not self.uops: return
     specials = [u for u in self.uops if u.op is Ops.SPECIAL]
     if specials and self.global_size is None: self.global_size = [1, 1, 1]
-    if any(u.arg[0].startswith("lidx") for u in specials) and self.local_size is None: self.local_size = [1, 1, 1]
+    # work-group ids (gidx) mean a work-group size, [1, 1, 1] unless there are thread ids (lidx); global ids alone
+    # (idx, NOLOCALS) leave the work-group size to the runtime: local_size None
+    if any(u.arg[0].startswith(("gidx", "lidx")) for u in specials) and self.local_size is None: self.local_size = [1, 1, 1]
     for u in specials:
       target = self.local_size if u.arg[0].startswith("lidx") else self.global_size
       target[int(u.arg[0][-1])] = u.arg[1]
-    if self.global_size is not None and specials and all(not u.arg[0].startswith("lidx") for u in specials) and \
-       any(u.arg[0].startswith("idx") for u in specials):
-      self.local_size = None  # global-id indexing: the runtime picks the work-group size
     self.vars = sorted(dedup(u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
     self.globals = [u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL]
     self.outs = sorted(dedup(x.arg for u in self.uops if u.op is Ops.STORE for x in u.src[0].toposort if x.op is Ops.DEFINE_GLOBAL))
