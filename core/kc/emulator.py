@@ -61,8 +61,9 @@ class LaunchError(EmulatorError, ValueError):
   """Launch sizes, buffers or variable values that do not fit the kernel or the renderer's limits."""
 
 
-class UnsupportedOpError(EmulatorError, NotImplementedError):
-  """A UOp (or dtype) the interpreter does not run."""
+class UnsupportedOpError(EmulatorError, CompileError):
+  """A UOp (or dtype) the interpreter does not run. It is a CompileError too: EMU's compiler rejects the program,
+  as a backend compiler rejects source it cannot build."""
 
 
 # ---------------------------------------------------------------------------------------------------------- serialization
@@ -216,9 +217,6 @@ def _c_idiv(a, b):
   return (a - np.fmod(a, b)) // np.where(b == 0, 1, b) * (b != 0)
 
 
-def _c_max(a, b): return np.where(a < b, b, a)  # C-style `(a<b)?b:a`: a NaN in a wins, a NaN in b loses
-
-
 def _shift(fn):
   return lambda a, b: fn(a, np.asarray(b).astype(np.asarray(a).dtype))
 
@@ -234,8 +232,9 @@ def _where(c, a, b):
   return np.where(c, a, b)
 
 
+# MAX: a NaN in either operand wins, as kc's rewrite of MAX for the renderers that do not spell it defines it
 _ALU: dict[Ops, Callable] = {
-  Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: _c_max, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
+  Ops.ADD: np.add, Ops.MUL: np.multiply, Ops.MAX: np.maximum, Ops.CMPLT: np.less, Ops.CMPNE: np.not_equal,
   Ops.AND: np.bitwise_and, Ops.OR: np.bitwise_or, Ops.XOR: np.bitwise_xor, Ops.SHL: _shift(np.left_shift),
   Ops.SHR: _shift(np.right_shift), Ops.FDIV: np.divide, Ops.POW: np.power, Ops.NEG: _neg, Ops.RECIP: np.reciprocal,
   Ops.EXP2: np.exp2, Ops.LOG2: np.log2, Ops.SIN: np.sin, Ops.SQRT: np.sqrt, Ops.WHERE: _where,
