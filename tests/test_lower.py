@@ -63,6 +63,18 @@ def test_upcasts_are_unrolled_and_accumulators_shared(cpu):
   ops = [u.op for u in sink.toposort]
   assert Ops.EXPAND not in ops and Ops.CONTRACT not in ops and Ops.REDUCE_AXIS not in ops and Ops.VIEW not in ops
   accs = [u for u in sink.toposort if u.op is Ops.DEFINE_ACC]
-  assert len(accs) == 2  # the max and the sum, each once
-  # the chain's second reduce has a loop of its own: the two accumulators walk different RANGEs
-  assert set(accs[0].src[1:]).isdisjoint(accs[1].src[1:])
+  assert len(accs) == 8  # the max and the sum, each with one accumulator per unrolled lane
+  # the chain's second reduce has a loop of its own: the two reduces' accumulators walk different RANGEs
+  loops = {a.src[1:] for a in accs}
+  assert len(loops) == 2 and set(next(iter(loops))).isdisjoint(list(loops)[1])
+
+
+def test_upcast_lanes_that_reduce_the_same_values_share_an_accumulator(cpu):
+  # softmax's max and sum reduce the axis the output keeps: every upcast lane of that axis reduces the same row
+  x = A.arg(1, dtypes.float32, (4, 16))
+  e = (x - x.max(1)).exp2()
+  k = Kernel(A.sink(A.store(0, e / e.sum(1))), cpu)
+  k.apply_opt(Opt(OptOps.UPCAST, 1, 4))
+  accs = [u for u in lower(k.get_optimized_ast(), cpu).toposort if u.op is Ops.DEFINE_ACC]
+  # the reduced axis is 4 loop steps x 4 unrolled lanes: 4 accumulators per reduce, shared by the 4 output lanes
+  assert len(accs) == 2 * 4

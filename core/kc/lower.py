@@ -88,6 +88,13 @@ def _sym_prod(xs: list) -> sint:
   return ret.arg if ret.op is Ops.CONST else ret
 
 
+def _tree(op: Ops, values: list[UOp]) -> UOp:
+  """values combined pairwise: a balanced tree has the shortest dependency chain (and sums round better)."""
+  while len(values) > 1:
+    values = [values[i].alu(op, values[i + 1]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
+  return values[0]
+
+
 def identity_element(op: Ops, dt) -> Any:
   """The value a reduce starts from: 0 for sums, 1 for products, the dtype's minimum for max."""
   if op is Ops.ADD: return 0
@@ -267,12 +274,17 @@ class Lowering:
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, inner, env, ranges)
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
-    partial = functools.reduce(lambda a, b: a.alu(op, b), parts)
-    if not ranges: return partial
-    # one accumulator per distinct computation: upcast lanes that reduce the same values share it
-    acc_id = self.acc_ids.setdefault((op, partial, tuple(ranges)), len(self.acc_ids))
-    acc = UOp(Ops.DEFINE_ACC, u.dtype, (UOp.const(u.dtype, identity_element(op, u.dtype)), *ranges), (acc_id,))
-    return UOp(Ops.ASSIGN, u.dtype, (acc, acc.alu(op, partial)))
+    if not ranges: return _tree(op, parts)
+    # an accumulator per unrolled lane: the lanes' updates are independent (no chain through one register, so the
+    # loop is not bound by the latency of one add), and are combined once, after the loop
+    return _tree(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+
+  def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
+    """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
+    of an upcast axis that reduce the same values share it."""
+    acc_id = self.acc_ids.setdefault((op, value, tuple(ranges)), len(self.acc_ids))
+    acc = UOp(Ops.DEFINE_ACC, dtype, (UOp.const(dtype, identity_element(op, dtype)), *ranges), (acc_id,))
+    return UOp(Ops.ASSIGN, dtype, (acc, acc.alu(op, value)))
 
   def lower_wmma_reduce(self, u: UOp, expand: UOp, inner: Env, env: Env, ranges: list[UOp]) -> UOp:
     """sum over loops of a tensor-core product: one accumulator per output lane, fed back as the WMMA's C."""

@@ -222,8 +222,9 @@ class CStyleLanguage(Renderer):
       return f"(!{s[0]})"
     if op in GroupOp.ALU:
       if op not in self.code_for_op: raise CompileError(f"{type(self).__name__} has no spelling for {op}")
-      # a chain of the same associative op needs no inner parentheses
-      args = [_strip_parens(x) if v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for x, v in zip(s, u.src)]
+      # a left operand of the same op needs no parentheses: C groups a+b+c as (a+b)+c (a right one keeps them,
+      # float addition is not associative)
+      args = [_strip_parens(x) if i == 0 and v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for i, (x, v) in enumerate(zip(s, u.src))]
       return self.code_for_op[op](*args, u.dtype)
     if op is Ops.CAST: return self.render_cast_uop(u, s[0])
     if op is Ops.BITCAST: return self.render_bitcast(u.dtype, u.src[0].dtype, s[0])
