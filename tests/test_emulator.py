@@ -415,3 +415,38 @@ def test_integer_division_by_zero_is_caught(emu):
   a, b = np.array([4, 5], np.int32), np.array([2, 0], np.int32)
   with pytest.raises(DivisionByZeroError, match="IDIV"):
     kc.run(A.sink(A.store(0, A.arg(1, I32, (2,)) // A.arg(2, I32, (2,)))), {1: a, 2: b}, device=DEVICE)
+
+
+def _per_thread_loop(with_barrier: bool):
+  """out[lid] = 0 + 1 + ... + (lid-1): a loop whose bound differs per thread, so threads leave it one by one."""
+  def body(out, lid):
+    zero, zerof = UOp.const(I32, 0), UOp.const(dtypes.float32, 0.0)
+    rng = UOp(Ops.RANGE, I32, (zero, lid), (0, 1))
+    acc = UOp(Ops.DEFINE_ACC, dtypes.float32, (zerof, rng), (0,))
+    step = acc + rng.cast(dtypes.float32)
+    assign = UOp(Ops.ASSIGN, dtypes.float32, (acc, step))
+    st = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, out.dtype, (out, lid)), assign))
+    inner = [UOp(Ops.BARRIER, dtypes.void, ())] if with_barrier else []
+    return [zero, zerof, acc, rng, *inner, step.src[1], step, assign, UOp(Ops.ENDRANGE, dtypes.void, (rng,)), st.src[0], st]
+  return _lane_program(body)
+
+
+def test_loops_whose_bounds_differ_per_thread(emu):
+  lid = np.arange(8)
+  np.testing.assert_array_equal(_run_lanes(_per_thread_loop(with_barrier=False)), lid * (lid - 1) / 2)
+
+
+def test_a_barrier_in_a_loop_some_threads_left_is_caught(emu):
+  with pytest.raises(BarrierError, match="skips it"): _run_lanes(_per_thread_loop(with_barrier=True))
+
+
+def test_uops_that_repeat_in_the_list_are_followed_by_position(emu):
+  # the linearizer emits one IF block per gated store, and the same gate makes the same (hash-consed) IF UOp
+  x = np.arange(20, dtype=np.float32)
+  sink = A.sink(A.store(0, F(2, 20) + 1.0), A.store(1, F(2, 20) * 2.0))
+  prg, _ = program_for(sink, [Opt(OptOps.PADTO, 0, 32)])
+  ifs = [u for u in prg.uops if u.op is Ops.IF]
+  assert len(ifs) == 2 and ifs[0] is ifs[1]
+  outs = kc.run(sink, {2: x}, device=DEVICE, opts=[Opt(OptOps.PADTO, 0, 32)])
+  np.testing.assert_array_equal(outs[0], x + 1)
+  np.testing.assert_array_equal(outs[1], x * 2)

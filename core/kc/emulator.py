@@ -709,7 +709,7 @@ class EmuDevice(CompiledDevice):
   """The EMU device. `impersonate(name)` swaps in the lowering of another registered device's renderer."""
 
   def __init__(self, impersonate: Optional[str] = None):
-    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler("kc"), self._load)
+    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler(f"kc {_kc_version()}"), self._load)
     self.impersonate(impersonate)
 
   @property
