@@ -159,3 +159,29 @@ def test_concurrent_processes_compile_the_same_source(tmp_path, cache_dir):
   assert len(digests) == 1
   files = list((cache_dir / "compile").iterdir())
   assert len(files) == 1 and not files[0].name.startswith(".tmp")
+
+
+def test_big_kernels_split_their_outer_loop_across_threads(monkeypatch):
+  import numpy as np
+  from kc import ast as A, dtypes
+  n = 256
+  F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+  sink = A.sink(A.store(0, (F(1, n, n).reshape(n, n, 1) * F(2, n, n).reshape(1, n, n)).sum(1)))
+  monkeypatch.setenv("KC_CLANG_THREADS", "2")
+  k = kc.compile(sink, device="CLANG")
+  assert "#pragma omp parallel for num_threads(2)" in k.program.src
+  a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+  out = np.zeros((n, n), np.float32)
+  k(out, a, b)
+  assert np.allclose(out, a @ b, atol=1e-3)
+  small = kc.compile(A.sink(A.store(0, F(1, 16) * 2.0)), device="CLANG")
+  assert "omp" not in small.program.src  # too little work to start threads for
+  monkeypatch.setenv("KC_CLANG_THREADS", "1")
+  assert "omp" not in kc.compile(sink, device="CLANG").program.src
+
+
+def test_compile_errors_show_the_source_around_the_error():
+  from kc_clang.compiler import ClangCompiler
+  bad = "void f(float* a) {\n  int x = 1;\n  a[0] = y;\n  return;\n}"
+  with pytest.raises(kc.CompileError) as e: ClangCompiler().compile_uncached(bad)
+  assert ">   3 |   a[0] = y;" in str(e.value) and "2 |   int x = 1;" in str(e.value) and e.value.src == bad and "y" in e.value.log

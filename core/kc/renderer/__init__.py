@@ -121,7 +121,7 @@ class Program:
   @property
   def op_estimate(self) -> sint:
     """Arithmetic operations one launch performs (index arithmetic not counted), loops and launch dims multiplied in."""
-    return _flops(self.uops)
+    return estimate_ops(self.uops)
 
   def launch_dims(self, var_vals: dict) -> tuple[Optional[list[int]], Optional[list[int]]]:
     """global_size and local_size with the Variables given their values."""
@@ -135,7 +135,8 @@ def _smul(a: sint, b: sint) -> sint:
   return ssimplify((a if isinstance(a, UOp) else UOp.const(b.dtype, a)) * b)
 
 
-def _flops(uops: list[UOp]) -> sint:
+def estimate_ops(uops: list[UOp]) -> sint:
+  """Arithmetic operations of linear UOps (index arithmetic not counted), loops and launch dims multiplied in."""
   indexing: set[UOp] = set()
   for u in uops:
     if u.op is Ops.INDEX: indexing.update(x for s in u.src[1:] for x in s.toposort)

@@ -113,6 +113,10 @@ class CStyleLanguage(Renderer):
 
   def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str: return f"__{uop.arg[0]}({a}, {b}, {c})"
 
+  def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
+    """A line to put before a loop (a dialect that parallelizes or unrolls loops says so here); none by default."""
+    return None
+
   def render_load(self, dt: DType, index: UOp, buf: str, offset: str, gate: Optional[str]) -> str:
     """The expression reading a `dt` at element `offset` of `buf`; a gated load reads 0 where `gate` is false.
     A dialect whose buffers are not pointers everywhere (OpenCL images) overrides this."""
@@ -160,6 +164,7 @@ class CStyleLanguage(Renderer):
         emit(f"{self.smem_align}{self.smem_prefix}{self.render_dtype(u.dtype.base)} {names[u]}[{u.arg[1]}];")
       elif op is Ops.RANGE:
         names[u] = fresh("ridx")
+        if (pragma := self.loop_pragma(u, uops, depth)) is not None: emit(pragma)
         emit(f"for ({self.render_dtype(u.dtype)} {names[u]} = {s[0]}; {names[u]} < {s[1]}; {names[u]}++) {{")
         depth += 1
       elif op in (Ops.ENDRANGE, Ops.ENDIF):

@@ -1,6 +1,6 @@
 """The system C compiler as a kc Compiler: C source in, shared-object bytes out."""
 from __future__ import annotations
-import functools, importlib.util, os, shlex, shutil, subprocess, tempfile
+import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from typing import Optional
 from kc.device import Compiler
 from kc import CompileError
@@ -14,7 +14,8 @@ def compiler_command() -> list[str]:
 def compile_flags() -> list[str]:
   # no -ffast-math: kernels must give the IEEE results numpy gives; -march=native is opt-in because the
   # binaries it makes do not run on other CPUs
-  return ["-shared", "-fPIC", "-O2"] + (["-march=native"] if os.environ.get("KC_CLANG_MARCH_NATIVE", "") == "1" else [])
+  # -fopenmp: the renderer may split a kernel's outermost loop across threads (KC_CLANG_THREADS=1 turns that off)
+  return ["-shared", "-fPIC", "-O2", "-fopenmp"] + (["-march=native"] if os.environ.get("KC_CLANG_MARCH_NATIVE", "") == "1" else [])
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,6 +34,15 @@ def unavailable_reason() -> Optional[str]:
   if _version_line(tuple(cmd)) is None: return f"the C compiler {' '.join(cmd)!r} does not run ({' '.join(cmd)} --version fails)"
   if importlib.util.find_spec("cffi") is None: return "cffi is not installed: pip install cffi"
   return None
+
+
+def source_context(src: str, message: str, around: int = 2) -> str:
+  """The source lines around the line a `<stdin>:LINE:COL: error` message points at, numbered, the line marked."""
+  m = re.search(r"<stdin>:(\d+):", message)
+  if m is None: return ""
+  line, lines = int(m.group(1)), src.splitlines()
+  shown = range(max(1, line - around), min(len(lines), line + around) + 1)
+  return "\n" + "\n".join(f"{'>' if n == line else ' '}{n:4d} | {lines[n - 1]}" for n in shown)
 
 
 class ClangCompiler(Compiler):
@@ -59,5 +69,5 @@ class ClangCompiler(Compiler):
       log = (r.stderr + r.stdout).decode(errors="replace")
       if r.returncode != 0:
         first = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else "")
-        raise CompileError(f"{self.cmd[0]} failed to compile the kernel (exit {r.returncode}): {first}", src=src, log=log)
+        raise CompileError(f"{self.cmd[0]} failed to compile the kernel (exit {r.returncode}): {first}{source_context(src, first)}", src=src, log=log)
       with open(out, "rb") as f: return f.read()

@@ -3,7 +3,19 @@ global dims are loops. Transcendentals come from math.h; half is _Float16; bfloa
 and converted to float for arithmetic with integer bit operations."""
 from __future__ import annotations
 from kc import Ops, UOp, dtypes, DType, PtrDType, PatternMatcher, UPat, GroupOp
+import os
+from typing import Optional
+from kc.renderer import estimate_ops
 from kc.renderer.cstyle import CStyleLanguage
+
+# below this many operations a kernel runs on one thread: starting the others costs more than it saves
+PARALLEL_MIN_OPS = 1 << 17
+
+
+def threads() -> int:
+  """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across threads (OpenMP)."""
+  try: return max(1, int(os.environ.get("KC_CLANG_THREADS", "") or (os.cpu_count() or 1)))
+  except ValueError: return 1
 
 _FLOAT_FUNCS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
 
@@ -48,6 +60,13 @@ class ClangRenderer(CStyleLanguage):
     (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_via_float),
     (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare),
   ])
+
+  def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
+    # the outermost loop over output elements: its iterations write disjoint outputs, so threads can share them
+    if depth != 1 or rng.arg[1] != 0 or threads() == 1: return None
+    work = estimate_ops(uops)
+    if isinstance(work, int) and work < PARALLEL_MIN_OPS: return None
+    return f"#pragma omp parallel for num_threads({threads()})"
 
   def render_vector(self, dt: DType, elements: list[str]) -> str: return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
 

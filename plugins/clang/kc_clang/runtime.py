@@ -1,12 +1,27 @@
 """Loading and launching compiled CLANG kernels with cffi (ABI mode: no compiler needed for the binding)."""
 from __future__ import annotations
-import operator, os, tempfile, threading, time
+import ctypes, ctypes.util, operator, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
 from kc.device import HostMemory, raw_buffers
 from kc import KcError
 
 INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+
+
+_OPENMP_RUNTIME = None
+
+
+def pin_openmp_runtime() -> None:
+  """Load the OpenMP runtime once and keep it for the life of the process. Kernels built with -fopenmp link it;
+  without this pin, unloading the last such kernel would unload the runtime under its idle worker threads."""
+  global _OPENMP_RUNTIME
+  if _OPENMP_RUNTIME is not None: return
+  for name in ("gomp", "omp", "iomp5"):
+    if (path := ctypes.util.find_library(name)) is not None:
+      try: _OPENMP_RUNTIME = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+      except OSError: continue
+      return
 
 
 class ClangProgram:
@@ -17,6 +32,7 @@ class ClangProgram:
   (pointer types share one calling convention, so declaring them void* is exact) and every variable as an int."""
 
   def __init__(self, name: str, lib: bytes):
+    pin_openmp_runtime()
     self.name = name
     self._ffi = cffi.FFI()
     fd, path = tempfile.mkstemp(prefix=f"kc-{name}-", suffix=".so")
