@@ -13,12 +13,10 @@ class LimitsRenderer(Renderer):
   def render(self, name, uops): return "\n".join(f"{i} {u.op} {u.dtype} {u.arg}" for i, u in enumerate(uops))
 
 
-# Two small tensor cores for shape-level tests. Their fragment layouts only need to be consistent with their
-# dims (the Kernel checks shapes, not numbers): 4 threads, N=M=K=4, each thread upcasting the rest.
+# Two small tensor cores. Each lane's fragments cover the matrices (derive_fragment_layout checks it): 4 threads,
+# N=M=K=4 with the rest of N and M upcast; and a 2x2x2 one where the threads cover N and M.
 TC_HALF = TensorCore(dims=(4, 4, 4), dtype_in=dtypes.half, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 4)],
-                     upcast_axes=([(0, 4)], [(0, 4)], [(1, 2), (2, 2)]), expanded_shape=(2, 2, 2, 2),
-                     st1_pattern=(((0, 1), (0, 0)), ((1, 0), (1, 1), (1, 2), (1, 3))),
-                     st2_pattern=(((0, 0), (0, 1)), ((1, 1), (1, 0), (1, 2), (1, 3))))
+                     upcast_axes=([(0, 4), (2, 2)], [(0, 4), (1, 2)], [(1, 2), (2, 2)]))
 TC_FLOAT = TensorCore(dims=(2, 2, 2), dtype_in=dtypes.float, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 2)],
                       upcast_axes=([(0, 2)], [(0, 2)], []), expanded_shape=(2,), opts_seq=("LC", "UP"))
 

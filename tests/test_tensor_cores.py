@@ -87,3 +87,23 @@ def test_tc_refusal_leaves_kernel_unchanged_even_midway(tc_gpu):
   before = (k.full_shape, k.local_dims, k.upcasted)
   assert not k.apply_tensor_cores(1, extra_opts=[Opt(OptOps.UPCAST, 0, 7)])
   assert (k.full_shape, k.local_dims, k.upcasted, k.applied_opts, k.tensor_core) == (*before, [], None)
+
+
+def test_fragment_layouts_cover_the_matrices():
+  from kc.kernel.tc_layout import derive_fragment_layout
+  lay = derive_fragment_layout(TC_HALF)
+  assert len(lay.a) == 4 and all(len(x) == 8 for x in lay.a) and all(len(x) == 4 for x in lay.c)
+  assert sorted(c for lane in lay.c for c in lane) == [(m, n) for m in range(4) for n in range(4)]  # every D element owned once
+  assert {c for lane in lay.a for c in lane} == {(m, k) for m in range(4) for k in range(4)}
+  small = derive_fragment_layout(TC_FLOAT)
+  assert small.c == (((0, 0),), ((0, 1),), ((1, 0),), ((1, 1),))  # lane = n fastest, then m
+
+
+def test_an_inconsistent_tensor_core_is_reported():
+  from kc import KcError
+  from kc.kernel.tc_layout import derive_fragment_layout
+  from kc.renderer import TensorCore
+  # A's fragment leaves out the upcast M axis: half of A is never loaded
+  bad = TensorCore(dims=(4, 4, 4), dtype_in=dtypes.half, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 4)],
+                   upcast_axes=([(0, 4)], [(0, 4), (1, 2)], [(1, 2), (2, 2)]))
+  with pytest.raises(KcError, match="fragments of A hold 8 of its 16"): derive_fragment_layout(bad)

@@ -1,0 +1,105 @@
+"""Where each element of a tensor core's fragments lives in the matrices, as kc's optimizer lays it out.
+
+A TensorCore description (threads, reduce_axes, upcast_axes, st patterns) decides which thread of a warp loads
+which elements of A and B into which slots of its fragments, and where each slot of its result lands in D. This
+module reads that layout back from the optimizer itself: it optimizes a matmul of exactly the tensor core's
+dims with the tensor core, and evaluates the views of the WMMA's operands for every lane and slot.
+
+The emulator uses the layout to run WMMA on its numpy threads. A backend's tests compare it with the fragment
+layout its hardware documents: if they differ, the TensorCore description is wrong for that hardware."""
+from __future__ import annotations
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from kc.dtype import dtypes
+from kc.errors import KcError
+from kc.helpers import prod
+from kc.kernel.verify import st_arg
+from kc.shape import ShapeTracker
+from kc.uop import Ops, UOp
+
+if TYPE_CHECKING: from kc.renderer import TensorCore
+
+Coord = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class FragmentLayout:
+  """a[lane][slot] = (m, k) of A; b[lane][slot] = (k, n) of B; c[lane][slot] = (m, n) of C and D. Lane numbers
+  count the tensor core's thread dims with the first one fastest (its threads are a warp's consecutive ids)."""
+  a: tuple[tuple[Coord, ...], ...]
+  b: tuple[tuple[Coord, ...], ...]
+  c: tuple[tuple[Coord, ...], ...]
+
+
+class _Limits:
+  """The least a Kernel needs to apply one tensor core: locals, shared memory, that tensor core."""
+  has_local = has_shared = supports_float4 = True
+  global_max = local_max = None
+  shared_max = 1 << 30
+  device = "LAYOUT"
+  def __init__(self, tc): self.tensor_cores = [tc]
+
+
+def _matmul_ast(tc: "TensorCore") -> UOp:
+  """D = A @ B of exactly the tensor core's dims, in its dtypes: A (M, K) and B (K, N) broadcast to (M, K, N)."""
+  N, M, K = tc.dims
+  def load(i: int, st: ShapeTracker) -> UOp:
+    return UOp(Ops.LOAD, tc.dtype_in, (UOp(Ops.DEFINE_GLOBAL, tc.dtype_in.ptr(), (), i), st.to_uop()))
+  a = load(1, ShapeTracker.from_shape((M, K, 1)).expand((M, K, N)))
+  b = load(2, ShapeTracker.from_shape((1, K, N)).expand((M, K, N)))
+  mul = a * b
+  if tc.dtype_in != tc.dtype_out: mul = mul.cast(tc.dtype_out)
+  red = UOp(Ops.REDUCE_AXIS, tc.dtype_out, (mul,), (Ops.ADD, (1,)))
+  out = UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, tc.dtype_out.ptr(), (), 0), ShapeTracker.from_shape((M, 1, N)).to_uop(), red))
+  return UOp(Ops.SINK, dtypes.void, (out,))
+
+
+def derive_fragment_layout(tc: "TensorCore") -> FragmentLayout:
+  from kc.kernel.kernel import Kernel
+  N, M, K = tc.dims
+  k = Kernel(_matmul_ast(tc), _Limits(tc))
+  if not k.apply_tensor_cores(1, extra_opts=[]): raise KcError(f"{tc} does not apply to a {M}x{K} @ {K}x{N} matmul: its description is inconsistent")
+  ast = k.get_optimized_ast()
+  wmma = next(u for u in ast.toposort if u.op is Ops.WMMA)
+  store = ast.src[0]
+  thread_axes = list(range(k.global_dims, k.global_dims + len(tc.threads)))
+  lanes = list(itertools.product(*[range(k.full_shape[ax]) for ax in reversed(thread_axes)]))  # the first thread axis fastest
+
+  def load_of(x: UOp) -> UOp:
+    while x.op is not Ops.LOAD: x = x.src[0]
+    return x
+
+  def coords(view_of, slot_axes, width: int, lane) -> tuple[Coord, ...]:
+    out = []
+    for slot in itertools.product(*[range(sz) for _, sz in slot_axes]):
+      at = [0] * k.shape_len
+      for ax, v in zip(reversed(thread_axes), lane): at[ax] = v
+      for (ax, _), v in zip(slot_axes, slot): at[ax] = v
+      off = view_of.offset_of(at)
+      if off is None: raise KcError(f"{tc}: fragment slot {slot} of lane {lane} reads padding")
+      out.append(divmod(off, width))
+    return tuple(out)
+
+  ups = wmma.arg[6]
+  a_st, b_st = st_arg(load_of(wmma.src[0].src[0])), st_arg(load_of(wmma.src[1].src[0]))
+  layout = FragmentLayout(
+    a=tuple(coords(a_st, ups[0], K, lane) for lane in lanes),
+    b=tuple(coords(b_st, ups[1], N, lane) for lane in lanes),
+    c=tuple(coords(st_arg(store), ups[2], N, lane) for lane in lanes))
+  _check_covers(tc, layout)
+  return layout
+
+
+def _check_covers(tc: "TensorCore", layout: FragmentLayout) -> None:
+  """The lanes' slots together hold every element of A, B and D (hardware holds each exactly once; a layout where
+  two lanes hold the same element is still a layout, and the emulator checks that they agree)."""
+  N, M, K = tc.dims
+  for name, frag, size in (("A", layout.a, M * K), ("B", layout.b, K * N), ("D", layout.c, M * N)):
+    if len({c for lane in frag for c in lane}) != size:
+      raise KcError(f"{tc}: the fragments of {name} hold {len({c for lane in frag for c in lane})} of its {size} elements")
+
+
+def fragment_sizes(tc: "TensorCore") -> tuple[int, int, int]:
+  """Slots per lane of A, B and C."""
+  return tuple(prod(sz for _, sz in ax) for ax in tc.upcast_axes)  # type: ignore[return-value]
