@@ -5,7 +5,9 @@ The "source" EMU compiles is the UOp list itself (serialized by EmuRenderer.rend
 All threads of a batch of work-groups run in lock-step: each UOp's value is a numpy array over the lanes
 (shape (lanes,), or (lanes, n) for an n-wide vector; a value every lane shares may stay a 0-d array). RANGE
 loops repeat their body, IF blocks and per-lane loop bounds narrow the mask of active lanes, DEFINE_LOCAL memory
-is kept per work-group, and BARRIER checks that every thread of a group reaches it.
+is kept per work-group, and BARRIER checks that every thread of a group reaches it. A CPU-style lowering (no
+launch indices) has its output axes as loops instead; their iterations are independent, so EMU runs those as
+lanes too.
 
 EMU doubles as a checker. Where real hardware would silently misbehave it raises an EmulatorError naming the
 kernel and the UOp: out-of-bounds or misaligned accesses, a thread that skips a barrier its group reaches, a
@@ -333,6 +335,23 @@ class _Plan:
     self.specials = [pc for pc, u in enumerate(uops) if u.op is Ops.SPECIAL and pc in firsts]
     self.int_divisions = {pc for pc, u in enumerate(uops) if u.op in (Ops.IDIV, Ops.MOD)}
     self.local_bytes = sum(uops[pc].arg[1] * uops[pc].dtype.base.itemsize for pc in self.locals)
+    self.parallel_loops = self._parallel_loops()
+
+  def _parallel_loops(self) -> list[int]:
+    """The outermost RANGEs over output axes of a program without launch indices (a CPU-style lowering). Their
+    iterations are independent by construction (a GPU lowering launches them as threads), so EMU runs them as
+    lanes in lock-step rather than one after another. Only loops from 0 to a constant or a Variable qualify, and
+    only while nothing with a lasting effect (an accumulator, a store, a block) comes before them."""
+    if self.specials: return []
+    loops: list[int] = []
+    for pc, u in enumerate(self.uops):
+      if u.op is Ops.RANGE:
+        start, end = (self.uops[s] for s in self.srcs[pc])
+        if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[1] == 0): break  # kind 0: an output axis
+        if start.op is not Ops.CONST or start.arg != 0 or end.op not in (Ops.CONST, Ops.DEFINE_VAR): break
+        loops.append(pc)
+      elif u.op in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.ENDRANGE, Ops.BARRIER, Ops.DEFINE_LOCAL): break
+    return loops
 
   def _sources(self, pc: int, u: UOp, seen: dict[UOp, int]) -> tuple[int, ...]:
     """Where the values of u's sources live. A use of an ASSIGN reads its accumulator; a DEFINE_ACC lists the loops
@@ -381,8 +400,9 @@ def _dims(x: Optional[Sequence[int]], what: str, name: str) -> tuple[int, int, i
 class _Batch:
   """A run of whole work-groups in lock-step: lanes are group-major, x fastest within a group."""
 
-  def __init__(self, groups: np.ndarray, local: tuple[int, int, int]):
+  def __init__(self, groups: np.ndarray, local: tuple[int, int, int], iterations: Optional[np.ndarray] = None):
     self.groups, self.local = groups, local                  # groups: (G, 3) work-group coordinates
+    self.iterations = iterations                             # (G, loops): the parallel-loop indices each group runs
     self.threads = prod(local)
     self.num_groups = len(groups)
     self.lanes = self.num_groups * self.threads
@@ -400,6 +420,7 @@ class _Batch:
     return (gid * self.local[axis] + lid).astype(np.int32)
 
   def lane_name(self, lane: int) -> str:
+    if self.iterations is not None: return f"loop iteration ({','.join(str(int(i)) for i in self.iterations[lane // self.threads])})"
     g, t = self.groups[lane // self.threads], self.thread_coords[lane % self.threads]
     return f"work-group ({g[0]},{g[1]},{g[2]}) thread ({t[0]},{t[1]},{t[2]})"
 
@@ -444,6 +465,11 @@ class _Run:
     for pc, v in zip(plan.vars, var_vals): self.vals[pc] = np.asarray(v, dtype=np.int32)
     for pc, v in plan.consts.items(): self.vals[pc] = v
     for pc in plan.specials: self.vals[pc] = batch.special(plan.uops[pc].arg[0])
+    self.unrolled_blocks: set[int] = set()  # the RANGE/ENDRANGE of parallel loops run as lanes: nothing to do there
+    if batch.iterations is not None:
+      for k, pc in enumerate(plan.parallel_loops):
+        self.vals[pc] = np.repeat(batch.iterations[:, k], batch.threads).astype(np.int32)
+        self.unrolled_blocks.update((pc, plan.jump[pc]))
 
   def error(self, cls: type, pc: int, msg: str, lane: Optional[int] = None) -> EmulatorError:
     who = f" ({self.batch.lane_name(lane)})" if lane is not None else ""
@@ -454,9 +480,11 @@ class _Run:
     mask: Optional[np.ndarray] = None   # the active lanes, None when all are
     frames: list = []                   # per open block: (kind, pc, mask before it, loop end)
     pc, n = 0, len(uops)
+    skip = self.unrolled_blocks
     while pc < n:
       op = uops[pc].op
-      if pc in fns:
+      if pc in skip: pass
+      elif pc in fns:
         vals[pc] = fns[pc](*[vals[s] for s in srcs[pc]])
         if pc in plan.int_divisions: self.check_divisor(pc, vals[srcs[pc][1]], mask)
       elif op is Ops.INDEX:
@@ -634,6 +662,11 @@ class _Run:
 
 # ---------------------------------------------------------------------------------------------------------- program handle
 
+def _grid(gdims) -> np.ndarray:
+  """Every work-group's coordinates, x fastest."""
+  return np.stack(np.meshgrid(*[np.arange(d) for d in gdims], indexing="ij"), axis=-1).transpose(2, 1, 0, 3).reshape(-1, 3)
+
+
 class EmuProgram:
   """A loaded EMU program; calling it launches the kernel (the kc program-handle protocol)."""
 
@@ -654,12 +687,27 @@ class EmuProgram:
     var_vals = self._var_values(vals)
     gdims, ldims = _dims(global_size, "global", self.name), _dims(local_size, "local", self.name)
     self._check_launch(gdims, ldims, global_size, local_size, var_vals)
-    groups = np.stack(np.meshgrid(*[np.arange(d) for d in gdims], indexing="ij"), axis=-1).transpose(2, 1, 0, 3).reshape(-1, 3)
+    groups, iterations = _grid(gdims), self._loop_iterations(gdims, ldims, var_vals)
+    if iterations is not None: groups = np.zeros((len(iterations), 3), dtype=np.int64)
     per_batch = max(1, LANES_PER_BATCH // prod(ldims))
     with np.errstate(all="ignore"):  # wrap-around, inf and nan are the semantics here, not accidents
       for first in range(0, len(groups), per_batch):
-        _Run(plan, _Batch(groups[first:first + per_batch], ldims), buffers, var_vals).run()
+        its = iterations[first:first + per_batch] if iterations is not None else None
+        _Run(plan, _Batch(groups[first:first + per_batch], ldims, its), buffers, var_vals).run()
     return time.perf_counter() - start if wait else None
+
+  def _loop_iterations(self, gdims, ldims, var_vals: list[int]) -> Optional[np.ndarray]:
+    """Every index tuple of the parallel loops, in loop order (the innermost fastest), or None to run them as
+    loops: when there are none, when the launch has more than one thread, or when one has no iteration at all."""
+    plan = self.plan
+    if not plan.parallel_loops or prod(gdims) * prod(ldims) != 1: return None
+    by_pc = dict(zip(plan.vars, var_vals))
+    sizes = []
+    for pc in plan.parallel_loops:
+      end = plan.uops[plan.srcs[pc][1]]
+      sizes.append(end.arg if end.op is Ops.CONST else by_pc[plan.srcs[pc][1]])
+    if any(s <= 0 for s in sizes): return None
+    return np.stack(np.meshgrid(*[np.arange(s) for s in sizes], indexing="ij"), axis=-1).reshape(-1, len(sizes))
 
   def _buffers(self, bufs) -> list[tuple[np.ndarray, DType]]:
     plan = self.plan
