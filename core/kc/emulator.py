@@ -1,5 +1,5 @@
 """The EMU device: runs the exact linear UOps a Renderer receives with numpy, so that the lowering for any backend
-(CUDA, Metal, a plugin) can be checked numerically on a CPU.
+(a GPU dialect, any plugin) can be checked numerically on a CPU.
 
 The "source" EMU compiles is the UOp list itself (serialized by EmuRenderer.render); its runtime interprets it.
 All threads of a batch of work-groups run in lock-step: each UOp's value is a numpy array over the lanes
@@ -465,11 +465,11 @@ class _Run:
     for pc, v in zip(plan.vars, var_vals): self.vals[pc] = np.asarray(v, dtype=np.int32)
     for pc, v in plan.consts.items(): self.vals[pc] = v
     for pc in plan.specials: self.vals[pc] = batch.special(plan.uops[pc].arg[0])
-    self.unrolled_blocks: set[int] = set()  # the RANGE/ENDRANGE of parallel loops run as lanes: nothing to do there
+    self.lane_loop_blocks: set[int] = set()  # the RANGE/ENDRANGE of parallel loops run as lanes: nothing to do there
     if batch.iterations is not None:
       for k, pc in enumerate(plan.parallel_loops):
         self.vals[pc] = np.repeat(batch.iterations[:, k], batch.threads).astype(np.int32)
-        self.unrolled_blocks.update((pc, plan.jump[pc]))
+        self.lane_loop_blocks.update((pc, plan.jump[pc]))
 
   def error(self, cls: type, pc: int, msg: str, lane: Optional[int] = None) -> EmulatorError:
     who = f" ({self.batch.lane_name(lane)})" if lane is not None else ""
@@ -480,7 +480,7 @@ class _Run:
     mask: Optional[np.ndarray] = None   # the active lanes, None when all are
     frames: list = []                   # per open block: (kind, pc, mask before it, loop end)
     pc, n = 0, len(uops)
-    skip = self.unrolled_blocks
+    skip = self.lane_loop_blocks
     while pc < n:
       op = uops[pc].op
       if pc in skip: pass
