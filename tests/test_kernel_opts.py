@@ -201,3 +201,11 @@ def test_padto_checks_every_reduce_that_walks_the_axis(gpu):
   ok = Kernel(A.sink(A.store(0, (F(1, 4, 30) * 2.0).sum(1))), gpu)
   ok.apply_opt(Opt(OptOps.PADTO, 1, 32))
   assert ok.full_shape == (4, 32)
+
+
+def test_padto_refuses_when_a_division_would_see_the_padding(gpu):
+  x, y = A.arg(1, dtypes.int32, (9, 8)), A.arg(2, dtypes.int32, (9, 8))
+  refused(Kernel(A.sink(A.store(0, x // y)), gpu), Opt(OptOps.PADTO, 0, 32), "divide by zero")
+  ok = Kernel(A.sink(A.store(0, x // 3)), gpu)  # a constant divisor is never zero
+  ok.apply_opt(Opt(OptOps.PADTO, 0, 32))
+  with pytest.raises(kc.UOpError, match="NEG is not defined on bool"): kc.UOp(kc.Ops.NEG, dtypes.bool, (kc.UOp.const(dtypes.bool, True),))

@@ -141,6 +141,7 @@ def _check(op, dtype, src, arg):
     if op in GroupOp.IntOnly and not dtypes.is_int(dtype): raise UOpError(f"{op} is defined on ints only, got {dtype}")
     if op in GroupOp.IntOrBool and not (dtypes.is_int(dtype) or dtypes.is_bool(dtype)): raise UOpError(f"{op} is defined on ints and bools only, got {dtype}")
     if op in GroupOp.FloatOnly and not dtypes.is_float(dtype): raise UOpError(f"{op} is defined on floats only, got {dtype}")
+    if op is Ops.NEG and dtypes.is_bool(dtype): raise UOpError("NEG is not defined on bool: negate a condition with x.logical_not()")
   elif op is Ops.CONST:
     if len(src) > 1 or (src and src[0].op is not Ops.VIEW): raise UOpError(f"CONST takes no sources (or one VIEW in an AST), got {[s.op for s in src]}")
     scalar = dtype.scalar()

@@ -347,6 +347,10 @@ class Kernel:
         out_st, in_st = self.sts[len(self.bufs) + 2 * j], self.sts[len(self.bufs) + 2 * j + 1]
         if out_st.shape[axis] != in_st.shape[axis]:
           check(r.arg[0] is Ops.ADD and can_pad(r), f"cannot pad the reduce {r.arg[0]}: its input is not 0 where the inputs are padded")
+      # the padding reads 0: a division by a value that is read from a buffer would divide by zero there
+      for u in self.ast.toposort:
+        if u.op in (Ops.IDIV, Ops.MOD) and u.src[1].op is not Ops.CONST:
+          check(False, f"cannot pad: {u.op} by a loaded value would divide by zero in the padding")
       padded = False
       for i, st in enumerate(self.sts):
         if (s := st.shape[axis]) == 1: continue  # reduced here
