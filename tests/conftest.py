@@ -13,12 +13,10 @@ class LimitsRenderer(Renderer):
   def render(self, name, uops): return "\n".join(f"{i} {u.op} {u.dtype} {u.arg}" for i, u in enumerate(uops))
 
 
-# Two small tensor cores. Each lane's fragments cover the matrices (derive_fragment_layout checks it): 4 threads,
-# N=M=K=4 with the rest of N and M upcast; and a 2x2x2 one where the threads cover N and M.
-TC_HALF = TensorCore(dims=(4, 4, 4), dtype_in=dtypes.half, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 4)],
-                     upcast_axes=([(0, 4), (2, 2)], [(0, 4), (1, 2)], [(1, 2), (2, 2)]))
-TC_FLOAT = TensorCore(dims=(2, 2, 2), dtype_in=dtypes.float, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 2)],
-                      upcast_axes=([(0, 2)], [(0, 2)], []), expanded_shape=(2,), opts_seq=("LC", "UP"))
+# The emulator's built-in tensor cores: small, and their fragments cover the matrices. TC_HALF: N=M=K=4, half in and
+# float out, 4 threads with the rest of N and M upcast; TC_FLOAT: 2x2x2 in float, the threads cover N and M.
+from kc.emulator import BUILTIN_TENSOR_CORES  # noqa: E402
+TC_HALF, TC_FLOAT = BUILTIN_TENSOR_CORES
 
 
 @pytest.fixture

@@ -471,3 +471,58 @@ def test_uops_that_repeat_in_the_list_are_followed_by_position(emu):
   outs = kc.run(sink, {2: x}, device=DEVICE, opts=[Opt(OptOps.PADTO, 0, 32)])
   np.testing.assert_array_equal(outs[0], x + 1)
   np.testing.assert_array_equal(outs[1], x * 2)
+
+
+# ***** tensor cores: WMMA with the fragment layout of the built-in tensor cores *****
+
+def _tc_matmul(dt, M, K, N):
+  a, b = A.arg(1, dt, (M, K)), A.arg(2, dt, (K, N))
+  prod = a.reshape(M, K, 1) * b.reshape(1, K, N)
+  if dt != dtypes.float: prod = prod.cast(dtypes.float)
+  return A.sink(A.store(0, prod.sum(1)))
+
+
+def _run_kernel_on_emu(k, *arrays):
+  dev = kc.Device["EMU"]
+  prg = k.to_program()
+  bufs = [kc.Buffer("EMU", a.size, dtypes.from_numpy(a.dtype)).allocate().copyin(np.ascontiguousarray(a)) for a in arrays]
+  g, l = prg.launch_dims({})
+  dev.runtime(prg.name, dev.compiler.compile(prg.src))(*[bufs[i] for i in prg.globals], global_size=g, local_size=l)
+  return bufs[0].numpy()
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+@pytest.mark.parametrize("dt,M,K,N", [(dtypes.float, 8, 8, 8), (dtypes.half, 16, 16, 16), (dtypes.half, 30, 22, 18), (dtypes.float, 6, 10, 4)])
+@pytest.mark.parametrize("follow_ups", ["bare", "hand"])
+def test_tensor_core_matmul_matches_numpy(level, dt, M, K, N, follow_ups):
+  k = kc.Kernel(_tc_matmul(dt, M, K, N), kc.Device["EMU"].renderer)
+  assert k.apply_tensor_cores(level, tc_opt=2, extra_opts=[] if follow_ups == "bare" else None)
+  assert (any(u.op is kc.Ops.WMMA for u in k.get_optimized_ast().toposort)) == (level == 1)
+  rng = np.random.default_rng(0)
+  x, y = rng.standard_normal((M, K)).astype(dt.np), rng.standard_normal((K, N)).astype(dt.np)
+  out = _run_kernel_on_emu(k, np.zeros(M * N, np.float32), x, y).reshape(M, N)
+  want = x.astype(np.float32) @ y.astype(np.float32)
+  # level 1 multiplies in the accumulator's precision (as the hardware does); 2 and 3 round each half product first
+  tol = 1e-5 if level == 1 or dt == dtypes.float else 4e-3
+  assert np.allclose(out, want, atol=tol * np.abs(want).max(), rtol=0)
+
+
+def test_a_warp_split_by_a_gate_is_an_error():
+  # a hand-made WMMA inside an IF that only some threads of the warp take
+  from kc.emulator import EmuProgram, serialize
+  from kc.emulator import BUILTIN_TENSOR_CORES
+  tc = BUILTIN_TENSOR_CORES[1]
+  lid = kc.UOp(kc.Ops.SPECIAL, dtypes.int32, (), ("lidx0", 4))
+  x = kc.UOp.const(dtypes.float.vec(2), 1.0)
+  gate = lid < 2
+  wmma = kc.UOp(kc.Ops.WMMA, dtypes.float, (x, x, kc.UOp.const(dtypes.float, 0.0)),
+                (str(tc), tc.dims, tc.dtype_in, tc.dtype_out, "EMU", 4, (((3, 2),), ((3, 2),), ()), (3,)))
+  buf = kc.UOp(kc.Ops.DEFINE_GLOBAL, dtypes.float.ptr(), (), 0)
+  st = kc.UOp(kc.Ops.STORE, dtypes.void, (kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), wmma))
+  iff = kc.UOp(kc.Ops.IF, dtypes.void, (gate,))
+  uops = [buf, lid, kc.UOp.const(dtypes.int32, 2), gate, iff, kc.UOp.const(dtypes.float, 1.0), x, kc.UOp.const(dtypes.float, 0.0), wmma, kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), st,
+          kc.UOp(kc.Ops.ENDIF, dtypes.void, (iff,))]
+  from kc.emulator import Limits, BarrierError
+  prg = EmuProgram("split_warp", EmuCompiler().compile(serialize("split_warp", uops)), Limits("EMU", None, (4, 1, 1), 1024, tuple(BUILTIN_TENSOR_CORES)))
+  out = kc.Buffer("EMU", 4, dtypes.float).allocate()
+  with pytest.raises(BarrierError, match="only some threads of a warp"): prg(out, global_size=(1, 1, 1), local_size=(4, 1, 1))

@@ -26,7 +26,7 @@ from kc.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
 from kc.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.errors import CompileError, KcError
 from kc.helpers import prod
-from kc.renderer import Renderer
+from kc.renderer import Renderer, TensorCore
 from kc.renderer.cstyle import CStyleLanguage
 from kc.symbolic import sym_infer
 from kc.uop import GroupOp, Ops, UOp
@@ -110,6 +110,22 @@ def load_program(data: bytes) -> tuple[str, list[UOp]]:
 
 # ---------------------------------------------------------------------------------------------------------- renderer
 
+# The generic renderer's tensor cores: small enough to read in a test, with fragments that cover the matrices.
+# 4 threads per warp; N=M=K=4 with the rest of N and M upcast (half in, float out), and a 2x2x2 float one.
+BUILTIN_TENSOR_CORES = [
+  TensorCore(dims=(4, 4, 4), dtype_in=dtypes.half, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 4)],
+             upcast_axes=([(0, 4), (2, 2)], [(0, 4), (1, 2)], [(1, 2), (2, 2)])),
+  TensorCore(dims=(2, 2, 2), dtype_in=dtypes.float, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 2)],
+             upcast_axes=([(0, 2)], [(0, 2)], []), opts_seq=("LC", "UP")),
+]
+
+
+@functools.lru_cache(maxsize=None)
+def fragment_layout(tc: TensorCore):
+  from kc.kernel.tc_layout import derive_fragment_layout
+  return derive_fragment_layout(tc)
+
+
 class EmuRenderer(Renderer):
   """The generic target EMU lowers for when it impersonates no device: GPU-like, with locals and float4. Every op
   that the C-style backends spell, the interpreter runs natively (transcendentals through numpy)."""
@@ -121,7 +137,7 @@ class EmuRenderer(Renderer):
   global_max = (65535, 65535, 65535)
   local_max = (256, 256, 64)
   shared_max = 32768
-  tensor_cores = []
+  tensor_cores = BUILTIN_TENSOR_CORES
   code_for_op = dict(CStyleLanguage.code_for_op)
 
   def render(self, name: str, uops: list) -> str: return serialize(name, uops)
@@ -301,7 +317,7 @@ def gep_function(lanes: tuple) -> Callable:
 _DEFINITIONS = {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL}
 _VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP}
 _KNOWN = _VALUE_OPS | {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL, Ops.RANGE, Ops.ENDRANGE,
-                       Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.NOOP}
+                       Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.NOOP, Ops.WMMA}
 
 
 class _Plan:
@@ -388,6 +404,7 @@ class Limits:
   global_max: Optional[tuple[int, ...]]
   local_max: Optional[tuple[int, ...]]
   shared_max: int
+  tensor_cores: tuple = ()  # the renderer's TensorCores: WMMA runs with their fragment layouts
 
 
 def _dims(x: Optional[Sequence[int]], what: str, name: str) -> tuple[int, int, int]:
@@ -451,8 +468,8 @@ class _Memory:
 class _Run:
   """One batch of work-groups executing the plan."""
 
-  def __init__(self, plan: _Plan, batch: _Batch, buffers: list[tuple[np.ndarray, DType]], var_vals: list[int]):
-    self.plan, self.batch = plan, batch
+  def __init__(self, plan: _Plan, batch: _Batch, buffers: list[tuple[np.ndarray, DType]], var_vals: list[int], tensor_cores: tuple = ()):
+    self.plan, self.batch, self.tensor_cores = plan, batch, tensor_cores
     self.vals: list = [None] * len(plan.uops)
     self.memory: dict[int, _Memory] = {}
     for i, (pc, (data, dt)) in enumerate(zip(plan.globals, buffers)):
@@ -538,8 +555,39 @@ class _Run:
         mask = None if active.all() and np.size(active) in (1, self.batch.lanes) else np.broadcast_to(active, (self.batch.lanes,))
       elif op is Ops.ENDIF: mask = frames.pop()[2]
       elif op is Ops.BARRIER: self.barrier(pc, mask)
+      elif op is Ops.WMMA: vals[pc] = self.wmma(pc, mask)
       # DEFINE_GLOBAL / DEFINE_VAR / DEFINE_LOCAL / CONST / SPECIAL were set up front; NOOP does nothing
       pc += 1
+
+  def wmma(self, pc: int, mask: Optional[np.ndarray]) -> np.ndarray:
+    """D = A*B + C for every warp: each warp's lanes put their fragments into the matrices where the tensor core's
+    layout says, the warp multiplies, and each lane takes its slots of D back. Where a layout gives one element to
+    several lanes (hardware never does; the small built-in tensor cores do), the lowest lane's copy is the one used:
+    the others may differ in padding a PADTO added. A warp that runs with only some of its threads is an error."""
+    u = self.plan.uops[pc]
+    name, (N, M, K), dt_in, dt_out, threads = u.arg[0], u.arg[1], u.arg[2], u.arg[3], u.arg[5]
+    tc = next((t for t in self.tensor_cores if str(t) == name), None)
+    if tc is None: raise self.error(UnsupportedOpError, pc, f"{name} is not a tensor core of the renderer this program was lowered for")
+    lay = fragment_layout(tc)
+    if self.batch.threads % threads: raise self.error(LaunchError, pc, f"a work-group of {self.batch.threads} threads is not whole warps of {threads}")
+    if mask is not None and not np.all(np.asarray(mask).reshape(-1, threads).all(1) | ~np.asarray(mask).reshape(-1, threads).any(1)):
+      raise self.error(BarrierError, pc, "WMMA runs with only some threads of a warp")
+    lanes = self.batch.lanes
+    a, b, c = (np.broadcast_to(np.asarray(self.vals[s]), (lanes, self.plan.uops[s].dtype.count)) for s in self.plan.srcs[pc])
+    acc_np = np.float64 if dt_out == dtypes.float64 else np.float32
+    warps = lanes // threads
+    def matrix(frag, where, rows, cols):
+      out = np.zeros((warps, rows, cols), dtype=acc_np)
+      vals = frag.astype(acc_np).reshape(warps, threads, -1)
+      for lane, slots in reversed(list(enumerate(where))):  # lower lanes last: their copy stays
+        for slot, (r, q) in enumerate(slots): out[:, r, q] = vals[:, lane, slot]
+      return out
+    d = matrix(a, lay.a, M, K) @ matrix(b, lay.b, K, N) + matrix(c, lay.c, M, N)
+    res = np.empty((warps, threads, len(lay.c[0])), dtype=acc_np)
+    for lane, slots in enumerate(lay.c):
+      for slot, (r, q) in enumerate(slots): res[:, lane, slot] = d[:, r, q]
+    out = res.reshape(lanes, -1)
+    return round_bf16(out.astype(np.float32)) if dt_out == dtypes.bfloat16 else out.astype(value_np(dt_out))
 
   def check_divisor(self, pc: int, divisor, mask: Optional[np.ndarray]):
     zero = np.asarray(divisor) == 0
@@ -693,7 +741,7 @@ class EmuProgram:
     with np.errstate(all="ignore"):  # wrap-around, inf and nan are the semantics here, not accidents
       for first in range(0, len(groups), per_batch):
         its = iterations[first:first + per_batch] if iterations is not None else None
-        _Run(plan, _Batch(groups[first:first + per_batch], ldims, its), buffers, var_vals).run()
+        _Run(plan, _Batch(groups[first:first + per_batch], ldims, its), buffers, var_vals, self.limits.tensor_cores if self.limits else ()).run()
     return time.perf_counter() - start if wait else None
 
   def _loop_iterations(self, gdims, ldims, var_vals: list[int]) -> Optional[np.ndarray]:
@@ -780,7 +828,7 @@ class EmuDevice(CompiledDevice):
 
   def _load(self, name: str, lib: bytes) -> EmuProgram:
     r = self.renderer
-    limits = Limits(self.impersonating or DEVICE, r.global_max, r.local_max if r.has_local else None, r.shared_max)
+    limits = Limits(self.impersonating or DEVICE, r.global_max, r.local_max if r.has_local else None, r.shared_max, tuple(r.tensor_cores))
     return EmuProgram(name, lib, limits)
 
   def __repr__(self): return f"<EmuDevice impersonating {self.impersonating or 'nothing (generic renderer)'}>"

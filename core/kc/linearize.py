@@ -23,7 +23,8 @@ def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[
       need[u] = frozenset().union(*(need[s] for s in u.src)) - own
     else:
       loops = frozenset().union(*(need[s] - _closed_by(s) for s in u.src))
-      if u.op is Ops.ASSIGN: loops |= frozenset().union(*(need[r] for r in u.src[0].src[1:]))  # the update runs inside its loops
+      # a read of an accumulator's running value (and the update, an ASSIGN) happens inside the accumulator's loops
+      for acc in (s for s in u.src if s.op is Ops.DEFINE_ACC): loops |= frozenset().union(*(need[r] for r in acc.src[1:]))
       need[u] = loops
   return need
 

@@ -289,8 +289,8 @@ class Lowering:
   def lower_wmma_reduce(self, u: UOp, expand: UOp, inner: Env, env: Env, ranges: list[UOp]) -> UOp:
     """sum over loops of a tensor-core product: one accumulator per output lane, fed back as the WMMA's C."""
     wmma = expand.src[0]
-    lane_axes = {a: 0 for a, _ in expand.arg}
-    key = ("wmma-acc", u, self.with_axes(env, lane_axes))
+    # one set of accumulators for all lanes: the WMMA does not depend on its own axes, only on the other ones
+    key = ("wmma-acc", u, self.with_axes(env, {a: 0 for a in self.wmma_axes(wmma) | {a for a, _ in expand.arg}}))
     if (assigns := self.memo.get(key)) is None:
       n = wmma.dtype.count
       ids = [self.acc_ids.setdefault((key, lane), len(self.acc_ids)) for lane in range(n)]
