@@ -4,7 +4,7 @@ candidate list, and a few seeded random legal sequences; numpy is the oracle (to
 A wrong result here is a bug in kc (or the backend), never something to tolerate."""
 from __future__ import annotations
 import pytest
-from kc import Opt
+from kc import Opt, OptOps
 from .cases import CASES, setup_of
 from .harness import CANDIDATES, RANDOM_SEEDS, execute, missing_dtypes, random_opts, refusal
 from .tolerance import assert_close
@@ -14,16 +14,22 @@ def _opt_id(o: Opt) -> str: return f"{o.op.name}-{o.axis}-{o.amt}" if o.axis is 
 
 
 SPECS: dict[str, object] = {"none": "none", "hand": "hand", **{_opt_id(o): [o] for o in CANDIDATES},
-                            **{f"random{s}": s for s in RANDOM_SEEDS}}
+                            **{f"random{s}": s for s in RANDOM_SEEDS},
+                            # a tensor core at each level (KC_TC), where the device has one that fits the kernel
+                            **{f"tc{level}": ("tc", level) for level in (1, 2, 3)}}
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
 @pytest.mark.parametrize("name", list(CASES))
-def test_kernel(device, name, spec):
+def test_kernel(device, name, spec, monkeypatch):
   setup = setup_of(name)
   if lacking := missing_dtypes(setup, device): pytest.skip(f"{device} declares no support for {', '.join(lacking)}")
   opts = SPECS[spec]
-  if isinstance(opts, int):
+  if isinstance(opts, tuple):
+    monkeypatch.setenv("KC_TC", str(opts[1]))
+    opts = [Opt(OptOps.TC, 0, 2)]
+    if (why := refusal(setup, device, opts)) is not None: pytest.skip(f"no tensor core here: {why}")
+  elif isinstance(opts, int):
     opts = random_opts(setup, device, seed=opts)
     if not opts: pytest.skip(f"no candidate opt applies to {name} on {device}")
   elif isinstance(opts, list) and (why := refusal(setup, device, opts)) is not None:
