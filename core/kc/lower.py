@@ -275,9 +275,12 @@ class Lowering:
       return self.lower_wmma_reduce(u, src, inner, env, ranges)
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
     if not ranges: return _tree(op, parts)
-    # an accumulator per unrolled lane: the lanes' updates are independent (no chain through one register, so the
-    # loop is not bound by the latency of one add), and are combined once, after the loop
-    return _tree(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+    # few output lanes: an accumulator per unrolled lane too, so the loop is not bound by the latency of one add
+    # chain; they are combined once, after the loop. Many output lanes are independent chains already, and more
+    # accumulators would only spill registers.
+    out_lanes = prod(self.full_shape[a] for a in range(self.first_upcast, len(self.full_shape)) if a not in axes)
+    if out_lanes < 4: return _tree(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+    return self.accumulate(op, u.dtype, _tree(op, parts), ranges)
 
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes

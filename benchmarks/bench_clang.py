@@ -1,0 +1,123 @@
+"""CLANG kernel speed on the anchor workloads (benchmarks/clang_workloads.py): kc's hand-coded kernels on every core
+and on one, next to numpy and tinygrad 0.10.0's CLANG backend in the same run. Each result is checked against
+numpy first; figures are medians of whole calls. Writes its section of benchmarks/RESULTS.md.
+Run: python benchmarks/bench_clang.py [--quick]"""
+from __future__ import annotations
+import argparse, math, os, pathlib, statistics, sys
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import numpy as np  # noqa: E402
+import kc  # noqa: E402
+from kc import Buffer, dtypes  # noqa: E402
+from kc import ast as A  # noqa: E402
+from kc.examples import windows  # noqa: E402
+from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
+from bench_backends import ensure_clang  # noqa: E402
+from clang_workloads import CONV, WORKLOADS  # noqa: E402
+from results import median_time, write_section  # noqa: E402
+
+LOG2E = 1 / math.log(2)
+
+
+def kc_ast(name: str, shapes):
+  xs = [A.arg(i + 1, dtypes.float32, s) for i, s in enumerate(shapes)]
+  if name == "add_16M": out = xs[0] + xs[1]
+  elif name == "mul_add_exp_16M": out = ((xs[0] * xs[1] + xs[2]) * LOG2E).exp2()
+  elif name == "sum_16M": out = xs[0].sum()
+  elif name.startswith("matmul"):
+    n = shapes[0][0]
+    out = (xs[0].reshape(n, n, 1) * xs[1].reshape(1, n, n)).sum(1)
+  elif name.startswith("conv2d"):
+    cin, cout, H, W, k = CONV
+    win = windows(windows(xs[0].pad(((0, 0), (1, 1), (1, 1))), 1, k), 3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+    out = (win * xs[1].reshape(cout, cin, k, k, 1, 1)).sum(axis=(1, 2, 3))
+  elif name.startswith("softmax"):
+    e = (xs[0] - xs[0].max(1)).exp2()
+    out = e / e.sum(1)
+  else: raise ValueError(name)
+  return A.sink(A.store(0, out))
+
+
+def numpy_fn(name: str, xs):
+  if name == "add_16M": return lambda: np.add(xs[0], xs[1])
+  if name == "mul_add_exp_16M": return lambda: np.exp(xs[0] * xs[1] + xs[2])
+  if name == "sum_16M": return lambda: xs[0].sum()
+  if name.startswith("matmul"): return lambda: xs[0] @ xs[1]
+  if name.startswith("conv2d"):
+    cin, cout, H, W, k = CONV
+    def conv():
+      p = np.pad(xs[0], ((0, 0), (1, 1), (1, 1)))
+      win = np.lib.stride_tricks.sliding_window_view(p, (k, k), axis=(1, 2))  # (cin, H, W, k, k)
+      return np.tensordot(xs[1], win, axes=([1, 2, 3], [0, 3, 4]))
+    return conv
+  if name.startswith("softmax"):
+    def softmax():
+      e = np.exp(xs[0] - xs[0].max(1, keepdims=True))
+      return e / e.sum(1, keepdims=True)
+    return softmax
+  raise ValueError(name)
+
+
+def reference(name: str, xs) -> np.ndarray:
+  if name == "mul_add_exp_16M": return np.exp2((xs[0] * xs[1] + xs[2]) * np.float32(LOG2E))
+  if name.startswith("softmax"):
+    e = np.exp2(xs[0] - xs[0].max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+  return np.asarray(numpy_fn(name, [x.astype(np.float64) for x in xs])(), dtype=np.float32)
+
+
+def time_kc(name: str, shapes, xs, ref, repeats: int, threads: str) -> tuple[float, str]:
+  os.environ["KC_CLANG_THREADS"] = threads
+  ck = kc.compile(kc_ast(name, shapes), device="CLANG", opts="hand")
+  out = Buffer("CLANG", ref.size, dtypes.float32).allocate()
+  bufs = [out] + [Buffer("CLANG", x.size, dtypes.float32).copyin(x) for x in xs]
+  ck(*bufs)
+  err = float(np.abs(out.numpy().reshape(-1) - ref.reshape(-1)).max() / max(1.0, float(np.abs(ref).max())))
+  if err > 1e-3: raise SystemExit(f"kc CLANG {name} is wrong: relative error {err:.2e}")
+  return median_time(lambda: ck(*bufs), repeats=repeats), ", ".join(f"{o.op.name}{o.axis},{o.amt}" for o in ck.kernel.applied_opts)
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__)
+  ap.add_argument("--repeats", type=int, default=7)
+  args = ap.parse_args()
+  rng = np.random.default_rng(0)
+  rows: dict[str, dict[str, float]] = {"numpy": {}, "kc CLANG (all cores)": {}, "kc CLANG (one thread)": {}}
+  opts: dict[str, str] = {}
+  for name, (_, _, shapes) in WORKLOADS.items():
+    xs = [rng.standard_normal(s).astype(np.float32) * (0.5 if name.startswith("mul_add") else 1) for s in shapes]
+    ref = reference(name, xs)
+    reps = args.repeats if not name.startswith(("matmul_1024", "conv")) else max(3, args.repeats // 3)
+    rows["numpy"][name] = median_time(numpy_fn(name, xs), repeats=reps)
+    rows["kc CLANG (all cores)"][name], opts[name] = time_kc(name, shapes, xs, ref, reps, str(os.cpu_count() or 1))
+    rows["kc CLANG (one thread)"][name], _ = time_kc(name, shapes, xs, ref, reps, "1")
+    print(name, {k: f"{v[name] * 1e3:.2f} ms" for k, v in rows.items()}, flush=True)
+  os.environ.pop("KC_CLANG_THREADS", None)
+  notes = []
+  if (why := ensure_clang()): notes.append(f"tinygrad CLANG not run: {why}")
+  else:
+    res, why = run_tinygrad("tinygrad_clang.py", args.repeats)
+    if res is None: notes.append(f"tinygrad CLANG not run: {why}")
+    else: rows[f"tinygrad {TINYGRAD_VERSION} CLANG"] = res
+  tg = rows.get(f"tinygrad {TINYGRAD_VERSION} CLANG")
+  names = list(WORKLOADS)
+  lines = [f"## CLANG kernel speed (`python benchmarks/bench_clang.py --repeats {args.repeats}`)", "",
+           f"Medians of whole calls (result ready), every kc result checked against numpy first; kc uses its hand-coded opts and "
+           f"splits the outermost output loop over the {os.cpu_count()} cores here (OpenMP), or runs on one thread (KC_CLANG_THREADS=1). "
+           f"tinygrad {TINYGRAD_VERSION}'s CLANG backend is single-threaded; numpy's BLAS (matmul) uses every core. exp is exp2 of x*log2(e) "
+           "in kc, as in tinygrad.", "",
+           "| implementation | " + " | ".join(f"{n} {WORKLOADS[n][0]}" for n in names) + " |", "|---|" + "---:|" * len(names)]
+  for label, row in rows.items():
+    lines.append(f"| {label} | " + " | ".join(f"{WORKLOADS[n][1] / row[n] / 1e9:.1f}" if n in row else "-" for n in names) + " |")
+  if tg:
+    for label in ("kc CLANG (all cores)", "kc CLANG (one thread)"):
+      ratios = [tg[n] / rows[label][n] for n in names]
+      lines.append(f"\n- {label} vs tinygrad CLANG: " + ", ".join(f"{n} {r:.2f}x" for n, r in zip(names, ratios)) +
+                   f"; geometric mean {statistics.geometric_mean(ratios):.2f}x (above 1: kc is faster; the target is 2x)")
+  lines += ["", "Hand-coded opts: " + "; ".join(f"{n} [{o}]" for n, o in opts.items())] + [f"- {n}" for n in notes]
+  body = "\n".join(lines)
+  print(body)
+  write_section("bench_clang", body)
+
+
+if __name__ == "__main__":
+  main()
