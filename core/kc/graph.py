@@ -77,7 +77,8 @@ def _runs(by_off: dict[int, UOp], root: Optional[UOp]):
 
 def fold_vector_accesses(sink: UOp) -> UOp:
   """Groups of 4 (or 2) scalar loads of float/half from one buffer at aligned neighbouring offsets become one vector
-  load and lane reads; then groups of such stores become one vector store of a VECTORIZE."""
+  load and lane reads; then groups of such stores become one vector store (of the loaded vector itself when the
+  values are its lanes in order: a copy)."""
   replace: dict[UOp, UOp] = {}
   for (buf, root, gate, rest), by_off in _accesses(sink, Ops.LOAD).items():
     for group in _runs(by_off, root):
@@ -86,14 +87,21 @@ def fold_vector_accesses(sink: UOp) -> UOp:
       for i, g in enumerate(group): replace[g] = UOp(Ops.GEP, g.dtype, (vec,), (i,))
   if replace: sink = sink.substitute(replace)
   # stores second, on the graph with vector loads: a folded store's values are then already the lane reads
-  replace = {}
+  replace, dropped = {}, set()
   for (buf, root, gate, _), by_off in _accesses(sink, Ops.STORE).items():
     for group in _runs(by_off, root):
-      value = UOp(Ops.VECTORIZE, group[0].src[1].dtype.vec(len(group)), tuple(g.src[1] for g in group))
-      replace[group[0]] = UOp(Ops.STORE, dtypes.void, (group[0].src[0], value))
-      for g in group[1:]: replace[g] = UOp(Ops.NOOP)
-  if replace: sink = sink.substitute(replace)
-  return graph_rewrite(sink, structural)
+      values = [g.src[1] for g in group]
+      whole = values[0].src[0] if values[0].op is Ops.GEP else None
+      if whole is None or whole.dtype.count != len(values) or any(v.op is not Ops.GEP or v.src[0] is not whole or v.arg != (i,) for i, v in enumerate(values)):
+        whole = UOp(Ops.VECTORIZE, values[0].dtype.vec(len(group)), tuple(values))
+      replace[group[0]] = UOp(Ops.STORE, dtypes.void, (group[0].src[0], whole))
+      dropped.update(group[1:])
+  if not replace: return sink
+  # the stores folded into a neighbour's leave the SINK (and any BARRIER waiting on them)
+  for u in sink.toposort:
+    if u.op in (Ops.SINK, Ops.BARRIER) and any(x in dropped for x in u.src):
+      replace[u] = u.replace(src=tuple(replace.get(x, x) for x in u.src if x not in dropped))
+  return sink.substitute(replace)
 
 
 def _max_as_where(a: UOp, b: UOp) -> UOp:
