@@ -9,7 +9,6 @@ import numpy as np  # noqa: E402
 import kc  # noqa: E402
 from kc import Buffer, dtypes  # noqa: E402
 from kc import ast as A  # noqa: E402
-from kc.examples import windows  # noqa: E402
 from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
 from bench_backends import ensure_clang  # noqa: E402
 from clang_workloads import CONV, WORKLOADS  # noqa: E402
@@ -28,7 +27,7 @@ def kc_ast(name: str, shapes):
     out = (xs[0].reshape(n, n, 1) * xs[1].reshape(1, n, n)).sum(1)
   elif name.startswith("conv2d"):
     cin, cout, H, W, k = CONV
-    win = windows(windows(xs[0].pad(((0, 0), (1, 1), (1, 1))), 1, k), 3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+    win = xs[0].pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
     out = (win * xs[1].reshape(cout, cin, k, k, 1, 1)).sum(axis=(1, 2, 3))
   elif name.startswith("softmax"):
     e = (xs[0] - xs[0].max(1)).exp2()

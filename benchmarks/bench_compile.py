@@ -6,7 +6,6 @@ import argparse, pathlib, statistics, sys, time
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import kc  # noqa: E402
 from kc import ast as A, dtypes  # noqa: E402
-from kc.examples import windows  # noqa: E402
 from kc.renderer.cstyle import CStyleLanguage  # noqa: E402
 from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
 from compile_cases import CASES  # noqa: E402
@@ -35,7 +34,7 @@ def build(kind, shape):
   if kind == "conv2d":
     cin, cout, H, W, k = shape
     x = F(1, cin, H, W).pad(((0, 0), (1, 1), (1, 1)))
-    win = windows(windows(x, 1, k), 3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+    win = x.windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
     w = F(2, cout, cin, k, k).reshape(cout, cin, k, k, 1, 1)
     return A.sink(A.store(0, (win * w).sum(axis=(1, 2, 3))))
   raise ValueError(kind)

@@ -369,3 +369,20 @@ def test_shape_size_contiguous_and_views():
   assert ShapeTracker.from_shape((3, 4)).shrink(((1, 2), (0, 4))).real_size() == 8
   assert ShapeTracker.from_shape((2, 0)).real_size() == 0 and ShapeTracker.from_shape((2, 0)).size == 0
   assert isinstance(t.views[0], View) and View.create((2, 3)) == t.views[0]
+
+
+def test_windows_against_numpy_sliding_windows():
+  import numpy as np
+  from kc import ShapeError
+  base = np.arange(4 * 7).reshape(4, 7)
+  padded = np.pad(base, ((0, 0), (1, 1)), constant_values=-1)
+  st = ShapeTracker.from_shape((4, 7)).pad(((0, 0), (1, 1))).windows(1, 3)
+  want = np.lib.stride_tricks.sliding_window_view(padded, 3, axis=1).transpose(0, 2, 1)  # (4, 3 taps, 7 positions)
+  assert st.shape == want.shape and len(st.views) <= 2
+  for i in range(4):
+    for k in range(3):
+      for j in range(7):
+        off = st.offset_of((i, k, j))
+        assert (-1 if off is None else base.reshape(-1)[off]) == want[i, k, j]
+  assert len(ShapeTracker.from_shape((9,)).windows(0, 3).views) == 1  # an unpadded window is one strided view
+  with pytest.raises(ShapeError, match="do not fit"): ShapeTracker.from_shape((4, 7)).windows(1, 8)

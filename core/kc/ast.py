@@ -73,6 +73,10 @@ class Expr:
   def shrink(self, arg) -> "Expr": return self._move("shrink", lambda st: st.shrink(tuple(arg)))
   def flip(self, axes) -> "Expr": return self._move("flip", lambda st: st.flip(tuple(axes) if not isinstance(axes, int) else (axes,)))
 
+  def windows(self, axis: int, size: int) -> "Expr":
+    """`axis` (length n) replaced by (size, n - size + 1) sliding windows: out[..., i, j, ...] = self[..., i + j, ...]."""
+    return self._move("windows", lambda st: st.windows(axis, size))
+
   # ***** elementwise *****
 
   def _lift(self, x) -> "Expr":

@@ -42,24 +42,12 @@ def _matmul():
   return A.sink(A.store(0, (x.reshape(M, K, 1) * y.reshape(1, K, N)).sum(axis=1))), {1: a, 2: b}, (a @ b).reshape(M, 1, N)
 
 
-def windows(x: A.Expr, axis: int, k: int) -> A.Expr:
-  """x with `axis` (size n) replaced by (k, n-k+1) sliding windows: out[..., i, j, ...] = x[..., i+j, ...].
-  Built from movement ops only: repeat the axis k times, flatten, shift each copy by one more, cut."""
-  n = x.shape[axis]
-  pre, post = x.shape[:axis], x.shape[axis + 1:]
-  rep = x.reshape(*pre, 1, n, *post).expand(*pre, k, n, *post).reshape(*pre, k * n, *post)
-  pad = tuple((0, 0) for _ in pre) + ((0, k),) + tuple((0, 0) for _ in post)
-  grid = rep.pad(pad).reshape(*pre, k, n + 1, *post)
-  cut = tuple((0, s) for s in pre) + ((0, k), (0, n - k + 1)) + tuple((0, s) for s in post)
-  return grid.shrink(cut)
-
-
 def _conv2d():
   rng = np.random.default_rng(0)
   cin, cout, H, W, K = 4, 8, 16, 16, 3
   img, wt = _rand(rng, cin, H, W), _rand(rng, cout, cin, K, K)
   x = A.arg(1, dtypes.float32, (cin, H, W)).pad(((0, 0), (1, 1), (1, 1)))          # (cin, H+2, W+2)
-  win = windows(windows(x, 1, K), 3, K)                                              # (cin, ky, H, kx, W)
+  win = x.windows(1, K).windows(3, K)                                                # (cin, ky, H, kx, W)
   win = win.permute(0, 1, 3, 2, 4).reshape(1, cin, K, K, H, W)
   w = A.arg(2, dtypes.float32, (cout, cin, K, K)).reshape(cout, cin, K, K, 1, 1)
   out = (win * w).sum(axis=(1, 2, 3))                                                # (cout, 1, 1, 1, H, W)
@@ -94,7 +82,7 @@ EXAMPLES: dict[str, Example] = {e.name: e for e in [
   Example("add", "elementwise a+b over 65536 floats", _add),
   Example("sum", "sum of 65536 floats to a scalar", _sum),
   Example("matmul", "256x256 @ 256x256 float32", _matmul),
-  Example("conv2d", "3x3 convolution, 4->8 channels, 16x16, padding 1, from movement ops", _conv2d),
+  Example("conv2d", "3x3 convolution, 4->8 channels, 16x16, padding 1, from sliding-window views", _conv2d),
   Example("softmax", "row softmax of 16x64 in one kernel (a fused chain of two reduces)", _softmax),
   Example("variance", "row variance of 32x256 in one kernel (mean, then the mean of squared deviations)", _layernorm_stats),
 ]}

@@ -88,6 +88,16 @@ def _sym_prod(xs: list) -> sint:
   return ret.arg if ret.op is Ops.CONST else ret
 
 
+def _shifted(idx: UOp, shift: int) -> UOp:
+  """idx + shift for a simplified index, in the canonical form simplify would give (the constant last, folded)."""
+  if shift == 0: return idx
+  if idx.op is Ops.CONST: return _index_const(idx.arg + shift)
+  if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST:
+    c = idx.src[1].arg + shift
+    return idx.src[0] if c == 0 else UOp(Ops.ADD, idx.dtype, (idx.src[0], _index_const(c)))
+  return UOp(Ops.ADD, idx.dtype, (idx, _index_const(shift)))
+
+
 def _tree(op: Ops, values: list[UOp]) -> UOp:
   """values combined pairwise: a balanced tree has the shortest dependency chain (and sums round better)."""
   while len(values) > 1:
@@ -222,7 +232,7 @@ class Lowering:
     shift = sum(strides[a] * v for a, v in lanes.items()) if all(isinstance(strides[a], int) for a in lanes) else None
     if shift is not None and not any(a in masked for a in lanes):
       idx, valid = st.to_indexed_uops(self.with_axes(env, {a: 0 for a in lanes}))
-      return (idx + shift).simplify() if shift else idx, valid
+      return _shifted(idx, shift), valid
     # over a placeholder per lane axis, built once; each lane's value is put in afterwards (re-simplifying only what
     # the value touches: the rest is memoized on the UOps)
     holders = {a: UOp.variable(f"lane{a}", 0, self.full_shape[a] - 1) for a in lanes}
@@ -235,8 +245,7 @@ class Lowering:
       return ret
     valid = at(sym_valid, sorted(a for a in lanes if a in masked))
     if shift is None: return at(sym_idx, sorted(lanes)), valid
-    idx = at(sym_idx, [])
-    return (idx + shift).simplify() if shift else idx, valid
+    return _shifted(at(sym_idx, []), shift), valid
 
   def view_facts(self, st: ShapeTracker) -> tuple[tuple, set[int]]:
     """The strides a view walks its axes with (where valid) and the axes its mask depends on, once per view."""

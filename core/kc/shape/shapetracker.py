@@ -197,6 +197,18 @@ class ShapeTracker:
       return self._with_last(view)
     return ShapeTracker(self.views + (View.create(new_shape),))
 
+  def windows(self, axis: int, size: int) -> ShapeTracker:
+    """`axis` (length n) replaced by (size, n - size + 1) overlapping windows: element (..., i, j, ...) is element
+    (..., i + j, ...) of this tracker. One view over this tracker's shape (merged into it where it can be): the
+    sliding windows of a convolution, without the repeat-and-reshape that needs several views."""
+    (axis,) = normalize_axes((axis,), self.ndim, "windows", self.shape)
+    n = self.shape[axis]
+    if not isinstance(n, int) or not isinstance(size, int) or not 1 <= size <= n:
+      raise ShapeError(f"windows of size {size!r} do not fit axis {axis} of length {n!r} in shape {fmt_shape(self.shape)}")
+    strides = strides_for_shape(self.shape)
+    view = View.create(self.shape[:axis] + (size, n - size + 1) + self.shape[axis + 1:], strides[:axis] + (strides[axis],) * 2 + strides[axis + 1:])
+    return ShapeTracker(self.views + (view,)).simplify()
+
   def permute(self, order) -> ShapeTracker: return self._with_last(self.views[-1].permute(order))
   def expand(self, shape) -> ShapeTracker: return self._with_last(self.views[-1].expand(shape))
   def pad(self, arg) -> ShapeTracker: return self._with_last(self.views[-1].pad(arg))
