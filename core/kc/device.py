@@ -5,7 +5,7 @@ The core names no backend: which devices exist is decided by the plugins (`kc.pl
 first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import hashlib, json, os, tempfile, threading
+import hashlib, json, operator, os, tempfile, threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Optional, Protocol, Sequence, Union
@@ -288,6 +288,18 @@ class ProgramHandle(Protocol):
   kernel's order. Returns the kernel's run time in seconds when wait=True, else None (it may still run)."""
   def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> Optional[float]: ...
+
+
+def int32_values(vals: Sequence, kernel: str) -> list[int]:
+  """A launch's variable values as ints checked to fit the int32 kernel arguments (a float would truncate
+  silently, a wider int would wrap): every runtime passes them through this."""
+  out = []
+  for i, v in enumerate(vals):
+    try: v = operator.index(v)  # ints and numpy integers
+    except TypeError: raise KcError(f"variable value {i} of kernel {kernel} is {v!r}: kernel variables are int32") from None
+    if not -2**31 <= v < 2**31: raise KcError(f"variable value {i} of kernel {kernel} is {v}, outside int32")
+    out.append(v)
+  return out
 
 
 def raw_buffers(bufs: Sequence) -> list:

@@ -1,12 +1,11 @@
 """Loading and launching compiled CLANG kernels with cffi (ABI mode: no compiler needed for the binding)."""
 from __future__ import annotations
-import ctypes, ctypes.util, operator, os, tempfile, threading, time
+import ctypes, ctypes.util, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.device import HostMemory, raw_buffers
+from kc.device import HostMemory, int32_values, raw_buffers
 from kc import KcError
 
-INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 
 
 _OPENMP_RUNTIME = None
@@ -70,16 +69,10 @@ class ClangProgram:
     for i, b in enumerate(raw_buffers(bufs)):
       if not isinstance(b, HostMemory): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not CLANG host memory")
       ptrs.append(self._ffi.cast("void*", b.addr))
-    ints = [_int32(v, i, self.name) for i, v in enumerate(vals)]
+    ints = int32_values(vals, self.name)
     start = time.perf_counter()
     fn(*ptrs, *ints)
     return time.perf_counter() - start if wait else None
 
   def __repr__(self): return f"<ClangProgram {self.name}>"
 
-
-def _int32(v, i: int, kernel: str) -> int:
-  try: v = operator.index(v)  # ints and numpy integers; floats would silently truncate
-  except TypeError: raise KcError(f"variable value {i} of kernel {kernel} is {v!r}: kernel variables are int32") from None
-  if not INT32_MIN <= v <= INT32_MAX: raise KcError(f"variable value {i} of kernel {kernel} is {v}, outside int32")
-  return v

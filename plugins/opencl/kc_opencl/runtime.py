@@ -1,18 +1,17 @@
 """The OPENCL device at run time: one context and one in-order, profiling queue on the selected device; buffers
 (and images) as pyopencl memory objects; programs loaded from their binaries once; kernels launched on an NDRange."""
 from __future__ import annotations
-import functools, hashlib, operator, threading
+import functools, hashlib, threading
 from collections import OrderedDict
 from typing import Hashable, Optional, Sequence
 import numpy as np
 import pyopencl as cl
 from kc import ImageDType, KcError, dtypes
-from kc.device import CompiledDevice, LRUAllocator, raw_buffers
+from kc.device import CompiledDevice, LRUAllocator, int32_values, raw_buffers
 from kc_opencl.compiler import OpenCLCompiler, build_log
 from kc_opencl.platform import DeviceInfo
 from kc_opencl.renderer import OpenCLRenderer
 
-INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
 PROGRAMS_KEPT = 256  # loaded programs kept per device: a BEAM search loads many kernels, most used once
 
 
@@ -80,7 +79,7 @@ class OpenCLProgram:
     handles = raw_buffers(bufs)
     for i, b in enumerate(handles):
       if not isinstance(b, cl.MemoryObject): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not OPENCL memory")
-    args = [*handles, *(np.int32(_int32(v, i, self.name)) for i, v in enumerate(vals))]
+    args = [*handles, *(np.int32(v) for v in int32_values(vals, self.name))]
     groups = [int(g) for g in (global_size or (1, 1, 1))]
     local = None if local_size is None else [int(s) for s in local_size]
     if local is not None: self._check_work_group(local)
@@ -104,12 +103,6 @@ class OpenCLProgram:
 
   def __repr__(self): return f"<OpenCLProgram {self.name} on {self.device.info.name}>"
 
-
-def _int32(v, i: int, kernel: str) -> int:
-  try: v = operator.index(v)  # ints and numpy integers; floats would silently truncate
-  except TypeError: raise KcError(f"variable value {i} of kernel {kernel} is {v!r}: kernel variables are int32") from None
-  if not INT32_MIN <= v <= INT32_MAX: raise KcError(f"variable value {i} of kernel {kernel} is {v}, outside int32")
-  return v
 
 
 class OpenCLDevice(CompiledDevice):
