@@ -87,3 +87,11 @@ def test_cli_devices_render_run_doctor():
   assert "CLANG: ok" in r.stdout
   r = kc_cli("render", "nonexistent")
   assert r.returncode == 2
+
+
+def test_cli_bench_writes_json(tmp_path):
+  out = tmp_path / "bench.json"
+  r = kc_cli("bench", "--device", "CLANG", "--repeats", "1", "--json", str(out))
+  assert r.returncode == 0, r.stdout + r.stderr
+  rows = json.loads(out.read_text())["results"]
+  assert {row["example"] for row in rows} >= {"add", "matmul", "softmax"} and all(row["ok"] and row["device"] == "CLANG" for row in rows)

@@ -149,6 +149,38 @@ def cmd_run(args) -> int:
   return 0 if ok else 1
 
 
+def cmd_bench(args) -> int:
+  """Every example on every chosen device: compile time, median run time, and the check against numpy."""
+  import statistics, time
+  import numpy as np
+  from kc.api import compile as kc_compile
+  from kc.device import Device
+  from kc.examples import EXAMPLES
+  devices = args.device or Device.available()
+  rows, failed = [], 0
+  for dev in devices:
+    for name, ex in EXAMPLES.items():
+      sink, inputs, ref = ex.build()
+      t0 = time.perf_counter()
+      try: ck = kc_compile(sink, dev, "hand")
+      except KcError as e:
+        print(f"{dev:8s} {name:10s} FAILED to compile: {e}")
+        failed += 1
+        continue
+      compile_s = time.perf_counter() - t0
+      out = np.zeros(ref.shape, ref.dtype)
+      call = [out] + [inputs[i] for i in range(1, len(inputs) + 1)]
+      times = [ck(*call) for _ in range(args.repeats)]
+      err = float(np.abs(out - ref).max())
+      row = {"device": dev, "example": name, "compile_s": compile_s, "run_s": statistics.median(times), "max_abs_error": err, "ok": err <= 1e-3}
+      failed += not row["ok"]
+      rows.append(row)
+      print(f"{dev:8s} {name:10s} compile {compile_s * 1e3:8.1f} ms  run {row['run_s'] * 1e6:10.1f} us  error {err:.2g}{'' if row['ok'] else '  WRONG'}")
+  if args.json:
+    with open(args.json, "w") as f: json.dump({"kc": kc.__version__, "results": rows}, f, indent=2)
+  return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="kc", description="kc: a pluggable kernel compiler runtime")
   p.add_argument("--version", action="version", version=f"kc {kc.__version__}")
@@ -161,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
   d.add_argument("--json", action="store_true")
   d.set_defaults(fn=cmd_devices)
   sub.add_parser("doctor", help="plugin errors, versions and a one-kernel smoke test per available device").set_defaults(fn=cmd_doctor)
+  b = sub.add_parser("bench", help="compile and time every example kernel on the available devices, checked against numpy")
+  b.add_argument("--device", action="append", default=None, help="a device to run (repeatable; default: every available one)")
+  b.add_argument("--repeats", type=int, default=5)
+  b.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
+  b.set_defaults(fn=cmd_bench)
   from kc.examples import EXAMPLES
   for cmd, fn, what in (("render", cmd_render, "print the optimized source of an example kernel"),
                         ("run", cmd_run, "compile, run and check an example kernel against numpy")):
