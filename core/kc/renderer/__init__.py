@@ -75,12 +75,22 @@ class Renderer(ABC):
   local_max: Optional[tuple[int, ...]] = (0x7FFFFFFF,) * 3
   shared_max: int = 32768
   tensor_cores: list[TensorCore] = []
+  # What a conformance run (and any caller) may rely on; neither changes how the Kernel optimizes. supported_dtypes:
+  # the dtypes kernels may compute in (None: all of kc's). has_images: image buffers are read and written. arch: the
+  # hardware/target the renderer generates for, as its plugin names it (empty when it does not say).
+  supported_dtypes: Optional[frozenset[DType]] = None
+  has_images: bool = False
+  arch: str = ""
   code_for_op: dict = {}          # the ops the dialect spells; the rest are rewritten into these before rendering
   extra_matcher = None            # a PatternMatcher of dialect rewrites applied to the lowered graph before linearizing
 
   @abstractmethod
   def render(self, name: str, uops: list) -> str:
     """The source of one kernel named `name` from its linearized UOps."""
+
+  def supports_dtype(self, dt: DType) -> bool:
+    """Whether kernels may compute in `dt` (a vector or pointer counts as its scalar)."""
+    return self.supported_dtypes is None or dt.base.scalar() in self.supported_dtypes
 
   def __repr__(self): return f"<{type(self).__name__} device={self.device!r}>"
 

@@ -3,7 +3,7 @@ global dims are loops. Transcendentals come from math.h; half is _Float16; bfloa
 and converted to float for arithmetic with integer bit operations."""
 from __future__ import annotations
 from kc import Ops, UOp, dtypes, DType, PtrDType, PatternMatcher, UPat, GroupOp
-import os
+import os, platform
 from typing import Optional
 from kc.renderer import estimate_ops
 from kc.renderer.cstyle import CStyleLanguage
@@ -45,6 +45,7 @@ def _bf16_compare(x: UOp):
 
 class ClangRenderer(CStyleLanguage):
   device = "CLANG"
+  arch = platform.machine()  # the host the C compiler builds for (no -march flags unless KC_CLANG_MARCH_NATIVE)
   has_local = False
   has_shared = False
   global_max = None

@@ -68,6 +68,7 @@ class OpenCLRenderer(CStyleLanguage):
     self._state = threading.local()  # per-render facts for the render_* hooks; renders may run in several threads
     self.max_work_group_size = DEFAULT_WORK_GROUP_SIZE
     self.has_fp16, self.has_fp64, self.has_images = False, True, False
+    self.supported_dtypes = self._dtypes_declared()
     if info is None: return
     # kernels compute their launch indices in int, so no axis goes past int32 even where size_t is wider
     self.global_max = (min(INT32_MAX, 2**info.address_bits - 1),) * 3
@@ -76,6 +77,13 @@ class OpenCLRenderer(CStyleLanguage):
     self.shared_max = info.local_mem_size
     self.has_shared = info.local_mem_size > 0
     self.has_fp16, self.has_fp64, self.has_images = info.has_fp16, info.has_fp64, info.image_support
+    self.supported_dtypes = self._dtypes_declared()
+    self.arch = info.name
+
+  def _dtypes_declared(self) -> frozenset[DType]:
+    # half and double are optional extensions (cl_khr_fp16 / cl_khr_fp64); everything else is core OpenCL C
+    # (bfloat16 is computed in float)
+    return frozenset(dt for dt in dtypes.all if not (dt == dtypes.half and not self.has_fp16) and not (dt == dtypes.float64 and not self.has_fp64))
 
   def __repr__(self):
     return f"<OpenCLRenderer {self.info.name if self.info else 'default limits'} local_max={self.local_max} shared_max={self.shared_max}>"
