@@ -130,15 +130,16 @@ def test_output_loops_of_a_cpu_lowering_run_as_lanes(emu):
 
 def test_every_e2e_case_lowered_for_clang_runs_on_emu(emu):
   # the shared end-to-end catalogue, lowered exactly as CLANG lowers it, checked numerically by EMU
-  from e2e.cases import CASES, setup_of
-  from e2e.harness import execute
-  from e2e.tolerance import assert_close
+  from kc_conformance.checks import judge, render
+  from kc_conformance.corpus import CASES
+  from kc_conformance.harness import launch
+  from kc_conformance.specs import SPECS
   emu.impersonate("CLANG")
   for name, case in CASES.items():
-    setup = setup_of(name)
-    for opts in ("none", "hand"):
-      outs = execute(setup, DEVICE, opts)
-      for i, want in setup.expected.items(): assert_close(outs[i], want, setup.dtypes[i], case.kind, f"{name} with {opts}, output {i}")
+    for spec in ("none", "hand"):
+      setup, prg = render(case, SPECS[spec], emu.renderer)
+      verdict = judge(case, setup, launch(DEVICE, prg, setup))
+      assert verdict.ok, f"{name} with {spec}: {verdict.reason}"
 
 
 # ---------------------------------------------------------------------------------------------------------- dtype semantics

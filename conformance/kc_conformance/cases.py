@@ -1,70 +1,14 @@
-"""The kernels of the end-to-end suite: each builds its AST, its inputs and numpy's answer.
+"""The structural corpus: elementwise arithmetic, unary math, reductions, movement views, fused and multi-output
+kernels, matmuls, and kernels larger than common launch limits.
 
-Shapes stay small: EMU interprets every UOp, and every case runs under some thirty optimization choices on
-each device. Integer division and remainder follow C (truncation), as every kc backend does."""
+Shapes stay small: EMU interprets every UOp, and a FULL case runs under some thirty optimization choices on each
+device."""
 from __future__ import annotations
-from dataclasses import dataclass, field
 from typing import Callable
 import numpy as np
-from kc import DType, UOp, Variable, dtypes
+from kc import DType, Variable, dtypes
 from kc import ast as A
-
-
-@dataclass
-class Setup:
-  """One instance of a case: the AST, the inputs by buffer index, numpy's outputs, every buffer's dtype and the
-  Variables' values. bfloat16 data is given as float32 values that bfloat16 holds exactly."""
-  sink: UOp
-  inputs: dict[int, np.ndarray]
-  expected: dict[int, np.ndarray]
-  dtypes: dict[int, DType]
-  var_vals: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Case:
-  name: str
-  build: Callable[[np.random.Generator], Setup]
-  kind: str  # the tolerance kind of its outputs (see tolerance.py)
-
-
-CASES: dict[str, Case] = {}
-
-
-def case(kind: str):
-  def register(fn: Callable[[np.random.Generator], Setup]) -> Callable:
-    name = fn.__name__
-    if name in CASES: raise ValueError(f"two cases named {name}")
-    CASES[name] = Case(name, fn, kind)
-    return fn
-  return register
-
-
-def arg(i: int, shape, dt: DType = dtypes.float32): return A.arg(i, dt, tuple(shape) if not isinstance(shape, int) else (shape,))
-
-
-def uniform(rng, shape, lo=-2.0, hi=2.0, dt=np.float32) -> np.ndarray: return rng.uniform(lo, hi, shape).astype(dt)
-
-
-def ints(rng, shape, lo, hi, dt) -> np.ndarray: return rng.integers(lo, hi, shape, endpoint=True).astype(dt)
-
-
-def nonzero(x: np.ndarray) -> np.ndarray: return np.where(x == 0, np.ones_like(x), x)
-
-
-def c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """Integer division truncating toward zero, in a's dtype."""
-  return ((a - np.fmod(a, b)) // b).astype(a.dtype)
-
-
-def bf16_round(x: np.ndarray) -> np.ndarray:
-  """float32 values rounded to the nearest bfloat16 (ties to even), as float32: the oracle's own rounding."""
-  bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-  bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-  return bits.astype(np.uint32).view(np.float32)
-
-
-def single(sink, inputs, expected, dts, **var_vals) -> Setup: return Setup(sink, inputs, expected, dts, var_vals)
+from .case import BASIC, Setup, arg, bf16_round, c_div, case, ints, nonzero, single, uniform
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise
@@ -79,19 +23,19 @@ def _arith(rng, dt: DType) -> Setup:
   return single(A.sink(A.store(0, out)), {1: a, 2: b, 3: c}, {0: want}, {i: dt for i in range(4)})
 
 
-@case("arith")
+@case("arith", "elementwise")
 def f32_arith(rng): return _arith(rng, dtypes.float32)
 
 
-@case("arith")
+@case("arith", "elementwise")
 def f16_arith(rng): return _arith(rng, dtypes.float16)
 
 
-@case("arith")
+@case("arith", "elementwise")
 def f64_arith(rng): return _arith(rng, dtypes.float64)
 
 
-@case("exact")
+@case("exact", "elementwise")
 def i32_arith(rng):
   shape = (9, 8)
   a, b = ints(rng, shape, -100, 100, np.int32), nonzero(ints(rng, shape, -9, 9, np.int32))
@@ -101,7 +45,7 @@ def i32_arith(rng):
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {0: dtypes.int32, 1: dtypes.int32, 2: dtypes.int32})
 
 
-@case("exact")
+@case("exact", "elementwise")
 def i8_wraparound(rng):
   shape = (6, 10)
   a, b = ints(rng, shape, -128, 127, np.int8), ints(rng, shape, -128, 127, np.int8)
@@ -110,7 +54,7 @@ def i8_wraparound(rng):
   return single(A.sink(A.store(0, x * y + x - y)), {1: a, 2: b}, {0: want}, {i: dtypes.int8 for i in range(3)})
 
 
-@case("exact")
+@case("exact", "elementwise")
 def u8_arith(rng):
   shape = (5, 12)
   a, b = ints(rng, shape, 0, 255, np.uint8), ints(rng, shape, 1, 255, np.uint8)
@@ -120,7 +64,7 @@ def u8_arith(rng):
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.uint8 for i in range(3)})
 
 
-@case("exact")
+@case("exact", "elementwise")
 def i64_arith(rng):
   shape = (4, 9)
   a, b = ints(rng, shape, -2**40, 2**40, np.int64), nonzero(ints(rng, shape, -2**20, 2**20, np.int64))
@@ -129,7 +73,7 @@ def i64_arith(rng):
   return single(A.sink(A.store(0, x * 3 + y + x // y - x % y)), {1: a, 2: b}, {0: want}, {i: dtypes.int64 for i in range(3)})
 
 
-@case("exact")
+@case("exact", "elementwise")
 def casts(rng):
   shape = (6, 11)
   a = uniform(rng, shape, -300.0, 300.0)
@@ -143,7 +87,7 @@ def casts(rng):
   return single(sink, {1: a, 2: u}, want, dts)
 
 
-@case("exact")
+@case("exact", "elementwise")
 def bitcasts(rng):
   shape = (8, 9)
   a = uniform(rng, shape, -5.0, 5.0)
@@ -153,7 +97,7 @@ def bitcasts(rng):
   return single(sink, {1: a}, {0: np.abs(a), 2: a.view(np.uint32) // 8388608}, {0: dtypes.float32, 1: dtypes.float32, 2: dtypes.uint32})
 
 
-@case("arith")
+@case("arith", "elementwise")
 def bf16_arith(rng):
   shape = (6, 8)
   a, b = bf16_round(uniform(rng, shape)), bf16_round(uniform(rng, shape))
@@ -166,7 +110,7 @@ def bf16_arith(rng):
   return single(sink, {1: a, 2: b, 3: c}, want, dts)
 
 
-@case("exact")
+@case("exact", "elementwise")
 def compare_to_bool(rng):
   shape = (7, 7)
   a, b = ints(rng, shape, -3, 3, np.int32), ints(rng, shape, -3, 3, np.int32)
@@ -174,44 +118,6 @@ def compare_to_bool(rng):
   sink = A.sink(A.store(0, x < y), A.store(3, x.eq(y).where(x, y * 2)), A.store(4, (x >= y).logical_not()))
   want = {0: a < b, 3: np.where(a == b, a, b * 2), 4: ~(a >= b)}
   return single(sink, {1: a, 2: b}, want, {0: dtypes.bool, 1: dtypes.int32, 2: dtypes.int32, 3: dtypes.int32, 4: dtypes.bool})
-
-
-# ----------------------------------------------------------------------------------------------------- unary math
-
-def _unary(rng, op: str, lo: float, hi: float, dt: DType) -> Setup:
-  shape = (9, 10)
-  a = uniform(rng, shape, lo, hi, dt.np)
-  x = arg(1, shape, dt)
-  want = {"exp2": np.exp2, "log2": np.log2, "sin": np.sin, "sqrt": np.sqrt, "recip": np.reciprocal}[op](a)
-  return single(A.sink(A.store(0, getattr(x, op)())), {1: a}, {0: want}, {0: dt, 1: dt})
-
-
-@case("transcendental")
-def exp2_f32(rng): return _unary(rng, "exp2", -20.0, 20.0, dtypes.float32)
-
-
-@case("transcendental")
-def log2_f32(rng): return _unary(rng, "log2", 1e-3, 1e3, dtypes.float32)
-
-
-@case("transcendental")
-def sin_f32(rng): return _unary(rng, "sin", -10.0, 10.0, dtypes.float32)
-
-
-@case("transcendental")
-def sqrt_f32(rng): return _unary(rng, "sqrt", 0.0, 100.0, dtypes.float32)
-
-
-@case("transcendental")
-def recip_f32(rng): return _unary(rng, "recip", 0.5, 50.0, dtypes.float32)
-
-
-@case("transcendental")
-def exp2_f16(rng): return _unary(rng, "exp2", -8.0, 8.0, dtypes.float16)
-
-
-@case("transcendental")
-def sin_f64(rng): return _unary(rng, "sin", -10.0, 10.0, dtypes.float64)
 
 
 # ----------------------------------------------------------------------------------------------------- reductions
@@ -223,50 +129,50 @@ def _sum_axes(rng, axis) -> Setup:
   return single(A.sink(A.store(0, arg(1, shape).sum(axis))), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def sum_axis0(rng): return _sum_axes(rng, 0)
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def sum_axis1(rng): return _sum_axes(rng, 1)
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def sum_axis2(rng): return _sum_axes(rng, 2)
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def sum_axes02(rng): return _sum_axes(rng, (0, 2))
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def sum_to_scalar(rng):
   a = uniform(rng, (1000,))
   return single(A.sink(A.store(0, arg(1, 1000).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)},
                 {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("exact")
+@case("exact", "reduce")
 def max_rows(rng):
   a = uniform(rng, (13, 17))
   return single(A.sink(A.store(0, arg(1, (13, 17)).max(1))), {1: a}, {0: a.max(1, keepdims=True)}, {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("exact")
+@case("exact", "reduce")
 def max_i32_cols(rng):
   a = ints(rng, (12, 5), -1000, 1000, np.int32)
   return single(A.sink(A.store(0, arg(1, (12, 5), dtypes.int32).max(0))), {1: a}, {0: a.max(0, keepdims=True)},
                 {0: dtypes.int32, 1: dtypes.int32})
 
 
-@case("exact")
+@case("exact", "reduce")
 def sum_i32(rng):
   a = ints(rng, (8, 24), -1000, 1000, np.int32)
   return single(A.sink(A.store(0, arg(1, (8, 24), dtypes.int32).sum(1))), {1: a}, {0: a.sum(1, keepdims=True, dtype=np.int32)},
                 {0: dtypes.int32, 1: dtypes.int32})
 
 
-@case("exact")
+@case("exact", "reduce")
 def int_div_mod_sum(rng):
   a = ints(rng, (8, 8), -50, 50, np.int32)
   x = arg(1, (8, 8), dtypes.int32)
@@ -274,21 +180,21 @@ def int_div_mod_sum(rng):
   return single(A.sink(A.store(0, (x // 3 + x % 5).sum(1))), {1: a}, {0: want}, {0: dtypes.int32, 1: dtypes.int32})
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def prod_rows(rng):
   a = uniform(rng, (4, 12), 0.8, 1.25)
   return single(A.sink(A.store(0, arg(1, (4, 12)).prod(1))), {1: a}, {0: a.astype(np.float64).prod(1, keepdims=True).astype(np.float32)},
                 {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def sum_f16(rng):
   a = uniform(rng, (8, 16), 0.0, 1.0, np.float16)
   return single(A.sink(A.store(0, arg(1, (8, 16), dtypes.float16).sum(1))), {1: a},
                 {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float16)}, {0: dtypes.float16, 1: dtypes.float16})
 
 
-@case("reduce")
+@case("reduce", "reduce")
 def symbolic_sum(rng):
   n = Variable("n", 1, 64)
   a = uniform(rng, (4, 37))
@@ -296,12 +202,60 @@ def symbolic_sum(rng):
                 {0: dtypes.float32, 1: dtypes.float32}, n=37)
 
 
-@case("arith")
+@case("arith", "reduce")
 def symbolic_elementwise(rng):
   n = Variable("n", 1, 100)
   a = uniform(rng, (3, 29))
   return single(A.sink(A.store(0, arg(1, (3, n)) * 3.0 + 1.0)), {1: a}, {0: a * np.float32(3.0) + np.float32(1.0)},
                 {0: dtypes.float32, 1: dtypes.float32}, n=29)
+
+
+def _reduce_axes(rng, shape, axis, op: str) -> Setup:
+  a = uniform(rng, shape)
+  x = arg(1, shape)
+  if op == "sum": out, want = x.sum(axis), a.astype(np.float64).sum(axis=axis, keepdims=True).astype(np.float32)
+  else: out, want = x.max(axis), a.max(axis=axis, keepdims=True)
+  return single(A.sink(A.store(0, out)), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
+
+
+def _register_axis_positions():
+  """sum and max over every axis position of a 3-d and a 4-d shape, and over all axes (a scalar)."""
+  from .case import Case, register
+  for shape in ((5, 6, 7), (2, 3, 4, 5)):
+    for op in ("sum", "max"):
+      axes = [(i,) for i in range(len(shape))] + [tuple(range(len(shape)))]
+      for axis in axes:
+        if shape == (5, 6, 7) and op == "sum" and len(axis) == 1: continue  # sum_axis0..2 above
+        name = f"{op}_{len(shape)}d_axis{''.join(map(str, axis)) if len(axis) < len(shape) else '_all'}"
+        register(Case(name, lambda rng, s=shape, ax=axis, o=op: _reduce_axes(rng, s, ax, o), "reduce" if op == "sum" else "exact",
+                      group="reduce"))
+
+
+_register_axis_positions()
+
+
+@case("exact", "reduce")
+def symbolic_max(rng):
+  n = Variable("n", 1, 64)
+  a = uniform(rng, (5, 23))
+  return single(A.sink(A.store(0, arg(1, (5, n)).max(1))), {1: a}, {0: a.max(1, keepdims=True)}, {0: dtypes.float32, 1: dtypes.float32}, n=23)
+
+
+@case("reduce", "reduce")
+def symbolic_rows_sum(rng):
+  # the Variable is the kept axis: launch dims (or loop bounds) depend on it, the reduce does not
+  m = Variable("m", 1, 32)
+  a = uniform(rng, (11, 12))
+  return single(A.sink(A.store(0, arg(1, (m, 12)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32}, m=11)
+
+
+@case("reduce", "reduce")
+def symbolic_to_scalar(rng):
+  n = Variable("n", 1, 512)
+  a = uniform(rng, (301,))
+  return single(A.sink(A.store(0, arg(1, (n,)).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32}, n=301)
 
 
 # ----------------------------------------------------------------------------------------------------- movement
@@ -311,36 +265,36 @@ def _movement(rng, shape, build: Callable, ref: Callable) -> Setup:
   return single(A.sink(A.store(0, build(arg(1, shape)) + 1.0)), {1: a}, {0: ref(a) + np.float32(1.0)}, {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("exact")
+@case("exact", "movement")
 def pad(rng): return _movement(rng, (5, 7), lambda x: x.pad(((1, 2), (0, 3))), lambda a: np.pad(a, ((1, 2), (0, 3))))
 
 
-@case("exact")
+@case("exact", "movement")
 def shrink(rng): return _movement(rng, (9, 11), lambda x: x.shrink(((2, 7), (1, 10))), lambda a: a[2:7, 1:10])
 
 
-@case("exact")
+@case("exact", "movement")
 def flip(rng): return _movement(rng, (6, 5), lambda x: x.flip((0, 1)), lambda a: a[::-1, ::-1])
 
 
-@case("exact")
+@case("exact", "movement")
 def permute(rng): return _movement(rng, (3, 4, 5), lambda x: x.permute(2, 0, 1), lambda a: a.transpose(2, 0, 1))
 
 
-@case("exact")
+@case("exact", "movement")
 def expand(rng):
   a, b = uniform(rng, (5, 1)), uniform(rng, (1, 7))
   out = arg(1, (5, 1)).expand(5, 7) * arg(2, (1, 7)).expand(5, 7)
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b}, {i: dtypes.float32 for i in range(3)})
 
 
-@case("exact")
+@case("exact", "movement")
 def movement_chain(rng):
   return _movement(rng, (4, 6), lambda x: x.pad(((1, 1), (2, 0))).flip((0,)).permute(1, 0).shrink(((1, 7), (0, 5))),
                    lambda a: np.pad(a, ((1, 1), (2, 0)))[::-1].T[1:7, 0:5])
 
 
-@case("reduce")
+@case("reduce", "movement")
 def padded_reduce(rng):
   a = uniform(rng, (6, 10))
   out = arg(1, (6, 10)).pad(((0, 0), (2, 3))).flip((1,)).sum(1)
@@ -348,9 +302,34 @@ def padded_reduce(rng):
                 {0: dtypes.float32, 1: dtypes.float32})
 
 
+@case("exact", "movement")
+def expand_3d(rng): return _movement(rng, (4, 1, 6), lambda x: x.expand(4, 5, 6), lambda a: np.broadcast_to(a, (4, 5, 6)))
+
+
+@case("exact", "movement")
+def expand_permute_flip(rng):
+  return _movement(rng, (3, 1, 5), lambda x: x.expand(3, 4, 5).permute(2, 0, 1).flip((1,)),
+                   lambda a: np.broadcast_to(a, (3, 4, 5)).transpose(2, 0, 1)[:, ::-1])
+
+
+@case("exact", "movement")
+def pad_shrink_into_padding(rng):
+  # the shrink keeps part of the padding: masked reads next to real ones
+  return _movement(rng, (6, 6), lambda x: x.pad(((3, 3), (0, 2))).shrink(((1, 8), (2, 8))), lambda a: np.pad(a, ((3, 3), (0, 2)))[1:8, 2:8])
+
+
+@case("exact", "movement")
+def reshape_after_permute(rng):
+  return _movement(rng, (4, 6), lambda x: x.permute(1, 0).reshape(3, 8), lambda a: a.T.reshape(3, 8))
+
+
+@case("exact", "movement")
+def flip_middle_axis(rng): return _movement(rng, (3, 7, 4), lambda x: x.flip((1,)), lambda a: a[:, ::-1])
+
+
 # ----------------------------------------------------------------------------------------------------- several outputs, fused chains
 
-@case("arith")
+@case("arith", "fused")
 def two_outputs(rng):
   a, b = uniform(rng, (6, 8)), uniform(rng, (6, 8))
   x, y = arg(2, (6, 8)), arg(3, (6, 8))
@@ -358,7 +337,7 @@ def two_outputs(rng):
                 {i: dtypes.float32 for i in range(4)})
 
 
-@case("reduce")
+@case("reduce", "fused")
 def sum_and_max(rng):
   a = uniform(rng, (7, 12))
   x = arg(2, (7, 12))
@@ -366,7 +345,7 @@ def sum_and_max(rng):
   return single(A.sink(A.store(0, x.sum(1)), A.store(1, x.max(1))), {2: a}, want, {i: dtypes.float32 for i in range(3)})
 
 
-@case("reduce")
+@case("reduce", "fused")
 def softmax_denominator(rng):
   a = uniform(rng, (8, 32), -4.0, 4.0)
   x = arg(1, (8, 32))
@@ -375,7 +354,7 @@ def softmax_denominator(rng):
   return single(A.sink(A.store(0, out)), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("reduce")
+@case("reduce", "fused")
 def softmax(rng):
   a = uniform(rng, (6, 16), -4.0, 4.0)
   x = arg(1, (6, 16))
@@ -385,7 +364,7 @@ def softmax(rng):
   return single(A.sink(A.store(0, out)), {1: a}, {0: (ea / ea.sum(1, keepdims=True)).astype(np.float32)}, {0: dtypes.float32, 1: dtypes.float32})
 
 
-@case("reduce")
+@case("reduce", "fused")
 def variance(rng):
   a = uniform(rng, (8, 24))
   x = arg(1, (8, 24))
@@ -408,23 +387,23 @@ def _matmul(rng, M, K, N, transposed=False, dt=dtypes.float32) -> Setup:
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {0: dtypes.float32, 1: dt, 2: dt})
 
 
-@case("reduce")
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
 def matmul_square(rng): return _matmul(rng, 16, 16, 16)
 
 
-@case("reduce")
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
 def matmul_odd(rng): return _matmul(rng, 7, 9, 5)
 
 
-@case("reduce")
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
 def matmul_transposed(rng): return _matmul(rng, 8, 12, 6, transposed=True)
 
 
-@case("reduce")
+@case("reduce", "matmul", tensor_core=(dtypes.float16, dtypes.float32))
 def matmul_half_in_float_acc(rng): return _matmul(rng, 8, 16, 8, dt=dtypes.float16)
 
 
-@case("reduce")
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
 def matmul_batched(rng):
   B, M, K, N = 3, 8, 6, 4
   a, b = uniform(rng, (B, M, K)), uniform(rng, (B, K, N))
@@ -433,8 +412,37 @@ def matmul_batched(rng):
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.float32 for i in range(3)})
 
 
-def setup_of(name: str, seed: int = 0) -> Setup:
-  return CASES[name].build(np.random.default_rng(seed))
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
+def matmul_both_transposed(rng):
+  M, K, N = 6, 10, 4
+  a, b = uniform(rng, (K, M)), uniform(rng, (N, K))
+  out = (arg(1, (K, M)).permute(1, 0).reshape(M, K, 1) * arg(2, (N, K)).permute(1, 0).reshape(1, K, N)).sum(1)
+  want = (a.T.astype(np.float64) @ b.T.astype(np.float64)).astype(np.float32).reshape(M, 1, N)
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.float32 for i in range(3)})
 
 
-__all__ = ["CASES", "Case", "Setup", "setup_of"]
+@case("reduce", "matmul", tensor_core=(dtypes.float16, dtypes.float32))
+def matmul_half_32(rng): return _matmul(rng, 32, 32, 32, dt=dtypes.float16)
+
+
+# ----------------------------------------------------------------------------------------------------- past launch limits
+
+@case("arith", "limits", specs=BASIC)
+def wide_elementwise(rng):
+  # 140000 elements: more than 65535, the largest global dim many GPUs (and EMU) take, so the lowering must split them
+  a = uniform(rng, (2, 70000))
+  return single(A.sink(A.store(0, arg(1, (2, 70000)) * 2.0 + 1.0)), {1: a}, {0: a * np.float32(2.0) + np.float32(1.0)},
+                {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("reduce", "limits", specs=BASIC)
+def long_reduce(rng):
+  a = uniform(rng, (3, 66000), 0.0, 1.0)
+  return single(A.sink(A.store(0, arg(1, (3, 66000)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
+                {0: dtypes.float32, 1: dtypes.float32})
+
+
+@case("exact", "limits")
+def deep_3d(rng):
+  # a z extent of 96 is more than the 64 many GPUs allow in a work-group's third dim
+  return _movement(rng, (4, 3, 96), lambda x: x.permute(0, 2, 1).reshape(4, 96, 3), lambda a: a.transpose(0, 2, 1))
