@@ -1,6 +1,6 @@
 """The `kc` command."""
 from __future__ import annotations
-import argparse, ast, json, sys
+import argparse, ast, json, os, sys
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
@@ -181,6 +181,36 @@ def cmd_bench(args) -> int:
   return 1 if failed else 0
 
 
+def _per_device(path: str, device: str, several: bool) -> str:
+  """With several devices, each run's file gets the device's name before its extension (out.json -> out.CLANG.json)."""
+  if not several: return path
+  root, ext = os.path.splitext(path)
+  return f"{root}.{device}{ext}"
+
+
+def cmd_conformance(args) -> int:
+  """Run the conformance suite (the kc-conformance pytest plugin) once per device, each in its own pytest process."""
+  import importlib.util, subprocess
+  from kc.device import Device
+  if importlib.util.find_spec("kc_conformance") is None:
+    print("kc: error: the conformance suite is not installed: pip install kc-conformance", file=sys.stderr)
+    return 2
+  devices = args.device or [Device.DEFAULT]
+  status = 0
+  for dev in devices:
+    several = len(devices) > 1
+    argv = [sys.executable, "-m", "pytest", "--pyargs", "kc_conformance", f"--kc-device={dev}", f"--kc-tier={args.tier}",
+            f"--kc-timeout={args.timeout}", "-p", "no:cacheprovider", "-q", "-rfE"]
+    argv += [f"--kc-report={_per_device(r, dev, several)}" for r in args.report]
+    if args.expect: argv.append(f"--kc-expect={args.expect}")
+    if args.k: argv += ["-k", args.k]
+    if args.junitxml: argv.append(f"--junitxml={_per_device(args.junitxml, dev, several)}")
+    print("+ " + " ".join(argv), flush=True)
+    rc = subprocess.call(argv)
+    status = status or rc
+  return status
+
+
 def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="kc", description="kc: a pluggable kernel compiler runtime")
   p.add_argument("--version", action="version", version=f"kc {kc.__version__}")
@@ -193,6 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
   d.add_argument("--json", action="store_true")
   d.set_defaults(fn=cmd_devices)
   sub.add_parser("doctor", help="plugin errors, versions and a one-kernel smoke test per available device").set_defaults(fn=cmd_doctor)
+  c = sub.add_parser("conformance", help="run the conformance suite against devices (needs kc-conformance)")
+  c.add_argument("--device", action="append", default=[], help="a device to certify (repeatable; default: the default device)")
+  c.add_argument("--tier", default="run", choices=["render", "compile", "run"], help="run the tiers up to this one (default: all)")
+  c.add_argument("--report", action="append", default=[], metavar="FILE", help="FILE.json or FILE.html (repeatable)")
+  c.add_argument("--expect", default=None, metavar="FILE", help="an expectation file of the backend's known failures")
+  c.add_argument("--timeout", type=float, default=120.0, help="seconds one compile or run may take before it counts as a crash")
+  c.add_argument("-k", default=None, metavar="EXPR", help="only tests matching the pytest -k expression")
+  c.add_argument("--junitxml", default=None, metavar="FILE", help="also write JUnit XML for CI")
+  c.set_defaults(fn=cmd_conformance)
   b = sub.add_parser("bench", help="compile and time every example kernel on the available devices, checked against numpy")
   b.add_argument("--device", action="append", default=None, help="a device to run (repeatable; default: every available one)")
   b.add_argument("--repeats", type=int, default=5)
