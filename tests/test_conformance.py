@@ -1,0 +1,192 @@
+"""The conformance suite's own tests: deliberately broken backends (tests/conformance_fakes.py) are caught by the
+right tests with the right outcome, expectations and capabilities select what they should, and every report (JSON
+against its schema, HTML) is written, also when setup fails."""
+from __future__ import annotations
+import json, os, subprocess, sys
+import numpy as np
+import pytest
+import kc
+from kc import dtypes
+from kc_conformance import expectations as expect
+from kc_conformance.capabilities import capability_set, declared
+from kc_conformance.checks import needs_of
+from kc_conformance.corpus import CASES, setup_of
+from kc_conformance.report import schema, validate
+from kc_conformance.specs import SPECS, specs_for
+from kc_conformance.test_suite import ALL_IDS
+from kc_conformance.tolerance import Tolerance, compare, tolerance
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_suite(tmp_path, device: str, *args: str, name: str = "report") -> tuple[int, dict, str]:
+  """Run the suite in a pytest process of its own, with the fake backends registered; (exit code, JSON report, output)."""
+  report = tmp_path / f"{name}.json"
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)}
+  r = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "kc_conformance", "-p", "conformance_fakes", f"--kc-device={device}",
+                      f"--kc-report={report}", f"--kc-report={tmp_path / (name + '.html')}", "-p", "no:cacheprovider", "-q", *args],
+                     capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+  assert report.exists(), f"no report was written:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+  return r.returncode, json.loads(report.read_text()), r.stdout + r.stderr
+
+
+def outcomes(doc: dict) -> dict[str, str]: return {t["id"]: t["outcome"] for t in doc["tests"]}
+
+
+def by_id(doc: dict) -> dict[str, dict]: return {t["id"]: t for t in doc["tests"]}
+
+
+# ---------------------------------------------------------------------------------------------------------- broken backends
+
+@pytest.fixture(scope="module")
+def wrong_add(tmp_path_factory):
+  """WRONGADD on three cells of the matrix, with an expectation file that xfails one failure, holds an entry that
+  matches no test, and one whose arch condition does not hold here."""
+  tmp = tmp_path_factory.mktemp("wrongadd")
+  (tmp / "expect.json").write_text(json.dumps({"kc_conformance_expectations": 1, "entries": [
+    {"test": "run/add_f32/none", "outcome": "xfail", "reason": "float adds subtract", "link": "https://example.org/issues/1"},
+    {"test": "run/add_f32/hand", "reason": "only on another chip", "link": "https://example.org/issues/2", "arch": "^no-such-arch$"},
+    {"test": "run/no_such_case/*", "reason": "a typo", "link": "https://example.org/issues/3"}]}))
+  return run_suite(tmp, "WRONGADD", "-k", "add_f32 or cmplt_f32 or add_i32", f"--kc-expect={tmp / 'expect.json'}"), tmp
+
+
+def test_wrong_results_for_one_op_fail_exactly_its_run_tests(wrong_add):
+  (rc, doc, out), _ = wrong_add
+  got = outcomes(doc)
+  assert rc != 0
+  assert got["run/add_f32/hand"] == "fail" and "wrong result" in by_id(doc)["run/add_f32/hand"]["reason"]
+  # the other tiers of the same kernel, and kernels without a float32 add, pass
+  for t in ("render/add_f32/none", "render/add_f32/hand", "compile/add_f32/hand", "run/cmplt_f32/none", "run/cmplt_f32/hand",
+            "run/add_i32/none", "run/add_i32/hand"):
+    assert got[t] == "pass", (t, got[t])
+  errs = by_id(doc)["run/add_f32/hand"]["errors"]
+  assert errs[0]["ok"] is False and errs[0]["max_abs"] > 1.0 and errs[0]["mismatches"] > 0
+  # passing numeric tests record their observed errors too
+  assert by_id(doc)["run/add_i32/hand"]["errors"][0] == {**by_id(doc)["run/add_i32/hand"]["errors"][0], "max_abs": 0.0, "ok": True}
+
+
+def test_expectations_xfail_one_failure_and_an_unmatched_entry_is_an_error(wrong_add):
+  (rc, doc, _), _ = wrong_add
+  t = by_id(doc)
+  assert t["run/add_f32/none"]["outcome"] == "xfail" and t["run/add_f32/none"]["link"] == "https://example.org/issues/1"
+  assert t["run/add_f32/hand"]["outcome"] == "fail"  # its entry is for another arch
+  errors = [x for x in doc["tests"] if x["outcome"] == "error"]
+  assert len(errors) == 1 and "run/no_such_case/*" in errors[0]["reason"] and "matches no test" in errors[0]["reason"]
+  s = doc["summary"]
+  assert (s["failed"], s["xfailed"], s["errors"], s["crashed"]) == (1, 1, 1, 0)
+  assert s["passed"] + s["failed"] + s["xfailed"] + s["errors"] + s["skipped"] + s["xpassed"] == s["total"]
+
+
+def test_reports_validate_and_the_html_shows_capabilities_and_failures(wrong_add):
+  (_, doc, _), tmp = wrong_add
+  validate(doc)
+  assert doc["schema_version"] == 1 and doc["suite_version"] == kc_conformance_version() and doc["kc_version"] == kc.__version__
+  assert doc["device"]["name"] == "WRONGADD" and doc["device"]["capabilities"]["locals"] is False
+  page = (tmp / "report.html").read_text()
+  assert "Capability matrix" in page and "dtype:float16" in page and "run/add_f32/hand" in page and "class=fail" in page
+  assert "https://example.org/issues/1" in page  # the expected failure and its link
+
+
+def kc_conformance_version() -> str:
+  import kc_conformance
+  return kc_conformance.SUITE_VERSION
+
+
+def test_a_segfaulting_kernel_is_a_crash_and_the_run_continues(tmp_path):
+  rc, doc, _ = run_suite(tmp_path, "SEGV", "-k", "test_run and (add_f32 or mul_f32)")
+  runs = [t for t in doc["tests"] if t["tier"] == "run"]
+  assert rc != 0 and len(runs) == 4
+  assert all(t["outcome"] == "crash" and "SIGSEGV" in t["reason"] for t in runs), [(t["id"], t["reason"]) for t in runs]
+  assert doc["summary"]["crashed"] == 4 and doc["summary"]["failed"] == 0
+
+
+def test_a_hung_kernel_is_a_crash_after_the_timeout(tmp_path):
+  rc, doc, _ = run_suite(tmp_path, "HANG", "-k", "test_run and add_i32 and hand", "--kc-timeout=3")
+  (t,) = doc["tests"]
+  assert rc != 0 and t["outcome"] == "crash" and "timeout" in t["reason"] and t["duration"] >= 3
+
+
+def test_a_program_past_the_declared_local_max_fails_the_render_tier(tmp_path):
+  rc, doc, _ = run_suite(tmp_path, "BIGLOCAL", "-k", "test_render and (sum_axis1 or f32_arith)")
+  got = by_id(doc)
+  assert rc != 0
+  # LOCAL-0-0 makes the 5 outputs one work-group of 5 threads, which the dialect rewrite widens to 500
+  widened = got["render/sum_axis1/LOCAL-0-0"]
+  assert widened["outcome"] == "fail" and "[500, 1, 1]" in widened["reason"] and "local_max (16, 16, 16)" in widened["reason"], widened
+  assert got["render/f32_arith/none"]["outcome"] == "pass"  # no work-group, nothing widened
+
+
+def test_an_unavailable_device_runs_the_render_tier_only(tmp_path):
+  rc, doc, _ = run_suite(tmp_path, "NOHW", "-k", "f32_arith and hand")
+  got = by_id(doc)
+  assert rc == 0 and doc["device"]["available"] is False
+  assert got["render/f32_arith/hand"]["outcome"] == "pass"
+  for tier in ("compile", "run"):
+    assert got[f"{tier}/f32_arith/hand"]["outcome"] == "skip" and got[f"{tier}/f32_arith/hand"]["reason"].startswith("unavailable:")
+  assert doc["summary"]["skipped_by_reason"] == {"unavailable": 2}
+
+
+def test_the_report_is_written_when_setup_fails(tmp_path):
+  rc, doc, _ = run_suite(tmp_path, "NOSUCHDEVICE", "-k", "f32_arith and hand")
+  validate(doc)
+  assert rc != 0 and "unknown device 'NOSUCHDEVICE'" in doc["setup_error"] and doc["device"]["name"] == "NOSUCHDEVICE"
+  assert (tmp_path / "report.html").read_text().count("setup failed") == 1
+
+
+def test_kc_conformance_command_with_tier_and_junit(tmp_path):
+  junit, report = tmp_path / "junit.xml", tmp_path / "emu.json"
+  r = subprocess.run([sys.executable, "-m", "kc.cli", "conformance", "--device", "EMU", "--tier", "compile", "-k", "f32_arith and hand",
+                      "--report", str(report), "--junitxml", str(junit)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+  doc = json.loads(report.read_text())
+  assert r.returncode == 0, r.stdout[-2000:]
+  assert doc["tiers"] == ["render", "compile"] and outcomes(doc) == {"render/f32_arith/hand": "pass", "compile/f32_arith/hand": "pass"}
+  assert 'testcase' in junit.read_text() and "f32_arith" in junit.read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------- in-process pieces
+
+def test_every_expectation_pattern_is_checked_against_the_whole_suite(tmp_path):
+  entries = [expect.Expectation("run/add_f32/*", "xfail", "r", "l"), expect.Expectation("render/opt_errors/matmul_*", "xfail", "r", "l"),
+             expect.Expectation("run/add_f99/*", "xfail", "r", "l")]
+  assert [e.test for e in expect.unmatched(entries, ALL_IDS)] == ["run/add_f99/*"]
+  bad = tmp_path / "bad.json"
+  bad.write_text(json.dumps({"kc_conformance_expectations": 1, "entries": [{"test": "run/*", "reason": "no link"}]}))
+  with pytest.raises(expect.ExpectationError, match="'link' is required"): expect.load(str(bad))
+
+
+def test_capabilities_come_from_the_renderer_and_select_tests():
+  from kc.emulator import EmuRenderer
+
+  class NoHalf(EmuRenderer):
+    supported_dtypes = frozenset(dtypes.all) - {dtypes.float16}
+    tensor_cores = []
+  have = capability_set(declared(NoHalf()))
+  case = CASES["matmul_half_in_float_acc"]
+  needs = needs_of(case, setup_of(case.name), SPECS["tc1"])
+  assert needs - have == {"dtype:float16", "tensor_cores:float16->float32"}
+  assert needs - capability_set(declared(EmuRenderer())) == set()  # EMU's built-in tensor cores take half in, float out
+  assert "locals" in needs_of(case, setup_of(case.name), SPECS["LOCAL-0-2"])
+  # tensor-core specs exist only for matmuls; the dtype matrix runs under none and hand
+  assert {s.name for s in specs_for(CASES["add_f32"])} == {"none", "hand"} and "tc1" not in {s.name for s in specs_for(CASES["f32_arith"])}
+
+
+def test_tolerances_by_dtype_and_class_with_ulp_bounds_and_overrides():
+  assert tolerance(dtypes.int32, "arith").exact and tolerance(dtypes.float32, "exact").exact
+  t = tolerance(dtypes.float32, "transcendental")
+  assert t.ulp == 4
+  want = np.array([1.0, 1000.0], np.float32)
+  two_ulp = want + 2 * np.spacing(want)
+  c = compare(0, two_ulp, want, dtypes.float32, t)
+  assert c.ok and abs(c.max_ulp - 2.0) < 1e-9 and c.max_abs == pytest.approx(2 * np.spacing(np.float32(1000.0)))
+  assert not compare(0, want + 8 * np.spacing(want), want, dtypes.float32, t).ok
+  override = {"float32": Tolerance(rtol=0.5)}
+  assert tolerance(dtypes.float32, "reduce", override) == Tolerance(rtol=0.5)
+  # a NaN where numpy has a number fails with an infinite error; NaN where numpy has NaN is equal
+  assert not compare(0, np.array([np.nan], np.float32), np.array([1.0], np.float32), dtypes.float32, t).ok
+  assert compare(0, np.array([np.nan], np.float32), np.array([np.nan], np.float32), dtypes.float32, t).ok
+
+
+def test_the_schema_is_the_one_reports_claim():
+  s = schema()
+  assert s["properties"]["schema_version"]["const"] == 1
+  assert set(s["properties"]["tests"]["items"]["properties"]["outcome"]["enum"]) == {"pass", "fail", "crash", "skip", "xfail", "xpass", "error"}
