@@ -1,7 +1,7 @@
 """The `device` fixture: every registered device, skipped with its reason where it cannot open here.
 
 KC_E2E_DEVICES=CLANG,EMU narrows the run to some devices (a local shortcut; CI runs them all)."""
-import os
+import gc, os
 import pytest
 import kc
 
@@ -19,3 +19,11 @@ def device(request) -> str:
   name = request.param
   if (reason := kc.Device.unavailable_reason(name)) is not None: pytest.skip(f"{name} cannot open here: {reason}")
   return name
+
+
+@pytest.fixture(scope="module", autouse=True)
+def collect_garbage_after():
+  """Thousands of kernels leave cyclic garbage (UOps held by the tracebacks of skipped tests); collecting it here
+  keeps later tests that count live UOps from seeing it go away under them."""
+  yield
+  gc.collect()

@@ -10,7 +10,11 @@ from kc_conformance.target import Target
 from kc_conformance.test_suite import CHECKS
 
 
+_TARGETS: dict[str, Target] = {}  # one per device: its renderer (and the rule sets built for it) serves every check
+
+
 @pytest.mark.parametrize("check", CHECKS)
 def test_kernel(device, check, record_property):
   case, spec = check.split("/")
-  Target(device, isolate=False).run_tier(case, spec, record_property)
+  target = _TARGETS.setdefault(device, Target(device, isolate=False))
+  target.run_tier(case, spec, record_property)
