@@ -33,7 +33,9 @@ class Case:
   """name: unique, used in test ids. kind: the tolerance class of its outputs (tolerance.py). specs: FULL, BASIC or
   HAND. tensor_core: the (dtype_in, dtype_out) a tensor core needs to run this matmul (tensor-core specs only then).
   needs: capabilities beyond the dtypes of its buffers (which are always needed). tolerance: a per-case override,
-  {dtype name: Tolerance}, for a case whose numerics differ from its class (say why where it is declared)."""
+  {dtype name: Tolerance}, for a case whose numerics differ from its class (say why where it is declared).
+  vector_access: the render tier also checks that the Program's loads and stores are vectors under an opt that
+  upcasts the last axis by 4 (only meaningful with needs=("float4",))."""
   name: str
   build: Callable[[np.random.Generator], Setup]
   kind: str
@@ -42,6 +44,7 @@ class Case:
   needs: tuple[str, ...] = ()
   tolerance: Optional[dict] = None
   group: str = ""
+  vector_access: bool = False  # under a spec that upcasts its last axis by 4, the Program must load and store vectors
 
 
 CASES: dict[str, Case] = {}

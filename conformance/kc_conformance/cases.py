@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
-from .case import BASIC, Setup, arg, bf16_round, c_div, case, ints, nonzero, single, uniform
+from .case import BASIC, HAND, Setup, arg, bf16_round, c_div, case, ints, nonzero, single, uniform
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise
@@ -446,3 +446,35 @@ def long_reduce(rng):
 def deep_3d(rng):
   # a z extent of 96 is more than the 64 many GPUs allow in a work-group's third dim
   return _movement(rng, (4, 3, 96), lambda x: x.permute(0, 2, 1).reshape(4, 96, 3), lambda a: a.transpose(0, 2, 1))
+
+
+# ----------------------------------------------------------------------------------------------------- images and vector accesses
+
+def _image_copy(rng, read_image: bool) -> Setup:
+  """out = 2 * in where `in` (read_image) or `out` is a (4, 8) image of float4 texels, read through a (4, 32) view."""
+  from kc import Ops, ShapeTracker, UOp
+  img = dtypes.imagef((4, 8, 4))
+  st = ShapeTracker.from_shape((4, 32)).to_uop()
+  src_dt, dst_dt = (img, dtypes.float32.ptr()) if read_image else (dtypes.float32.ptr(), img)
+  val = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.DEFINE_GLOBAL, src_dt, (), 1), st)) * UOp.const(dtypes.float32, 2.0)
+  sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dst_dt, (), 0), st, val)),))
+  a = uniform(rng, (4, 32))
+  return Setup(sink, {1: a}, {0: a * np.float32(2.0)}, {0: dtypes.float32, 1: dtypes.float32}, images={1 if read_image else 0: img})
+
+
+@case("exact", "images", specs=BASIC)
+def image_read(rng): return _image_copy(rng, True)
+
+
+# hand only: an image is written a whole texel at a time, and only the hand-coded opts upcast the texel axis by 4
+@case("exact", "images", specs=HAND)
+def image_write(rng): return _image_copy(rng, False)
+
+
+@case("arith", "vectors", needs=("float4",), vector_access=True)
+def float4_access(rng):
+  # contiguous float rows plus a broadcast row (which keeps the two axes apart): an UPCAST of the last axis by 4 must
+  # become vector loads and stores where float4 is declared
+  a, b = uniform(rng, (8, 16)), uniform(rng, (1, 16))
+  out = arg(1, (8, 16)) * arg(2, (1, 16)).expand(8, 16) + 1.0
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b + np.float32(1.0)}, {i: dtypes.float32 for i in range(3)})

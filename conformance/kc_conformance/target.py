@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 import pytest
 import kc
-from kc import KcError, Kernel, KernelOptError, Opt, OptOps
+from kc import KcError, Kernel, KernelOptError, Opt, OptOps, Ops
 from .capabilities import capability_set, declared, missing
 from .case import Case, Setup
 from .checks import judge, limit_violations, needs_of, render
@@ -106,6 +106,10 @@ class Target:
     setup, prg = self.program(case, spec)
     record("kc_program", {"name": prg.name, "global_size": _dims(prg.global_size), "local_size": _dims(prg.local_size)})
     if bad := limit_violations(prg, self.renderer): pytest.fail("; ".join(bad), pytrace=False)
+    if case.vector_access and spec.opt is not None and spec.opt.op is OptOps.UPCAST and spec.opt.axis == 1 and spec.opt.amt == 4:
+      widths = {u.op.name: u.dtype.count for u in prg.uops if u.op in (Ops.LOAD, Ops.STORE) and u.dtype.count > 1}
+      if not widths and not any(u.op is Ops.STORE and u.src[1].dtype.count > 1 for u in prg.uops):
+        pytest.fail("the renderer declares float4, but an UPCAST of the contiguous last axis by 4 gave no vector loads or stores", pytrace=False)
 
   def compile_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
