@@ -6,7 +6,8 @@ WRONGADD: CLANG, but float32 ADD is spelled as a subtraction (wrong results for 
 SEGV: CLANG, but every kernel writes through a null pointer after its work (a crash).
 HANG: CLANG, but every kernel spins forever after its work (a timeout).
 BIGLOCAL: EMU's lowering, but a dialect rewrite widens every work-group past the declared local_max.
-NOHW: CLANG's renderer on a device that is never available here (render tier only)."""
+NOHW: CLANG's renderer on a device that is never available here (render tier only).
+TOUCHY: raises as soon as anything asks it whether it is available, opens it or asks for its renderer."""
 from __future__ import annotations
 from kc import Ops, PatternMatcher, UOp, UPat, dtypes
 from kc.device import CompiledDevice, HostAllocator
@@ -82,6 +83,7 @@ def open_biglocal(): return CompiledDevice("BIGLOCAL", HostAllocator(), BigLocal
 def always_available(): return None
 def never_available(): return "no such hardware on this machine"
 def open_nohw(): raise RuntimeError("NOHW has no hardware")
+def touched(): raise RuntimeError("TOUCHY was touched")
 
 
 FAKES = [
@@ -90,6 +92,7 @@ FAKES = [
   BackendSpec("HANG", PLUGIN_API_VERSION, -50, always_available, open_hang, hang_renderer),
   BackendSpec("BIGLOCAL", PLUGIN_API_VERSION, -50, always_available, open_biglocal, biglocal_renderer),
   BackendSpec("NOHW", PLUGIN_API_VERSION, -50, never_available, open_nohw, nohw_renderer),
+  BackendSpec("TOUCHY", PLUGIN_API_VERSION, -50, touched, touched, touched),
 ]
 
 

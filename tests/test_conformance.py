@@ -143,6 +143,12 @@ def test_kc_conformance_command_with_tier_and_junit(tmp_path):
   assert 'testcase' in junit.read_text() and "f32_arith" in junit.read_text()
 
 
+def test_collection_touches_no_device(tmp_path):
+  # TOUCHY raises when asked if it is available, opened, or asked for its renderer: collection does none of these
+  rc, doc, out = run_suite(tmp_path, "TOUCHY", "--collect-only")
+  assert rc == 0 and f"{len(ALL_IDS)} tests collected" in out and doc["tests"] == []
+
+
 # ---------------------------------------------------------------------------------------------------------- in-process pieces
 
 def test_every_expectation_pattern_is_checked_against_the_whole_suite(tmp_path):
