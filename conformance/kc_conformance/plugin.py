@@ -61,12 +61,36 @@ class ConformanceRun:
                 setup_error=self.setup_error, expectations=self.config.getoption("kc_expect"), kc_version=kc.__version__)
     for path in paths: write(doc, path)
 
+  def pytest_runtest_logreport(self, report):
+    """Registered as a plugin of its own (pytest_configure): every phase of every test adds to its record."""
+    if not self.active: return
+    props = dict(report.user_properties)
+    rec = self.records.get(report.nodeid)
+    if rec is None:
+      tier, test_id = self.ids.get(report.nodeid, ("setup", report.nodeid.split("::")[-1]))
+      rec = self.records[report.nodeid] = TestRecord(test_id, report.nodeid, tier)
+    rec.duration += report.duration
+    if "kc_link" in props: rec.link = props["kc_link"]
+    for key, name in (("kc_errors", "errors"), ("kc_program", "program"), ("kc_refused", "refused_opts")):
+      if key in props: rec.extra[name] = props[key]
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "setup":
+      if report.failed: rec.outcome, rec.reason = "error", props.get("kc_reason") or _reason(report)
+      elif report.skipped: rec.outcome, rec.reason = ("xfail" if xfail else "skip"), _reason(report)
+    elif report.when == "call":
+      if report.passed: rec.outcome, rec.reason = ("xpass", _reason(report)) if xfail else ("pass", None)
+      elif report.skipped: rec.outcome, rec.reason = ("xfail" if xfail else "skip"), _reason(report)
+      else: rec.outcome, rec.reason = ("crash" if "kc_crash" in props else "fail"), _reason(report)
+    elif report.when == "teardown" and report.failed and rec.outcome not in ("fail", "crash", "error"):
+      rec.outcome, rec.reason = "error", _reason(report)
+
 
 def _now() -> str: return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def pytest_configure(config):
-  config.stash[RUN_KEY] = ConformanceRun(config)
+  run = config.stash[RUN_KEY] = ConformanceRun(config)
+  config.pluginmanager.register(run, "kc-conformance-run")
   config.addinivalue_line("markers", "kc_tier(name): the conformance tier of a test")
 
 
@@ -136,6 +160,12 @@ def kc_target(request):
   run.target.close()
 
 
+@pytest.fixture
+def kc_record(request):
+  """record(name, value): a detail of this test for the report (pytest's record_property warns under JUnit's xunit2)."""
+  return lambda name, value: request.node.user_properties.append((name, value))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
   run: ConformanceRun = item.config.stash[RUN_KEY]
@@ -157,44 +187,6 @@ def _reason(report) -> Optional[str]:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1].removeprefix("E").strip() if lines else None
   return None
-
-
-def pytest_runtest_logreport(report):
-  config = _config_of(report)
-  if config is None: return
-  run: ConformanceRun = config.stash[RUN_KEY]
-  if not run.active: return
-  props = dict(report.user_properties)
-  rec = run.records.get(report.nodeid)
-  if rec is None:
-    tier, test_id = run.ids.get(report.nodeid, ("setup", report.nodeid.split("::")[-1]))
-    rec = run.records[report.nodeid] = TestRecord(test_id, report.nodeid, tier)
-  rec.duration += report.duration
-  if "kc_link" in props: rec.link = props["kc_link"]
-  for key, name in (("kc_errors", "errors"), ("kc_program", "program"), ("kc_refused", "refused_opts")):
-    if key in props: rec.extra[name] = props[key]
-  xfail = hasattr(report, "wasxfail")
-  if report.when == "setup":
-    if report.failed: rec.outcome, rec.reason = "error", props.get("kc_reason") or _reason(report)
-    elif report.skipped: rec.outcome, rec.reason = ("xfail" if xfail else "skip"), _reason(report)
-  elif report.when == "call":
-    if report.passed: rec.outcome, rec.reason = ("xpass", _reason(report)) if xfail else ("pass", None)
-    elif report.skipped: rec.outcome, rec.reason = ("xfail" if xfail else "skip"), _reason(report)
-    else: rec.outcome, rec.reason = ("crash" if "kc_crash" in props else "fail"), _reason(report)
-  elif report.when == "teardown" and report.failed and rec.outcome not in ("fail", "crash", "error"):
-    rec.outcome, rec.reason = "error", _reason(report)
-
-
-_CONFIG = []
-
-
-def _config_of(report):
-  return _CONFIG[0] if _CONFIG else None
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session):
-  _CONFIG[:] = [session.config]
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -4,7 +4,7 @@ kernel (an opt the Kernel refuses) is not applicable there: the test skips and s
 from __future__ import annotations
 import contextlib, os, random
 from dataclasses import dataclass
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 from kc import Kernel, KernelOptError, Opt, OptOps, UOp
 from .case import BASIC, FULL, HAND, Case
 
@@ -97,5 +97,3 @@ def optimized_kernel(sink: UOp, renderer, spec: Spec) -> Kernel:
       except KernelOptError as e: raise NotApplicable(f"the Kernel refuses {opt_id(o)}: {e}") from None
   return k
 
-
-OptsSpec = Union[str, list[Opt]]

@@ -19,23 +19,23 @@ def _split(check: str) -> tuple[str, str]:
 
 @pytest.mark.kc_tier("render")
 @pytest.mark.parametrize("check", CHECKS)
-def test_render(kc_target, check, record_property):
-  kc_target.render_tier(*_split(check), record_property)
+def test_render(kc_target, check, kc_record):
+  kc_target.render_tier(*_split(check), kc_record)
 
 
 @pytest.mark.kc_tier("compile")
 @pytest.mark.parametrize("check", CHECKS)
-def test_compile(kc_target, check, record_property):
-  kc_target.compile_tier(*_split(check), record_property)
+def test_compile(kc_target, check, kc_record):
+  kc_target.compile_tier(*_split(check), kc_record)
 
 
 @pytest.mark.kc_tier("run")
 @pytest.mark.parametrize("check", CHECKS)
-def test_run(kc_target, check, record_property):
-  kc_target.run_tier(*_split(check), record_property)
+def test_run(kc_target, check, kc_record):
+  kc_target.run_tier(*_split(check), kc_record)
 
 
 @pytest.mark.kc_tier("render")
 @pytest.mark.parametrize("check", [f"opt_errors/{c}" for c in CONTRACT])
-def test_opt_errors(kc_target, check, record_property):
-  kc_target.opt_errors(check.split("/")[1], record_property)
+def test_opt_errors(kc_target, check, kc_record):
+  kc_target.opt_errors(check.split("/")[1], kc_record)
