@@ -530,3 +530,13 @@ def test_a_warp_split_by_a_gate_is_an_error():
   prg = EmuProgram("split_warp", EmuCompiler().compile(serialize("split_warp", uops)), Limits("EMU", None, (4, 1, 1), 1024, tuple(BUILTIN_TENSOR_CORES)))
   out = kc.Buffer("EMU", 4, dtypes.float).allocate()
   with pytest.raises(BarrierError, match="only some threads of a warp"): prg(out, global_size=(1, 1, 1), local_size=(4, 1, 1))
+
+
+def test_impersonation_does_not_claim_images():
+  from kc.emulator import impersonating
+  from kc.renderer.cstyle import CStyleLanguage
+  class WithImages(CStyleLanguage):
+    device = "IMG"
+    has_images = True
+  r = impersonating(WithImages())
+  assert r.has_images is False and r.impersonates == "IMG" and r.device == "EMU"

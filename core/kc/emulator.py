@@ -160,6 +160,7 @@ def impersonating(target: Renderer) -> Renderer:
   r.__dict__.update(vars(target))
   r.impersonates = target.device
   r.device = DEVICE
+  r.has_images = False  # EMU does not emulate images: kernels lowered for it must not use them
   return r
 
 
