@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib, os, random
 from dataclasses import dataclass
 from typing import Iterator, Optional
+from kc.api import optimize as kc_optimize
 from kc import Kernel, KernelOptError, Opt, OptOps, UOp
 from .case import BASIC, FULL, HAND, Case
 
@@ -84,8 +85,7 @@ def random_opts(sink: UOp, renderer, seed: int, most: int = 3) -> list[Opt]:
 def optimized_kernel(sink: UOp, renderer, spec: Spec) -> Kernel:
   """The case's Kernel with the spec's opts applied; NotApplicable when the Kernel refuses them."""
   k = Kernel(sink, renderer)
-  if spec.kind == "none": return k
-  if spec.kind == "hand": return k.hand_coded_optimizations()
+  if spec.kind in ("none", "hand"): return kc_optimize(k, spec.kind)  # exactly what kc.compile(opts=...) does
   opts: list[Opt]
   if spec.kind == "random":
     if not (opts := random_opts(sink, renderer, spec.seed)): raise NotApplicable("no candidate opt applies to this kernel")

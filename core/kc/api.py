@@ -106,9 +106,10 @@ def _buffer_needs(ast: UOp) -> dict[int, tuple]:
 
 
 def optimize(k: Kernel, opts: OptsArg) -> Kernel:
-  """Apply `opts` to a Kernel: "hand" (the hand-coded heuristics), "none", or a list of kc.Opt."""
+  """Apply `opts` to a Kernel: "hand" (the hand-coded heuristics), "none" (only what the target requires), or a list
+  of kc.Opt."""
   if opts is None or opts == "hand": return k.hand_coded_optimizations()
-  if opts == "none": return k
+  if opts == "none": return k.required_optimizations()  # what the target cannot do without (images: whole texels)
   if isinstance(opts, str): raise KcError(f"opts must be 'hand', 'none' or a list of kc.Opt, got {opts!r}")
   for o in opts: k.apply_opt(o)
   return k
