@@ -11,16 +11,19 @@ def launch_values(sizes):
 
 
 def check_bijection(dims, max_sizes, reverse):
-  idxs, sizes = get_grouped_dims("g", dims, max_sizes, reverse)
+  idxs, sizes, guard = get_grouped_dims("g", dims, max_sizes, reverse)
   assert len(sizes) == max(len(max_sizes), 0) and all(s <= m for s, m in zip(sizes, max_sizes))
   specials = {u.arg[0]: u for x in idxs for u in x.toposort if u.op is Ops.SPECIAL}
   seen = set()
   for vals in launch_values(sizes):
     env = {specials[f"g{a}"]: v for a, v in enumerate(vals) if f"g{a}" in specials}
-    point = tuple(sym_infer(x.substitute({k: UOp.const(dtypes.int32, v) for k, v in env.items()}), {}) for x in idxs)
+    at = {k: UOp.const(dtypes.int32, v) for k, v in env.items()}
+    if guard is not None and not sym_infer(guard.substitute(at), {}): continue  # an extra launch index: gated off
+    point = tuple(sym_infer(x.substitute(at), {}) for x in idxs)
     assert all(0 <= p < d for p, d in zip(point, dims)), (point, dims)
     seen.add(point)
-  assert len(seen) == max(1, __import__("math").prod(dims)), "every index of the dims is reached exactly once"
+  assert len(seen) == max(1, __import__("math").prod(dims)), "every index of the dims is reached"
+  if guard is None: assert __import__("math").prod(sizes) == max(1, __import__("math").prod(dims)), "and exactly once"
 
 
 @pytest.mark.parametrize("dims,max_sizes,reverse,sizes", [
@@ -32,13 +35,19 @@ def check_bijection(dims, max_sizes, reverse):
   ((7,), (16, 16, 16), False, [7, 1, 1]),             # padded with 1s
 ])
 def test_grouped_dims(dims, max_sizes, reverse, sizes):
-  assert get_grouped_dims("g", dims, max_sizes, reverse)[1] == sizes
+  assert get_grouped_dims("g", dims, max_sizes, reverse)[1] == sizes and get_grouped_dims("g", dims, max_sizes, reverse)[2] is None
   if __import__("math").prod(dims) <= 5000: check_bijection(dims, max_sizes, reverse)
 
 
 def test_grouped_dims_that_cannot_fit_name_both_shapes():
   with pytest.raises(KernelOptError, match=r"dims \(3, 5, 7, 11\).*\(8, 8, 8\)"): get_grouped_dims("g", (3, 5, 7, 11), (8, 8, 8))
-  with pytest.raises(KernelOptError, match="cannot be split"): get_grouped_dims("g", (97,), (16, 16, 16))
+  with pytest.raises(KernelOptError, match="no axis left"): get_grouped_dims("g", (97,), (16,))
+
+
+def test_a_prime_dim_over_the_limit_is_launched_rounded_up_and_guarded():
+  idxs, sizes, guard = get_grouped_dims("g", (97,), (16, 16, 16))
+  assert sizes == [16, 7, 1] and guard is not None
+  check_bijection((97,), (16, 16, 16), False)
 
 
 @settings(max_examples=60, deadline=None)

@@ -43,14 +43,18 @@ def _fits(dims: list, max_sizes: tuple[int, ...]) -> bool:
 def _max_of(x) -> int: return x if isinstance(x, int) else int(x.vmax)
 
 
-def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tuple[int, ...]], reverse: bool = False) -> tuple[list[UOp], list[sint]]:
+def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tuple[int, ...]], reverse: bool = False
+                     ) -> tuple[list[UOp], list[sint], Optional[UOp]]:
   """Map a kernel's global (or local) dims onto launch axes x, y, z of at most `max_sizes`.
 
-  A dim too large for its axis is split across it and the next axis (by a factor); dims beyond the number of
-  axes are collapsed onto the left-most axis with room. Globals are reversed (the fastest-moving dim goes to x).
-  Returns one index UOp per dim (in the dims' order) and the launch sizes (x, y, z order, padded with 1s)."""
+  A dim too large for its axis is split across it and the next axis, by a factor where one fits and else by the
+  axis limit and a rounded-up rest (the extra launch indices fall outside the dim: the returned guard is false
+  there and must gate every access); dims beyond the number of axes are collapsed onto the left-most axis with
+  room. Globals are reversed (the fastest-moving dim goes to x). Returns one index UOp per dim (in the dims'
+  order), the launch sizes (x, y, z order, padded with 1s), and the guard (None when every index is in range)."""
   order = list(range(len(dims)))[::-1] if reverse else list(range(len(dims)))
   if max_sizes is None: max_sizes = (2**31 - 1,) * max(len(dims), 1)
+  guards: list[tuple[int, int]] = []  # (dim, its size): dims launched with more indices than they have
   # each launch axis holds parts of dims: (dim index, part size, the part's stride within its dim)
   axes: list[list[tuple[int, sint, int]]] = [[(d, dims[d], 1)] for d in order]
   i = 0
@@ -58,11 +62,13 @@ def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tu
     if len(axes[i]) == 1 and _max_of(size := axes[i][0][1]) > max_sizes[i]:
       d, _, stride = axes[i][0]
       if not isinstance(size, int): raise KernelOptError(f"{prefix}: the symbolic dim {size.render()} may exceed the launch limit {max_sizes[i]}")
-      # the largest factor that fits stays on this axis; the rest moves on to the next axis (and may split again)
-      low = next((f for f in range(max_sizes[i], 1, -1) if size % f == 0), None)
-      if low is None or i + 1 >= len(max_sizes):
-        raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: {size} cannot be split")
-      axes[i:i + 1] = [[(d, low, stride)], [(d, size // low, stride * low)]]
+      if i + 1 >= len(max_sizes):
+        raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: {size} has no axis left to spill into")
+      # the largest factor that fits stays on this axis and the rest moves on to the next one (it may split again);
+      # with no factor that fits, the axis takes its limit and the next one the rounded-up rest
+      low = next((f for f in range(max_sizes[i], 1, -1) if size % f == 0), None) or max_sizes[i]
+      if size % low: guards.append((d, dims[d]))
+      axes[i:i + 1] = [[(d, low, stride)], [(d, -(-size // low), stride * low)]]
     i += 1
   i = 0
   while len(axes) > len(max_sizes):
@@ -79,7 +85,9 @@ def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tu
       last = n == len(parts) - 1
       idxs[d] = idxs[d] + (rest if last else rest % _as_uop(size)) * stride
       if not last: rest = rest // _as_uop(size)
-  return [x.simplify() for x in idxs], sizes + [1] * (len(max_sizes) - len(sizes))
+  idxs = [x.simplify() for x in idxs]
+  guard = functools.reduce(lambda a, b: a & b, [idxs[d] < n for d, n in guards]).simplify() if guards else None
+  return idxs, sizes + [1] * (len(max_sizes) - len(sizes)), guard
 
 
 def _sym_prod(xs: list) -> sint:
@@ -128,6 +136,7 @@ class Lowering:
   depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> how many reduces its value depends on
   memo: dict = field(default_factory=dict)
   acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
+  launch_guard: Optional[UOp] = None  # false on launch indices beyond the kernel's dims (see get_grouped_dims)
 
   def __post_init__(self):
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
@@ -147,12 +156,14 @@ class Lowering:
     shape = self.full_shape
     if self.has_local:
       if info.dont_use_locals:
-        gidx, _ = get_grouped_dims("idx", shape[:global_dims], self.global_max, reverse=True)
-        lidx: list[UOp] = []
+        gidx, _, gguard = get_grouped_dims("idx", shape[:global_dims], self.global_max, reverse=True)
+        lidx, lguard = [], None
       else:
-        gidx, _ = get_grouped_dims("gidx", shape[:global_dims], self.global_max, reverse=True)
-        lidx, _ = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max)
+        gidx, _, gguard = get_grouped_dims("gidx", shape[:global_dims], self.global_max, reverse=True)
+        lidx, _, lguard = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max)
       idxs = gidx + lidx
+      # a dim launched with extra indices: every access is gated so the extra threads touch nothing
+      self.launch_guard = functools.reduce(lambda a, b: a & b, [g for g in (gguard, lguard) if g is not None]) if gguard is not None or lguard is not None else None
     else:
       idxs = [UOp.range(dtypes.int32, 0, s, (i, 0)) for i, s in enumerate(shape[:self.first_reduce])]
     # reduce axes get their loops from the reduce that walks them; upcast axes are unrolled
@@ -263,7 +274,7 @@ class Lowering:
       lanes = [self.with_axes(home, c) for c in self.combos(list(range(self.first_upcast, len(self.full_shape))))]
       stores = tuple(dict.fromkeys(self.lower(u.src[2], e) for e in lanes))
       barrier = (UOp(Ops.BARRIER, dtypes.void, stores),)
-    return UOp(Ops.LOAD, u.dtype, (_index(buf, idx, valid),) + barrier)
+    return UOp(Ops.LOAD, u.dtype, (_index(buf, idx, self.guarded(valid)),) + barrier)
 
   def lower_store(self, u: UOp, env: Env) -> UOp:
     buf = u.src[0]
@@ -271,7 +282,10 @@ class Lowering:
     if buf.op is Ops.DEFINE_GLOBAL:
       # after a grouped reduce every thread of the group holds the result: only the first one writes it
       for a in self.late: valid = valid & self.base[a].eq(0)
-    return UOp(Ops.STORE, dtypes.void, (_index(buf, idx, valid.simplify()), self.lower(u.src[2], env)))
+    return UOp(Ops.STORE, dtypes.void, (_index(buf, idx, self.guarded(valid).simplify()), self.lower(u.src[2], env)))
+
+  def guarded(self, valid: UOp) -> UOp:
+    return valid if self.launch_guard is None else (valid & self.launch_guard)
 
   def lower_reduce(self, u: UOp, env: Env) -> UOp:
     op, axes = u.arg
