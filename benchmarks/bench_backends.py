@@ -166,8 +166,9 @@ def main():
            f"add: two float32 arrays of {n_add:,} elements into a third (GB/s over all three); sum: {n_sum:,} float32 to one "
            f"(GB/s over the input); matmul: float32 {mm}x{mm} @ {mm}x{mm} (GFLOP/s). Median wall time of a whole call with the "
            f"result ready, over {repeats} runs ({max(3, repeats // 3)} for the C and kc matmuls); every result checked against numpy "
-           f"first. kc runs its hand-coded opts; {os.cpu_count()} CPU cores here: kc CLANG and the C loop use one, PoCL and numpy's BLAS "
-           f"all of them.", "",
+           f"first. kc runs its hand-coded opts; {os.cpu_count()} CPU cores here: kc CLANG splits its outermost output loop over all "
+           f"of them (OpenMP; a full reduction such as sum is one loop on one core), the C loop and tinygrad CLANG use one, PoCL "
+           f"and numpy's BLAS all of them.", "",
            "| implementation | add GB/s | sum GB/s | matmul GFLOP/s |", "|---|---:|---:|---:|"]
   for label, row in times.items(): lines.append(f"| {label} | " + " | ".join(fmt(k, amount[k], row.get(k)) for k in KINDS) + " |")
   lines += ["", "Ratios (time of the second over time of the first; above 1: the first is faster):", ""]
