@@ -238,16 +238,16 @@ class Lowering:
     with a fixed stride (wherever it is valid) a lane's offset is lane 0's plus a constant, and its validity
     depends only on the lane axes the view masks."""
     lanes = {a: env[a].arg for a in range(self.first_upcast, len(env)) if env[a].op is Ops.CONST and env[a].arg != 0}
-    if not lanes: return st.to_indexed_uops(env)
+    if not lanes: return self.index_at(st, env)
     strides, masked = self.view_facts(st)
     shift = sum(strides[a] * v for a, v in lanes.items()) if all(isinstance(strides[a], int) for a in lanes) else None
     if shift is not None and not any(a in masked for a in lanes):
-      idx, valid = st.to_indexed_uops(self.with_axes(env, {a: 0 for a in lanes}))
+      idx, valid = self.index_at(st, self.with_axes(env, {a: 0 for a in lanes}))
       return _shifted(idx, shift), valid
     # over a placeholder per lane axis, built once; each lane's value is put in afterwards (re-simplifying only what
     # the value touches: the rest is memoized on the UOps)
     holders = {a: UOp.variable(f"lane{a}", 0, self.full_shape[a] - 1) for a in lanes}
-    sym_idx, sym_valid = st.to_indexed_uops(self.with_axes(env, holders))
+    sym_idx, sym_valid = self.index_at(st, self.with_axes(env, holders))
     zero = UOp.const(dtypes.int32, 0)
     def at(expr: UOp, axes: list[int]) -> UOp:
       key = (expr, tuple((a, lanes[a]) for a in axes))
@@ -257,6 +257,18 @@ class Lowering:
     valid = at(sym_valid, sorted(a for a in lanes if a in masked))
     if shift is None: return at(sym_idx, sorted(lanes)), valid
     return _shifted(at(sym_idx, []), shift), valid
+
+  def index_at(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
+    """(offset, valid) of a view at env. The view's index over one RANGE per axis is built and simplified once (the
+    Kernel's stride analysis already made it); env's values are put in for the RANGEs afterwards. Re-simplifying an
+    expression that is already canonical is far cheaper than unravelling the views again for every env."""
+    key = ("at", st, env)
+    if (ret := self.memo.get(key)) is None:
+      axes = tuple(UOp.range(dtypes.int32, 0, s, i) for i, s in enumerate(st.shape))
+      idx, valid = st.to_indexed_uops(axes)
+      sub = {a: v for a, v in zip(axes, env) if a is not v}
+      ret = self.memo[key] = (idx.substitute(sub).simplify(), valid.substitute(sub).simplify())
+    return ret
 
   def view_facts(self, st: ShapeTracker) -> tuple[tuple, set[int]]:
     """The strides a view walks its axes with (where valid) and the axes its mask depends on, once per view."""
