@@ -3,10 +3,11 @@ from a device and which optimization choices it is run under.
 
 Integer division and remainder follow C (truncation), as every kc backend does."""
 from __future__ import annotations
+import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 import numpy as np
-from kc import DType, UOp, dtypes
+from kc import DType, Ops, UOp, dtypes
 from kc import ast as A
 
 # which optimization choices (see specs.py) a case is run under
@@ -17,15 +18,19 @@ HAND = "hand"     # hand only: the case is about a dtype or an op, not about opt
 
 @dataclass
 class Setup:
-  """One instance of a case: the AST, the inputs by buffer index, numpy's outputs, every buffer's dtype and the
-  Variables' values. bfloat16 data is given as float32 values that bfloat16 holds exactly. `images` maps a buffer
-  index to the ImageDType it is allocated as (its data is float32 in the image's row-major texel order)."""
+  """One instance of a case: the AST, the inputs by buffer index, numpy's outputs and the Variables' values.
+  bfloat16 data is given as float32 values that bfloat16 holds exactly. `images` maps a buffer index to the ImageDType
+  it is allocated as (its data is float32 in the image's row-major texel order)."""
   sink: UOp
   inputs: dict[int, np.ndarray]
   expected: dict[int, np.ndarray]
-  dtypes: dict[int, DType]
   var_vals: dict[str, int] = field(default_factory=dict)
   images: dict[int, DType] = field(default_factory=dict)
+
+  @functools.cached_property
+  def dtypes(self) -> dict[int, DType]:
+    """Every buffer's dtype by index, as the AST declares it."""
+    return {u.arg: u.dtype.base for u in self.sink.toposort if u.op is Ops.DEFINE_GLOBAL}
 
 
 @dataclass(frozen=True)
@@ -95,4 +100,4 @@ def bf16_round(x: np.ndarray) -> np.ndarray:
   return bits.astype(np.uint32).view(np.float32)
 
 
-def single(sink, inputs, expected, dts, **var_vals) -> Setup: return Setup(sink, inputs, expected, dts, var_vals)
+def single(sink, inputs, expected, **var_vals) -> Setup: return Setup(sink, inputs, expected, var_vals)

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
-from .case import BASIC, HAND, Setup, arg, bf16_round, c_div, case, ints, nonzero, single, uniform
+from .case import BASIC, Setup, arg, bf16_round, c_div, case, ints, nonzero, single, uniform
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise
@@ -20,7 +20,7 @@ def _arith(rng, dt: DType) -> Setup:
   x, y, z = arg(1, shape, dt), arg(2, shape, dt), arg(3, shape, dt)
   out = (x < y).where(((x + y) * z - x / y).maximum(z), -z)
   want = np.where(a < b, np.maximum((a + b) * c - a / b, c), -c)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b, 3: c}, {0: want}, {i: dt for i in range(4)})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b, 3: c}, {0: want})
 
 
 @case("arith", "elementwise")
@@ -42,7 +42,7 @@ def i32_arith(rng):
   x, y = arg(1, shape, dtypes.int32), arg(2, shape, dtypes.int32)
   out = (x * y + x // y - x % y).maximum(x ^ y) | (x & 7)
   want = np.maximum(a * b + c_div(a, b) - np.fmod(a, b), a ^ b) | (a & 7)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {0: dtypes.int32, 1: dtypes.int32, 2: dtypes.int32})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
 @case("exact", "elementwise")
@@ -51,7 +51,7 @@ def i8_wraparound(rng):
   a, b = ints(rng, shape, -128, 127, np.int8), ints(rng, shape, -128, 127, np.int8)
   x, y = arg(1, shape, dtypes.int8), arg(2, shape, dtypes.int8)
   want = (a * b + a - b).astype(np.int8)  # numpy wraps int8 like C does after the conversion back
-  return single(A.sink(A.store(0, x * y + x - y)), {1: a, 2: b}, {0: want}, {i: dtypes.int8 for i in range(3)})
+  return single(A.sink(A.store(0, x * y + x - y)), {1: a, 2: b}, {0: want})
 
 
 @case("exact", "elementwise")
@@ -61,7 +61,7 @@ def u8_arith(rng):
   x, y = arg(1, shape, dtypes.uint8), arg(2, shape, dtypes.uint8)
   out = (x + y).maximum(x // y) + x % y
   want = (np.maximum(a + b, a // b) + a % b).astype(np.uint8)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.uint8 for i in range(3)})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
 @case("exact", "elementwise")
@@ -70,7 +70,7 @@ def i64_arith(rng):
   a, b = ints(rng, shape, -2**40, 2**40, np.int64), nonzero(ints(rng, shape, -2**20, 2**20, np.int64))
   x, y = arg(1, shape, dtypes.int64), arg(2, shape, dtypes.int64)
   want = a * 3 + b + c_div(a, b) - np.fmod(a, b)
-  return single(A.sink(A.store(0, x * 3 + y + x // y - x % y)), {1: a, 2: b}, {0: want}, {i: dtypes.int64 for i in range(3)})
+  return single(A.sink(A.store(0, x * 3 + y + x // y - x % y)), {1: a, 2: b}, {0: want})
 
 
 @case("exact", "elementwise")
@@ -83,8 +83,7 @@ def casts(rng):
                 A.store(5, (x.cast(dtypes.int32) * 7).cast(dtypes.float32)), A.store(6, (x.cast(dtypes.int8).cast(dtypes.bool))))
   want = {0: a.astype(np.int32), 3: a.astype(np.float16), 4: u.astype(np.uint8), 5: (a.astype(np.int32) * 7).astype(np.float32),
           6: a.astype(np.int32).astype(np.int8) != 0}
-  dts = {0: dtypes.int32, 1: dtypes.float32, 2: dtypes.float32, 3: dtypes.float16, 4: dtypes.uint8, 5: dtypes.float32, 6: dtypes.bool}
-  return single(sink, {1: a, 2: u}, want, dts)
+  return single(sink, {1: a, 2: u}, want)
 
 
 @case("exact", "elementwise")
@@ -94,7 +93,7 @@ def bitcasts(rng):
   x = arg(1, shape)
   absx = (x.bitcast(dtypes.int32) & 0x7FFFFFFF).bitcast(dtypes.float32)
   sink = A.sink(A.store(0, absx), A.store(2, x.bitcast(dtypes.uint32) // 8388608))  # the biased exponent and sign
-  return single(sink, {1: a}, {0: np.abs(a), 2: a.view(np.uint32) // 8388608}, {0: dtypes.float32, 1: dtypes.float32, 2: dtypes.uint32})
+  return single(sink, {1: a}, {0: np.abs(a), 2: a.view(np.uint32) // 8388608})
 
 
 @case("arith", "elementwise")
@@ -106,8 +105,7 @@ def bf16_arith(rng):
   c = uniform(rng, shape)
   sink = A.sink(A.store(0, x * y + x), A.store(4, f.cast(dtypes.bfloat16)), A.store(5, (x + y).cast(dtypes.float32)))
   want = {0: bf16_round(bf16_round(a * b) + a), 4: bf16_round(c), 5: bf16_round(a + b)}
-  dts = {0: dtypes.bfloat16, 1: dtypes.bfloat16, 2: dtypes.bfloat16, 3: dtypes.float32, 4: dtypes.bfloat16, 5: dtypes.float32}
-  return single(sink, {1: a, 2: b, 3: c}, want, dts)
+  return single(sink, {1: a, 2: b, 3: c}, want)
 
 
 @case("exact", "elementwise")
@@ -117,7 +115,7 @@ def compare_to_bool(rng):
   x, y = arg(1, shape, dtypes.int32), arg(2, shape, dtypes.int32)
   sink = A.sink(A.store(0, x < y), A.store(3, x.eq(y).where(x, y * 2)), A.store(4, (x >= y).logical_not()))
   want = {0: a < b, 3: np.where(a == b, a, b * 2), 4: ~(a >= b)}
-  return single(sink, {1: a, 2: b}, want, {0: dtypes.bool, 1: dtypes.int32, 2: dtypes.int32, 3: dtypes.int32, 4: dtypes.bool})
+  return single(sink, {1: a, 2: b}, want)
 
 
 # ----------------------------------------------------------------------------------------------------- reductions
@@ -126,7 +124,7 @@ def _sum_axes(rng, axis) -> Setup:
   shape = (5, 6, 7)
   a = uniform(rng, shape)
   want = a.astype(np.float64).sum(axis=axis, keepdims=True).astype(np.float32)
-  return single(A.sink(A.store(0, arg(1, shape).sum(axis))), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, arg(1, shape).sum(axis))), {1: a}, {0: want})
 
 
 @case("reduce", "reduce")
@@ -148,28 +146,25 @@ def sum_axes02(rng): return _sum_axes(rng, (0, 2))
 @case("reduce", "reduce")
 def sum_to_scalar(rng):
   a = uniform(rng, (1000,))
-  return single(A.sink(A.store(0, arg(1, 1000).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, arg(1, 1000).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)})
 
 
 @case("exact", "reduce")
 def max_rows(rng):
   a = uniform(rng, (13, 17))
-  return single(A.sink(A.store(0, arg(1, (13, 17)).max(1))), {1: a}, {0: a.max(1, keepdims=True)}, {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, arg(1, (13, 17)).max(1))), {1: a}, {0: a.max(1, keepdims=True)})
 
 
 @case("exact", "reduce")
 def max_i32_cols(rng):
   a = ints(rng, (12, 5), -1000, 1000, np.int32)
-  return single(A.sink(A.store(0, arg(1, (12, 5), dtypes.int32).max(0))), {1: a}, {0: a.max(0, keepdims=True)},
-                {0: dtypes.int32, 1: dtypes.int32})
+  return single(A.sink(A.store(0, arg(1, (12, 5), dtypes.int32).max(0))), {1: a}, {0: a.max(0, keepdims=True)})
 
 
 @case("exact", "reduce")
 def sum_i32(rng):
   a = ints(rng, (8, 24), -1000, 1000, np.int32)
-  return single(A.sink(A.store(0, arg(1, (8, 24), dtypes.int32).sum(1))), {1: a}, {0: a.sum(1, keepdims=True, dtype=np.int32)},
-                {0: dtypes.int32, 1: dtypes.int32})
+  return single(A.sink(A.store(0, arg(1, (8, 24), dtypes.int32).sum(1))), {1: a}, {0: a.sum(1, keepdims=True, dtype=np.int32)})
 
 
 @case("exact", "reduce")
@@ -177,37 +172,34 @@ def int_div_mod_sum(rng):
   a = ints(rng, (8, 8), -50, 50, np.int32)
   x = arg(1, (8, 8), dtypes.int32)
   want = (c_div(a, np.int32(3)) + np.fmod(a, np.int32(5))).sum(1, keepdims=True, dtype=np.int32)
-  return single(A.sink(A.store(0, (x // 3 + x % 5).sum(1))), {1: a}, {0: want}, {0: dtypes.int32, 1: dtypes.int32})
+  return single(A.sink(A.store(0, (x // 3 + x % 5).sum(1))), {1: a}, {0: want})
 
 
 @case("reduce", "reduce")
 def prod_rows(rng):
   a = uniform(rng, (4, 12), 0.8, 1.25)
-  return single(A.sink(A.store(0, arg(1, (4, 12)).prod(1))), {1: a}, {0: a.astype(np.float64).prod(1, keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, arg(1, (4, 12)).prod(1))), {1: a}, {0: a.astype(np.float64).prod(1, keepdims=True).astype(np.float32)})
 
 
 @case("reduce", "reduce")
 def sum_f16(rng):
   a = uniform(rng, (8, 16), 0.0, 1.0, np.float16)
   return single(A.sink(A.store(0, arg(1, (8, 16), dtypes.float16).sum(1))), {1: a},
-                {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float16)}, {0: dtypes.float16, 1: dtypes.float16})
+                {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float16)})
 
 
 @case("reduce", "reduce")
 def symbolic_sum(rng):
   n = Variable("n", 1, 64)
   a = uniform(rng, (4, 37))
-  return single(A.sink(A.store(0, arg(1, (4, n)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32}, n=37)
+  return single(A.sink(A.store(0, arg(1, (4, n)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)}, n=37)
 
 
 @case("arith", "reduce")
 def symbolic_elementwise(rng):
   n = Variable("n", 1, 100)
   a = uniform(rng, (3, 29))
-  return single(A.sink(A.store(0, arg(1, (3, n)) * 3.0 + 1.0)), {1: a}, {0: a * np.float32(3.0) + np.float32(1.0)},
-                {0: dtypes.float32, 1: dtypes.float32}, n=29)
+  return single(A.sink(A.store(0, arg(1, (3, n)) * 3.0 + 1.0)), {1: a}, {0: a * np.float32(3.0) + np.float32(1.0)}, n=29)
 
 
 def _reduce_axes(rng, shape, axis, op: str) -> Setup:
@@ -215,7 +207,7 @@ def _reduce_axes(rng, shape, axis, op: str) -> Setup:
   x = arg(1, shape)
   if op == "sum": out, want = x.sum(axis), a.astype(np.float64).sum(axis=axis, keepdims=True).astype(np.float32)
   else: out, want = x.max(axis), a.max(axis=axis, keepdims=True)
-  return single(A.sink(A.store(0, out)), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, out)), {1: a}, {0: want})
 
 
 def _register_axis_positions():
@@ -238,7 +230,7 @@ _register_axis_positions()
 def symbolic_max(rng):
   n = Variable("n", 1, 64)
   a = uniform(rng, (5, 23))
-  return single(A.sink(A.store(0, arg(1, (5, n)).max(1))), {1: a}, {0: a.max(1, keepdims=True)}, {0: dtypes.float32, 1: dtypes.float32}, n=23)
+  return single(A.sink(A.store(0, arg(1, (5, n)).max(1))), {1: a}, {0: a.max(1, keepdims=True)}, n=23)
 
 
 @case("reduce", "reduce")
@@ -246,23 +238,21 @@ def symbolic_rows_sum(rng):
   # the Variable is the kept axis: launch dims (or loop bounds) depend on it, the reduce does not
   m = Variable("m", 1, 32)
   a = uniform(rng, (11, 12))
-  return single(A.sink(A.store(0, arg(1, (m, 12)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32}, m=11)
+  return single(A.sink(A.store(0, arg(1, (m, 12)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)}, m=11)
 
 
 @case("reduce", "reduce")
 def symbolic_to_scalar(rng):
   n = Variable("n", 1, 512)
   a = uniform(rng, (301,))
-  return single(A.sink(A.store(0, arg(1, (n,)).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32}, n=301)
+  return single(A.sink(A.store(0, arg(1, (n,)).sum())), {1: a}, {0: a.astype(np.float64).sum(keepdims=True).astype(np.float32)}, n=301)
 
 
 # ----------------------------------------------------------------------------------------------------- movement
 
 def _movement(rng, shape, build: Callable, ref: Callable) -> Setup:
   a = uniform(rng, shape)
-  return single(A.sink(A.store(0, build(arg(1, shape)) + 1.0)), {1: a}, {0: ref(a) + np.float32(1.0)}, {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, build(arg(1, shape)) + 1.0)), {1: a}, {0: ref(a) + np.float32(1.0)})
 
 
 @case("exact", "movement")
@@ -285,7 +275,7 @@ def permute(rng): return _movement(rng, (3, 4, 5), lambda x: x.permute(2, 0, 1),
 def expand(rng):
   a, b = uniform(rng, (5, 1)), uniform(rng, (1, 7))
   out = arg(1, (5, 1)).expand(5, 7) * arg(2, (1, 7)).expand(5, 7)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b}, {i: dtypes.float32 for i in range(3)})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b})
 
 
 @case("exact", "movement")
@@ -298,8 +288,7 @@ def movement_chain(rng):
 def padded_reduce(rng):
   a = uniform(rng, (6, 10))
   out = arg(1, (6, 10)).pad(((0, 0), (2, 3))).flip((1,)).sum(1)
-  return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)})
 
 
 @case("exact", "movement")
@@ -333,8 +322,7 @@ def flip_middle_axis(rng): return _movement(rng, (3, 7, 4), lambda x: x.flip((1,
 def two_outputs(rng):
   a, b = uniform(rng, (6, 8)), uniform(rng, (6, 8))
   x, y = arg(2, (6, 8)), arg(3, (6, 8))
-  return single(A.sink(A.store(0, x + y), A.store(1, x * y - 1.0)), {2: a, 3: b}, {0: a + b, 1: a * b - np.float32(1.0)},
-                {i: dtypes.float32 for i in range(4)})
+  return single(A.sink(A.store(0, x + y), A.store(1, x * y - 1.0)), {2: a, 3: b}, {0: a + b, 1: a * b - np.float32(1.0)})
 
 
 @case("reduce", "fused")
@@ -342,7 +330,7 @@ def sum_and_max(rng):
   a = uniform(rng, (7, 12))
   x = arg(2, (7, 12))
   want = {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32), 1: a.max(1, keepdims=True)}
-  return single(A.sink(A.store(0, x.sum(1)), A.store(1, x.max(1))), {2: a}, want, {i: dtypes.float32 for i in range(3)})
+  return single(A.sink(A.store(0, x.sum(1)), A.store(1, x.max(1))), {2: a}, want)
 
 
 @case("reduce", "fused")
@@ -351,7 +339,7 @@ def softmax_denominator(rng):
   x = arg(1, (8, 32))
   out = (x - x.max(1).expand(8, 32)).exp2().sum(1)
   want = np.exp2(a.astype(np.float64) - a.max(1, keepdims=True)).sum(1, keepdims=True).astype(np.float32)
-  return single(A.sink(A.store(0, out)), {1: a}, {0: want}, {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, out)), {1: a}, {0: want})
 
 
 @case("reduce", "fused")
@@ -361,7 +349,7 @@ def softmax(rng):
   e = (x - x.max(1).expand(6, 16)).exp2()
   out = e * e.sum(1).recip().expand(6, 16)
   ea = np.exp2(a.astype(np.float64) - a.max(1, keepdims=True))
-  return single(A.sink(A.store(0, out)), {1: a}, {0: (ea / ea.sum(1, keepdims=True)).astype(np.float32)}, {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, out)), {1: a}, {0: (ea / ea.sum(1, keepdims=True)).astype(np.float32)})
 
 
 @case("reduce", "fused")
@@ -370,8 +358,7 @@ def variance(rng):
   x = arg(1, (8, 24))
   mean = (x.sum(1) * (1 / 24)).expand(8, 24)
   out = ((x - mean) * (x - mean)).sum(1) * (1 / 24)
-  return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).var(1, keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).var(1, keepdims=True).astype(np.float32)})
 
 
 # ----------------------------------------------------------------------------------------------------- matmul
@@ -384,7 +371,7 @@ def _matmul(rng, M, K, N, transposed=False, dt=dtypes.float32) -> Setup:
   out = (x.reshape(M, K, 1) * y.reshape(1, K, N)).sum(1)
   am = a.T if transposed else a
   want = (am.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).reshape(M, 1, N)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {0: dtypes.float32, 1: dt, 2: dt})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
 @case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
@@ -409,7 +396,7 @@ def matmul_batched(rng):
   a, b = uniform(rng, (B, M, K)), uniform(rng, (B, K, N))
   out = (arg(1, (B, M, K)).reshape(B, M, K, 1) * arg(2, (B, K, N)).reshape(B, 1, K, N)).sum(2)
   want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).reshape(B, M, 1, N)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.float32 for i in range(3)})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
 @case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
@@ -418,7 +405,7 @@ def matmul_both_transposed(rng):
   a, b = uniform(rng, (K, M)), uniform(rng, (N, K))
   out = (arg(1, (K, M)).permute(1, 0).reshape(M, K, 1) * arg(2, (N, K)).permute(1, 0).reshape(1, K, N)).sum(1)
   want = (a.T.astype(np.float64) @ b.T.astype(np.float64)).astype(np.float32).reshape(M, 1, N)
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want}, {i: dtypes.float32 for i in range(3)})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
 @case("reduce", "matmul", tensor_core=(dtypes.float16, dtypes.float32))
@@ -431,15 +418,13 @@ def matmul_half_32(rng): return _matmul(rng, 32, 32, 32, dt=dtypes.float16)
 def wide_elementwise(rng):
   # 140000 elements: more than 65535, the largest global dim many GPUs (and EMU) take, so the lowering must split them
   a = uniform(rng, (2, 70000))
-  return single(A.sink(A.store(0, arg(1, (2, 70000)) * 2.0 + 1.0)), {1: a}, {0: a * np.float32(2.0) + np.float32(1.0)},
-                {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, arg(1, (2, 70000)) * 2.0 + 1.0)), {1: a}, {0: a * np.float32(2.0) + np.float32(1.0)})
 
 
 @case("reduce", "limits", specs=BASIC)
 def long_reduce(rng):
   a = uniform(rng, (3, 66000), 0.0, 1.0)
-  return single(A.sink(A.store(0, arg(1, (3, 66000)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)},
-                {0: dtypes.float32, 1: dtypes.float32})
+  return single(A.sink(A.store(0, arg(1, (3, 66000)).sum(1))), {1: a}, {0: a.astype(np.float64).sum(1, keepdims=True).astype(np.float32)})
 
 
 @case("exact", "limits")
@@ -459,7 +444,7 @@ def _image_copy(rng, read_image: bool) -> Setup:
   val = UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.DEFINE_GLOBAL, src_dt, (), 1), st)) * UOp.const(dtypes.float32, 2.0)
   sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (UOp(Ops.DEFINE_GLOBAL, dst_dt, (), 0), st, val)),))
   a = uniform(rng, (4, 32))
-  return Setup(sink, {1: a}, {0: a * np.float32(2.0)}, {0: dtypes.float32, 1: dtypes.float32}, images={1 if read_image else 0: img})
+  return Setup(sink, {1: a}, {0: a * np.float32(2.0)}, images={1 if read_image else 0: img})
 
 
 @case("exact", "images", specs=BASIC)
@@ -477,4 +462,4 @@ def float4_access(rng):
   # become vector loads and stores where float4 is declared
   a, b = uniform(rng, (8, 16)), uniform(rng, (1, 16))
   out = arg(1, (8, 16)) * arg(2, (1, 16)).expand(8, 16) + 1.0
-  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b + np.float32(1.0)}, {i: dtypes.float32 for i in range(3)})
+  return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b + np.float32(1.0)})
