@@ -1,6 +1,12 @@
 import pytest
-from kc import dtypes
-from kc.renderer import Renderer, TensorCore
+from kc.renderer import Renderer
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+  """A fresh, empty compile cache for this test: KC_CACHE_DIR points at it."""
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
+  return tmp_path
 
 
 class LimitsRenderer(Renderer):

@@ -1,5 +1,5 @@
 """The CLANG device (kc-clang) with hand-written C kernels: compile, load, launch, compare with numpy."""
-import os, subprocess, sys, textwrap
+import subprocess, sys, textwrap
 import numpy as np
 import pytest
 import kc
@@ -25,10 +25,8 @@ if kc_clang.unavailable_reason() is not None:
   pytest.skip(f"CLANG cannot run here: {kc_clang.unavailable_reason()}", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
-  return tmp_path
+# every compile lands in a fresh cache directory (the cache_dir fixture of conftest.py)
+pytestmark = pytest.mark.usefixtures("cache_dir")
 
 
 @pytest.fixture

@@ -2,9 +2,8 @@
 import math
 import numpy as np
 import pytest
-from conftest import LimitsRenderer
 import kc
-from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps, Variable, KernelOptError, CompileError
+from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps, Variable, CompileError
 from kc.renderer.cstyle import CStyleLanguage
 
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731

@@ -219,12 +219,6 @@ class CountingCompiler(Compiler):
     return f"BIN[{self.ident}]:{src}".encode()
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
-  return tmp_path
-
-
 def entries(cache_dir):
   d = cache_dir / "compile"
   return sorted(p.name for p in d.iterdir()) if d.exists() else []

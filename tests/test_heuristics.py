@@ -2,7 +2,6 @@
 the reference implementation (tinygrad 0.10.0's Kernel.hand_coded_optimizations) on the same ASTs, for a
 GPU-like target (locals, 32 KiB shared) and a CPU-like one (no locals)."""
 import pytest
-from conftest import LimitsRenderer
 from kc import ast as A, dtypes
 from kc.kernel import Kernel, Opt, OptOps
 

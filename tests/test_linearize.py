@@ -1,6 +1,5 @@
 """The linearizer: a valid order, balanced blocks, accumulators declared outside their loops, loop-invariant
 code hoisted, fused chains as sibling loops, gated stores in IF blocks."""
-import pytest
 from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps
 from kc.codegen import linearize_kernel
 

@@ -24,10 +24,8 @@ F = lambda i, *shape: A.arg(i, dtypes.float32, shape)  # noqa: E731
 O = OptOps
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
-  return tmp_path
+# every compile lands in a fresh cache directory (the cache_dir fixture of conftest.py)
+pytestmark = pytest.mark.usefixtures("cache_dir")
 
 
 @pytest.fixture
@@ -291,6 +289,13 @@ def test_full_sum_and_max(opts):
   np.testing.assert_array_equal(run(A.sink(A.store(0, F(1, 1 << 14).max())), {1: y}, opts), y.max().reshape(1))
 
 
+def check_matmul(M, K, N, opts, seed):
+  rng = np.random.default_rng(seed)
+  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
+  sink = A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+  np.testing.assert_allclose(run(sink, {1: a, 2: b}, opts).reshape(M, N), a @ b, rtol=1e-5)
+
+
 MATMUL_OPTS = [
   "none", "hand", [Opt(O.LOCAL, 0, 8), Opt(O.LOCAL, 1, 8)], [Opt(O.UPCAST, 0, 4), Opt(O.UPCAST, 1, 4), Opt(O.LOCAL, 0, 4)],
   [Opt(O.GROUP, 0, 8)], [Opt(O.GROUPTOP, 0, 16), Opt(O.LOCAL, 1, 4)], [Opt(O.UNROLL, 0, 4), Opt(O.LOCAL, 0, 16), Opt(O.UPCAST, 1, 4)],
@@ -299,23 +304,13 @@ MATMUL_OPTS = [
 
 @needs_device
 @pytest.mark.parametrize("opts", MATMUL_OPTS, ids=str)
-def test_matmul_every_opt(opts):
-  M, K, N = 64, 48, 80
-  rng = np.random.default_rng(3)
-  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
-  sink = A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
-  np.testing.assert_allclose(run(sink, {1: a, 2: b}, opts).reshape(M, N), a @ b, rtol=1e-5)
+def test_matmul_every_opt(opts): check_matmul(64, 48, 80, opts, seed=3)
 
 
 @needs_device
 @pytest.mark.parametrize("opts", ["hand", [Opt(O.PADTO, 0, 32), Opt(O.LOCAL, 0, 8)], [Opt(O.PADTO, 2, 32), Opt(O.GROUP, 0, 8)],
                                   [Opt(O.PADTO, 1, 16), Opt(O.LOCAL, 1, 16), Opt(O.UPCAST, 0, 3)]], ids=str)
-def test_odd_matmul_with_padding(opts):
-  M, K, N = 30, 20, 10
-  rng = np.random.default_rng(4)
-  a, b = rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32)
-  sink = A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
-  np.testing.assert_allclose(run(sink, {1: a, 2: b}, opts).reshape(M, N), a @ b, rtol=1e-5)
+def test_odd_matmul_with_padding(opts): check_matmul(30, 20, 10, opts, seed=4)
 
 
 @needs_device
