@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 import numpy as np
 from kc.device import Buffer, Device
-from kc.dtype import dtypes
 from kc.errors import KcError, SymbolicError
 from kc.helpers import debug_level
 from kc.symbolic import sym_infer

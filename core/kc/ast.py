@@ -10,7 +10,7 @@ time, not later in code generation.
     sink = A.sink(A.store(0, c))
 """
 from __future__ import annotations
-from typing import Callable, Optional, Union
+from typing import Callable, Union
 from kc.dtype import DType, PtrDType, dtypes, least_upper_dtype, least_upper_float
 from kc.errors import InvalidASTError, KcError
 from kc.shape import ShapeTracker

@@ -1,4 +1,7 @@
-"""From an optimized Kernel to a Program: get_optimized_ast -> lower -> graph rewrites -> linearize -> render."""
+"""From an optimized Kernel to a Program: get_optimized_ast -> lower -> graph rewrites -> linearize -> render.
+
+This module sits above lower/linearize and above the renderer it calls. Kernel.to_program reaches it through
+set_program_builder, so the kernel layer imports nothing above itself."""
 from __future__ import annotations
 from typing import Optional
 from kc.errors import KernelOptError
@@ -10,7 +13,7 @@ from kc.graph import rewrite_lowered
 from kc.linearize import linearize
 from kc.lower import lower
 from kc.renderer import Program
-from kc.uop import GroupOp, Ops, UOp
+from kc.uop import Ops, UOp
 
 
 def linearize_kernel(k: Kernel) -> list[UOp]:

@@ -8,9 +8,9 @@ from abc import ABC, abstractmethod
 import hashlib, json, operator, os, tempfile, threading
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Optional, Protocol, Sequence, Union
+from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
-from kc.dtype import DType, PtrDType, dtypes
+from kc.dtype import DType, PtrDType
 from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 import numpy as np
 from kc.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
-from kc.dtype import DType, ImageDType, PtrDType, dtypes
+from kc.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError
 from kc.helpers import prod
 from kc.renderer import Renderer, TensorCore
@@ -566,7 +566,7 @@ class _Run:
     several lanes (hardware never does; the small built-in tensor cores do), the lowest lane's copy is the one used:
     the others may differ in padding a PADTO added. A warp that runs with only some of its threads is an error."""
     u = self.plan.uops[pc]
-    name, (N, M, K), dt_in, dt_out, threads = u.arg[0], u.arg[1], u.arg[2], u.arg[3], u.arg[5]
+    name, (N, M, K), dt_out, threads = u.arg[0], u.arg[1], u.arg[3], u.arg[5]
     tc = next((t for t in self.tensor_cores if str(t) == name), None)
     if tc is None: raise self.error(UnsupportedOpError, pc, f"{name} is not a tensor core of the renderer this program was lowered for")
     lay = fragment_layout(tc)

@@ -11,15 +11,14 @@ Each node of the AST is lowered under an environment (one index UOp per axis); a
 its own axes for its source. Views become INDEX(buffer, offset, valid): masked loads read 0, masked stores are
 skipped. A reduce becomes DEFINE_ACC + ASSIGN over its loops."""
 from __future__ import annotations
-import functools, itertools
+import functools, itertools, operator
 from dataclasses import dataclass, field
 from typing import Any, Optional
-from kc.dtype import ImageDType, PtrDType, dtypes
+from kc.dtype import dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
-from kc.kernel.kernel import get_contraction
 from kc.kernel.optimized_ast import KernelInfo
-from kc.kernel.verify import reduce_axes, st_arg, verify_ast
+from kc.kernel.verify import st_arg, verify_ast
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.uop import GroupOp, Ops, UOp, sint
@@ -163,7 +162,8 @@ class Lowering:
         lidx, _, lguard = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max)
       idxs = gidx + lidx
       # a dim launched with extra indices: every access is gated so the extra threads touch nothing
-      self.launch_guard = functools.reduce(lambda a, b: a & b, [g for g in (gguard, lguard) if g is not None]) if gguard is not None or lguard is not None else None
+      guards = [g for g in (gguard, lguard) if g is not None]
+      self.launch_guard = functools.reduce(operator.and_, guards) if guards else None
     else:
       idxs = [UOp.range(dtypes.int32, 0, s, (i, 0)) for i, s in enumerate(shape[:self.first_reduce])]
     # reduce axes get their loops from the reduce that walks them; upcast axes are unrolled

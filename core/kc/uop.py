@@ -7,8 +7,8 @@ is a function from UOp graphs to UOp graphs."""
 from __future__ import annotations
 import functools, math, weakref
 from enum import IntEnum, auto
-from typing import Any, Callable, Iterator, Optional, Union
-from kc.dtype import DType, PtrDType, dtypes, truncate
+from typing import Any, Callable, Optional, Union
+from kc.dtype import DType, dtypes, truncate
 from kc.errors import SymbolicError, UOpError
 from kc.helpers import c_div, c_mod
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable
 from kc.dtype import dtypes
 from kc.errors import KcError
 from kc.helpers import prod
-from kc.kernel.verify import reduce_axes, st_arg
+from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.symbolic import resolve
 from kc.uop import GroupOp, Ops, UOp
