@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 import numpy as np
-from kc import DType, Ops, UOp, dtypes
+from kc import DType, KcError, Ops, UOp, dtypes
 from kc import ast as A
 
 # which optimization choices (see specs.py) a case is run under
@@ -56,7 +56,7 @@ CASES: dict[str, Case] = {}
 
 
 def register(c: Case) -> Case:
-  if c.name in CASES: raise ValueError(f"two conformance cases are named {c.name}")
+  if c.name in CASES: raise KcError(f"two conformance cases are named {c.name}")
   CASES[c.name] = c
   return c
 

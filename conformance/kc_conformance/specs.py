@@ -6,7 +6,7 @@ import contextlib, os, random
 from dataclasses import dataclass
 from typing import Iterator, Optional
 from kc.api import optimize as kc_optimize
-from kc import Kernel, KernelOptError, Opt, OptOps, UOp
+from kc import KcError, Kernel, KernelOptError, Opt, OptOps, UOp
 from .case import BASIC, FULL, HAND, Case
 
 O = OptOps
@@ -55,7 +55,7 @@ SPECS: dict[str, Spec] = {"none": Spec("none", "none"), "hand": Spec("hand", "ha
 def specs_for(case: Case) -> list[Spec]:
   if case.specs == HAND: return [SPECS["hand"]]
   if case.specs == BASIC: return [SPECS["none"], SPECS["hand"]]
-  if case.specs != FULL: raise ValueError(f"case {case.name}: unknown specs {case.specs!r}")
+  if case.specs != FULL: raise KcError(f"case {case.name}: unknown specs {case.specs!r}")
   return [s for s in SPECS.values() if s.kind != "tc" or case.tensor_core is not None]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 import numpy as np
-from kc import DType, dtypes
+from kc import DType, KcError, dtypes
 
 KINDS = ("exact", "arith", "transcendental", "reduce")
 
@@ -43,7 +43,7 @@ TABLE: dict[DType, dict[str, Tolerance]] = {
 
 def tolerance(dtype: DType, kind: str, override: Optional[dict] = None) -> Tolerance:
   """The bound for an output of `dtype` computed by ops of `kind`; `override` ({dtype name: Tolerance}) wins."""
-  if kind not in KINDS: raise ValueError(f"unknown tolerance kind {kind!r}: one of {KINDS}")
+  if kind not in KINDS: raise KcError(f"unknown tolerance kind {kind!r}: one of {KINDS}")
   if override and dtype.name in override: return override[dtype.name]
   if kind == "exact" or not dtypes.is_float(dtype): return EXACT
   return TABLE[dtype.scalar()][kind]

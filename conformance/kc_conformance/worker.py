@@ -46,7 +46,7 @@ def _serve(conn, specs: list) -> None:
     try:
       if kind == "compile": result: Any = harness.compile_source(*args)
       elif kind == "run": result = harness.launch(*args)
-      else: raise ValueError(f"unknown job {kind!r}")
+      else: raise kc.KcError(f"unknown job {kind!r}")
     except BaseException as e:  # everything the job raises is the job's result, not the worker's end
       result = Raised(type(e).__qualname__, str(e), "".join(traceback.format_exception(e)[-3:]), isinstance(e, kc.KcError))
     try: conn.send(result)
