@@ -19,7 +19,7 @@ from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
 from kc.kernel.optimized_ast import KernelInfo
 from kc.kernel.verify import st_arg, verify_ast
-from kc.shape import ShapeTracker
+from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import fmt_shape
 from kc.uop import GroupOp, Ops, UOp, sint
 
@@ -264,7 +264,7 @@ class Lowering:
     expression that is already canonical is far cheaper than unravelling the views again for every env."""
     key = ("at", st, env)
     if (ret := self.memo.get(key)) is None:
-      axes = tuple(UOp.range(dtypes.int32, 0, s, i) for i, s in enumerate(st.shape))
+      axes = axis_ranges(st.shape)
       idx, valid = st.to_indexed_uops(axes)
       sub = {a: v for a, v in zip(axes, env) if a is not v}
       ret = self.memo[key] = (idx.substitute(sub).simplify(), valid.substitute(sub).simplify())

@@ -17,12 +17,13 @@ from kc.shape.view import View, as_shape, fmt_shape, normalize_axes, same_size, 
 # bounded: a long search compiles thousands of kernels and must not keep every view and index it ever built
 CACHE_SIZE = 1 << 14
 
-__all__ = ["ShapeTracker"]
+__all__ = ["ShapeTracker", "axis_ranges"]
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def _ranges(shape: tuple[sint, ...]) -> tuple[UOp, ...]:
-  """One RANGE per dim, numbered by axis: the placeholders real_strides and axis_is_masked read back."""
+def axis_ranges(shape: tuple[sint, ...]) -> tuple[UOp, ...]:
+  """One RANGE per dim, numbered by axis: the placeholders the index over a whole tracker is built on (real_strides,
+  axis_is_masked and the lowering read it back or put values in for them)."""
   return tuple(UOp.range(dtypes.int32, 0, s, i) for i, s in enumerate(shape))
 
 
@@ -41,14 +42,14 @@ def _range_axes(u: UOp) -> set[int]: return {x.arg for x in u.toposort if x.op i
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _masked_axes(views: tuple[View, ...]) -> frozenset[int]:
-  return frozenset(_range_axes(_indexed(views, _ranges(views[-1].shape))[1]))
+  return frozenset(_range_axes(_indexed(views, axis_ranges(views[-1].shape))[1]))
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _real_strides(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional[sint], ...]:
   if len(simple := ShapeTracker(views).simplify().views) == 1 and simple[0].mask is None: return simple[0].strides
   shape = views[-1].shape
-  idx, _ = _indexed(views, _ranges(shape))
+  idx, _ = _indexed(views, axis_ranges(shape))
   ret: list[Optional[sint]] = [0] * len(shape)  # an axis the index does not use has stride 0
   unknown: set[int] = set() if ignore_valid else set(_masked_axes(views))
   for term, coef in split_sum(idx)[0].items():
@@ -120,7 +121,7 @@ class ShapeTracker:
   def to_indexed_uops(self, idxs: Optional[Sequence[UOp]] = None) -> tuple[UOp, UOp]:
     """(index, valid): the buffer offset and whether it is a real element, at the coordinates `idxs` (one int32
     UOp per dim; by default a RANGE per axis), simplified. valid is the bool constant True where nothing is masked."""
-    if idxs is None: idxs = _ranges(self.shape)
+    if idxs is None: idxs = axis_ranges(self.shape)
     idxs = tuple(idxs)
     if len(idxs) != self.ndim or not all(isinstance(i, UOp) and dtypes.is_int(i.dtype) for i in idxs):
       raise ShapeError(f"to_indexed_uops: needs one integer UOp per dim of shape {fmt_shape(self.shape)}, got {len(idxs)} indices")
@@ -148,7 +149,7 @@ class ShapeTracker:
     if first.mask is not None: first = first.shrink(first.mask)
     if all(isinstance(x, int) for x in (*first.shape, *first.strides, first.offset)):  # a box: the largest offset in closed form
       return first.offset + sum((s - 1) * st for s, st in zip(first.shape, first.strides) if st > 0) + 1
-    idx, _ = first.to_indexed_uops(_ranges(first.shape))
+    idx, _ = first.to_indexed_uops(axis_ranges(first.shape))
     return int(idx.simplify().vmax) + 1
 
   def offset_of(self, coords: Sequence[int], var_vals: Optional[dict] = None) -> Optional[int]:
