@@ -185,6 +185,15 @@ class Lowering:
     for values in itertools.product(*[range(self.full_shape[a]) for a in axes]):
       yield dict(zip(axes, values))
 
+  def store_lanes(self, env: Env, stores) -> list[Env]:
+    """The environments of every lane of the given stores: one per value of the upcast axes they write along. An
+    unrolled reduce axis (size 1 in the stored view) stays at 0: the stored value reduces over it, so its other
+    values would lower the same stores again."""
+    upcast = range(self.first_upcast, len(self.full_shape))
+    axes = [a for a in upcast if any(st_arg(s).shape[a] != 1 for s in stores)]
+    home = self.with_axes(env, {a: 0 for a in upcast if a not in axes})
+    return [self.with_axes(home, c) for c in self.combos(axes)]
+
   @staticmethod
   def with_axes(env: Env, values: dict) -> Env:
     if not values: return env
@@ -203,9 +212,7 @@ class Lowering:
   def _lower(self, u: UOp, env: Env) -> UOp:
     if u.op is Ops.SINK:
       stores = []
-      for combo in self.combos(list(range(self.first_upcast, len(self.full_shape)))):
-        e = self.with_axes(env, combo)
-        stores += [self.lower(s, e) for s in u.src]
+      for e in self.store_lanes(env, u.src): stores += [self.lower(s, e) for s in u.src]
       return UOp(Ops.SINK, dtypes.void, tuple(dict.fromkeys(stores)))
     if u.op in (Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR): return u
     if u.op is Ops.BIND: return u.src[0]
@@ -283,8 +290,7 @@ class Lowering:
     if buf.op is Ops.DEFINE_LOCAL and len(u.src) > 2:
       # the stores into local memory happen in every thread (and every upcast lane) before any thread reads
       home = self.with_axes(env, {a: self.base[a] for a in self.late})
-      lanes = [self.with_axes(home, c) for c in self.combos(list(range(self.first_upcast, len(self.full_shape))))]
-      stores = tuple(dict.fromkeys(self.lower(u.src[2], e) for e in lanes))
+      stores = tuple(dict.fromkeys(self.lower(u.src[2], e) for e in self.store_lanes(home, [u.src[2]])))
       barrier = (UOp(Ops.BARRIER, dtypes.void, stores),)
     return UOp(Ops.LOAD, u.dtype, (_index(buf, idx, self.guarded(valid)),) + barrier)
 
