@@ -117,11 +117,28 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple):
 _UCACHE: dict[tuple, weakref.ReferenceType] = {}
 
 
+# ALU ops and casts are typed by their op and dtypes alone: each combination that passed is remembered
+_DTYPE_TYPED = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+_TYPED_OK: set[tuple] = set()
+
+
 def _check(op, dtype, src, arg):
   """The IR's typing rules, checked once per distinct UOp (on a cache miss)."""
+  if type(src) is not tuple: raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
+  for s in src:
+    if type(s) is not UOp: raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
+  if op in _DTYPE_TYPED:
+    signature = (op, dtype, *[s.dtype for s in src])
+    if signature not in _TYPED_OK:
+      _check_typing(op, dtype, src, arg)
+      _TYPED_OK.add(signature)
+    return
+  _check_typing(op, dtype, src, arg)
+
+
+def _check_typing(op, dtype, src, arg):
   if type(op) is not Ops: raise UOpError(f"op must be an Ops member, got {op!r}")
   if not isinstance(dtype, DType): raise UOpError(f"{op}: dtype must be a DType, got {dtype!r}")
-  if type(src) is not tuple or not all(type(s) is UOp for s in src): raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
   if op in GroupOp.ALU:
     if len(src) != _arity(op): raise UOpError(f"{op} takes {_arity(op)} sources, got {len(src)}")
     sdt = [s.dtype for s in src]
@@ -239,8 +256,8 @@ class UOp(metaclass=UOpMetaClass):
     memo: dict[UOp, UOp] = dict(mapping)
     for node in self.toposort:
       if node in memo: continue
-      new_src = tuple(memo[s] for s in node.src)
-      memo[node] = node if all(a is b for a, b in zip(new_src, node.src)) else node.replace(src=new_src)
+      new_src = tuple([memo[s] for s in node.src])
+      memo[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg)  # == is identity for UOps
     return memo[self]
 
   # ***** constructors *****
