@@ -15,16 +15,20 @@ from kc.uop import Ops, UOp
 def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[UOp]]:
   """For each UOp, the RANGEs that must be open where it is computed. `around[r]` are the loops r nests in."""
   need: dict[UOp, frozenset[UOp]] = {}
+  none: frozenset[UOp] = frozenset()
   for u in sink.toposort:
     if u.op is Ops.RANGE:
-      need[u] = frozenset().union(*(need[s] for s in u.src)) | {u} | around.get(u, frozenset())
+      need[u] = none.union(*(need[s] for s in u.src)) | {u} | around.get(u, none)
     elif u.op is Ops.DEFINE_ACC:  # declared (and reset) inside the loops around its own, before they start
-      own = frozenset(u.src[1:])
-      need[u] = frozenset().union(*(need[s] for s in u.src)) - own
+      need[u] = none.union(*(need[s] for s in u.src)) - frozenset(u.src[1:])
     else:
-      loops = frozenset().union(*(need[s] - _closed_by(s) for s in u.src))
-      # a read of an accumulator's running value (and the update, an ASSIGN) happens inside the accumulator's loops
-      for acc in (s for s in u.src if s.op is Ops.DEFINE_ACC): loops |= frozenset().union(*(need[r] for r in acc.src[1:]))
+      loops = none
+      for s in u.src:
+        inner = need[s]
+        if s.op is Ops.ASSIGN: inner = inner - _closed_by(s)
+        # a read of an accumulator's running value (and the update, an ASSIGN) happens inside the accumulator's loops
+        elif s.op is Ops.DEFINE_ACC: inner = inner.union(*(need[r] for r in s.src[1:]))
+        if not inner <= loops: loops = loops | inner if loops else inner
       need[u] = loops
   return need
 
@@ -56,62 +60,61 @@ def linearize(sink: UOp) -> list[UOp]:
   The SINK itself is not included."""
   if sink.op is not Ops.SINK: raise KcError(f"linearize takes a SINK, got {sink.op}")
   need = _loops(sink, _nesting(sink))
+  # each UOp's loops from the outermost in: a block `depth` loops deep opens the next loop of its nodes' chains
+  chains: dict[frozenset, tuple] = {}
+  chain = {u: chains[n] if n in chains else chains.setdefault(n, tuple(sorted(n, key=_nesting_key))) for u, n in need.items()}
   order = {u: i for i, u in enumerate(sink.toposort)}
   nodes = [u for u in sink.toposort if u is not sink and u.op is not Ops.RANGE]
   out: list[UOp] = []
-  _emit_block(nodes, frozenset(), need, order, out)
+  _emit_block(nodes, 0, chain, order, out)
   return _gate_stores(out)
 
 
-def _emit_block(nodes: list[UOp], open_loops: frozenset, need: dict, order: dict, out: list[UOp]) -> None:
-  """Emit `nodes` (all needing at least `open_loops`) in dependency order; nodes needing one more loop are gathered
+def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: list[UOp]) -> None:
+  """Emit `nodes` (all inside the same `depth` loops) in dependency order; nodes needing one more loop are gathered
   into that loop's block, which is emitted where its first node would be."""
-  here = [u for u in nodes if need[u] == open_loops]
-  deeper = [u for u in nodes if need[u] != open_loops]
-  # group the deeper nodes by the outermost loop they add
+  # items: single nodes and whole blocks (keyed by their loop), ordered so every item comes after the items it reads from
   blocks: dict[UOp, list[UOp]] = {}
-  for u in deeper:
-    extra = need[u] - open_loops
-    outer = min(extra, key=_nesting_key)
-    blocks.setdefault(outer, []).append(u)
-  # items: single nodes and whole blocks, ordered so every item comes after the items it reads from
-  item_of: dict[UOp, object] = {u: u for u in here}
-  for r, members in blocks.items():
-    for u in members: item_of[u] = r
-  deps: dict[object, set] = {item: set() for item in list(here) + list(blocks)}
-  for u in here + deeper:
+  item_of: dict[UOp, UOp] = {}
+  for u in nodes:
+    loops = chain[u]
+    if len(loops) == depth: item_of[u] = u
+    else:
+      r = loops[depth]
+      item_of[u] = r
+      if r in blocks: blocks[r].append(u)
+      else: blocks[r] = [u]
+  deps: dict[UOp, set] = {item: set() for item in item_of.values()}
+  for u in nodes:
     me = item_of[u]
-    for s in u.src:
-      if s in item_of and item_of[s] is not me: deps[me].add(item_of[s])
+    for x in u.src:
+      if (it := item_of.get(x)) is not None and it is not me: deps[me].add(it)
   for r in blocks:
     for b in r.src:
-      if b in item_of and item_of[b] is not r: deps[r].add(item_of[b])
-  first = {item: order[item] if isinstance(item, UOp) and item not in blocks else min(order[u] for u in blocks[item]) for item in deps}
+      if (it := item_of.get(b)) is not None and it is not r: deps[r].add(it)
+  first = {item: order[item] for item in deps if item not in blocks}
+  for r, members in blocks.items(): first[r] = order[members[0]]  # members keep the toposort order
   # (first is unique per item: each node belongs to one item, so the heap never compares two UOps)
-  done: set = set()
-  emitted: list = []
-  ready = [i for i in deps if not deps[i]]
-  waiting = {i: set(d) for i, d in deps.items() if d}
-  users: dict[object, list] = {}
-  for i, d in waiting.items():
-    for x in d: users.setdefault(x, []).append(i)
-  heap = [(first[i], i) for i in ready]
+  users: dict[UOp, list] = {}
+  waiting: dict[UOp, int] = {}
+  for item, d in deps.items():
+    waiting[item] = len(d)
+    for x in d: users.setdefault(x, []).append(item)
+  heap = [(first[i], i) for i, n in waiting.items() if n == 0]
   heapq.heapify(heap)
+  emitted: list = []
   while heap:
     _, item = heapq.heappop(heap)
-    if item in done: continue
-    done.add(item)
     emitted.append(item)
-    for user in users.get(item, []):
-      waiting[user].discard(item)
-      if not waiting[user]: heapq.heappush(heap, (first[user], user))
+    for user in users.get(item, ()):
+      waiting[user] -= 1
+      if waiting[user] == 0: heapq.heappush(heap, (first[user], user))
   if len(emitted) != len(deps): raise KcError("linearize: the loops of this graph cannot be nested (a value is needed inside and after one loop)")
   for item in emitted:
     if item in blocks:
-      r = item
-      out.append(r)
-      _emit_block(blocks[r], open_loops | {r}, need, order, out)
-      out.append(UOp(Ops.ENDRANGE, dtypes.void, (r,)))
+      out.append(item)
+      _emit_block(blocks[item], depth + 1, chain, order, out)
+      out.append(UOp(Ops.ENDRANGE, dtypes.void, (item,)))
     else: out.append(item)
 
 
