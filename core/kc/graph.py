@@ -51,17 +51,18 @@ def _aligned(root: Optional[UOp], n: int) -> bool:
 VECTOR_WIDTHS = (4, 2)
 
 
-def _accesses(sink: UOp, op: Ops) -> dict[tuple, dict[int, UOp]]:
-  """Scalar float/half LOADs or STOREs grouped by (buffer, index root, gate, extra sources), keyed by constant offset."""
-  groups: dict[tuple, dict[int, UOp]] = defaultdict(dict)
-  for u in sink.toposort:
-    if u.op is not op or u.src[0].op is not Ops.INDEX: continue
+def _accesses(topo) -> tuple[dict[tuple, dict[int, UOp]], dict[tuple, dict[int, UOp]]]:
+  """Scalar float/half LOADs and STOREs, each grouped by (buffer, index root, gate, extra sources) and keyed by constant
+  offset."""
+  groups: dict[Ops, dict[tuple, dict[int, UOp]]] = {Ops.LOAD: defaultdict(dict), Ops.STORE: defaultdict(dict)}
+  for u in topo:
+    if (op := u.op) is not Ops.LOAD and op is not Ops.STORE or u.src[0].op is not Ops.INDEX: continue
     index = u.src[0]
     value_dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
     if value_dt.count != 1 or value_dt.scalar() not in (dtypes.float32, dtypes.float16) or not isinstance(index.src[0].dtype, PtrDType): continue
     root, off = _split_index(index.src[1])
-    groups[(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else ())][off] = u
-  return groups
+    groups[op][(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else ())][off] = u
+  return groups[Ops.LOAD], groups[Ops.STORE]
 
 
 def _runs(by_off: dict[int, UOp], root: Optional[UOp]):
@@ -75,33 +76,50 @@ def _runs(by_off: dict[int, UOp], root: Optional[UOp]):
         break
 
 
+def _vector_store(run: list[UOp], memo: dict[UOp, UOp]) -> UOp:
+  """One store of the (rebuilt) values of a run of scalar stores: the loaded vector itself when they are its lanes."""
+  values = [memo[g.src[1]] for g in run]
+  whole = values[0].src[0] if values[0].op is Ops.GEP else None
+  if whole is None or whole.dtype.count != len(values) or any(v.op is not Ops.GEP or v.src[0] is not whole or v.arg != (i,) for i, v in enumerate(values)):
+    whole = UOp(Ops.VECTORIZE, values[0].dtype.vec(len(run)), tuple(values))
+  return UOp(Ops.STORE, dtypes.void, (memo[run[0].src[0]], whole))
+
+
 def fold_vector_accesses(sink: UOp) -> UOp:
   """Groups of 4 (or 2) scalar loads of float/half from one buffer at aligned neighbouring offsets become one vector
-  load and lane reads; then groups of such stores become one vector store (of the loaded vector itself when the
-  values are its lanes in order: a copy)."""
-  replace: dict[UOp, UOp] = {}
-  for (buf, root, gate, rest), by_off in _accesses(sink, Ops.LOAD).items():
-    for group in _runs(by_off, root):
-      first = group[0]
-      vec = UOp(Ops.LOAD, first.dtype.vec(len(group)), (first.src[0],) + rest)
-      for i, g in enumerate(group): replace[g] = UOp(Ops.GEP, g.dtype, (vec,), (i,))
-  if replace: sink = sink.substitute(replace)
-  # stores second, on the graph with vector loads: a folded store's values are then already the lane reads
-  replace, dropped = {}, set()
-  for (buf, root, gate, _), by_off in _accesses(sink, Ops.STORE).items():
-    for group in _runs(by_off, root):
-      values = [g.src[1] for g in group]
-      whole = values[0].src[0] if values[0].op is Ops.GEP else None
-      if whole is None or whole.dtype.count != len(values) or any(v.op is not Ops.GEP or v.src[0] is not whole or v.arg != (i,) for i, v in enumerate(values)):
-        whole = UOp(Ops.VECTORIZE, values[0].dtype.vec(len(group)), tuple(values))
-      replace[group[0]] = UOp(Ops.STORE, dtypes.void, (group[0].src[0], whole))
-      dropped.update(group[1:])
-  if not replace: return sink
-  # the stores folded into a neighbour's leave the SINK (and any BARRIER waiting on them)
-  for u in sink.toposort:
-    if u.op in (Ops.SINK, Ops.BARRIER) and any(x in dropped for x in u.src):
-      replace[u] = u.replace(src=tuple(replace.get(x, x) for x in u.src if x not in dropped))
-  return sink.substitute(replace)
+  load and lane reads; groups of such stores become one vector store (of the loaded vector itself when the values
+  are its lanes in order: a copy). One walk over the graph rebuilds it with both."""
+  topo = sink.toposort
+  load_groups, store_groups = _accesses(topo)
+  lane: dict[UOp, tuple[list[UOp], int]] = {}  # scalar load -> (its run, its lane)
+  for (_, root, _, _), by_off in load_groups.items():
+    for run in _runs(by_off, root):
+      for i, g in enumerate(run): lane[g] = (run, i)
+  runs_of: dict[UOp, list[UOp]] = {}  # the first store of each run of stores -> the run
+  for (_, root, _, _), by_off in store_groups.items():
+    for run in _runs(by_off, root): runs_of[run[0]] = run
+  if not lane and not runs_of: return sink
+  memo: dict[UOp, UOp] = {}
+  vectors: dict[int, UOp] = {}  # id of a run of loads -> its vector load
+  dropped: set[UOp] = set()
+  for u in topo:
+    if u in lane:
+      run, i = lane[u]
+      if (vec := vectors.get(id(run))) is None:
+        # the run's first load gives the address; an INDEX holds only index math and gates, which this walk leaves as
+        # they are, so the first load's sources are final even where the walk has not reached them yet
+        first = run[0]
+        vec = vectors[id(run)] = UOp(Ops.LOAD, first.dtype.vec(len(run)), tuple(memo.get(x, x) for x in first.src))
+      memo[u] = UOp(Ops.GEP, u.dtype, (vec,), (i,))
+      continue
+    src = tuple([memo[x] for x in u.src])
+    if u.op is Ops.SINK or u.op is Ops.BARRIER:
+      # the stores of a run become one at the run's first; they all reach the SINK (or BARRIER) before it is rebuilt
+      heads = [x for x in u.src if x in runs_of and all(g in memo for g in runs_of[x])]
+      for x in heads: dropped.update(runs_of[x][1:])
+      src = tuple(_vector_store(runs_of[x], memo) if x in heads else memo[x] for x in u.src if x not in dropped)
+    memo[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+  return memo[sink]
 
 
 def _max_as_where(a: UOp, b: UOp) -> UOp:

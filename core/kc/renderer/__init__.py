@@ -123,7 +123,7 @@ class Program:
       target[int(u.arg[0][-1])] = u.arg[1]
     self.vars = sorted(dedup(u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
     self.globals = [u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL]
-    self.outs = sorted(dedup(x.arg for u in self.uops if u.op is Ops.STORE for x in u.src[0].toposort if x.op is Ops.DEFINE_GLOBAL))
+    self.outs = sorted(dedup(b.arg for u in self.uops if u.op is Ops.STORE and (b := _stored_buffer(u)) is not None))
 
   @property
   def function_name(self) -> str: return self.name
@@ -140,6 +140,13 @@ class Program:
     return g, l
 
 
+def _stored_buffer(store: UOp) -> Optional[UOp]:
+  """The global buffer a STORE writes: the one its INDEX addresses (or its target itself), None for local memory."""
+  target = store.src[0]
+  buf = target.src[0] if target.op is Ops.INDEX else target
+  return buf if buf.op is Ops.DEFINE_GLOBAL else None
+
+
 def _smul(a: sint, b: sint) -> sint:
   if isinstance(a, int) and isinstance(b, int): return a * b
   return ssimplify((a if isinstance(a, UOp) else UOp.const(b.dtype, a)) * b)
@@ -148,9 +155,11 @@ def _smul(a: sint, b: sint) -> sint:
 def estimate_ops(uops: list[UOp]) -> sint:
   """Arithmetic operations of linear UOps (index arithmetic not counted), loops and launch dims multiplied in."""
   indexing: set[UOp] = set()
-  for u in uops:
-    if u.op is Ops.INDEX: indexing.update(x for s in u.src[1:] for x in s.toposort)
-    elif u.op is Ops.IF: indexing.update(u.src[0].toposort)
+  stack = [s for u in uops if u.op is Ops.INDEX for s in u.src[1:]] + [u.src[0] for u in uops if u.op is Ops.IF]
+  while stack:  # everything the offsets and gates are computed from
+    if (x := stack.pop()) not in indexing:
+      indexing.add(x)
+      stack.extend(x.src)
   flops: sint = 0
   mult: sint = 1
   stack: list[sint] = []

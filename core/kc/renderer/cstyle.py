@@ -4,7 +4,7 @@ and overrides only its dialect: qualifiers, type names, work-item functions, bar
 render() walks the linearized UOps once. Expressions used once are inlined into their user; everything else
 becomes a named local (val0, alu1, acc0, ...). Loops and gated stores are blocks."""
 from __future__ import annotations
-import math
+import math, re
 from collections import Counter
 from typing import Callable, Optional
 from kc.dtype import DType, ImageDType, PtrDType, dtypes
@@ -19,13 +19,16 @@ def _negated_comparison(rendered: str) -> str:
   return body.replace("!=", "==", 1) if body.count("!=") == 1 else f"!({body})"
 
 
+_PARENS = re.compile(r"[()]")
+
+
 def _strip_parens(s: str) -> str:
   """`(a+b)` -> `a+b` when the outer parentheses enclose the whole expression."""
   if not (s.startswith("(") and s.endswith(")")): return s
-  depth = 0
-  for i, c in enumerate(s):
-    depth += (c == "(") - (c == ")")
-    if depth == 0 and i != len(s) - 1: return s
+  depth, last = 0, len(s) - 1
+  for m in _PARENS.finditer(s):  # only the parentheses: expressions are long, and most of their characters are not
+    depth += 1 if m.group() == "(" else -1
+    if depth == 0: return s[1:-1] if m.start() == last else s
   return s[1:-1]
 
 
