@@ -138,19 +138,22 @@ def _missing_op_rules(spelled: frozenset) -> Optional[PatternMatcher]:
   if Ops.MULACC in spelled:  # a*b+c in one instruction where the dialect has one (fma): one rounding instead of two
     rules.append((UPat(Ops.ADD, dtype=dtypes.floats, src=[UPat(Ops.MUL, name="m"), UPat(name="c")]),
                   lambda m, c: UOp(Ops.MULACC, c.dtype, (m.src[0], m.src[1], c)) if m.dtype.count == 1 else None))
-  return PatternMatcher(rules) + structural if rules else None
+  return PatternMatcher(rules, memoize=True) if rules else None
 
 
 @functools.lru_cache(maxsize=None)
-def _with_simplify(extra: PatternMatcher) -> PatternMatcher:
-  """A renderer's extra rules followed by the simplifier, built once per rule set (building one is not free)."""
-  return extra + simplify_all
+def lowered_rules(spelled: frozenset, extra: Optional[PatternMatcher]) -> PatternMatcher:
+  """Every rule a lowered kernel is rewritten with, for a renderer spelling `spelled` with its own rules `extra`:
+  simplification first, then the ops the renderer lacks, then the renderer's rules. One matcher, so one walk does
+  them all, and (where every part is pure) a second walk after vector folding visits only what the folding built."""
+  rules = simplify_all
+  if (missing := _missing_op_rules(spelled)) is not None: rules = rules + missing
+  return rules if extra is None else rules + extra
 
 
 def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
-  sink = graph_rewrite(sink, simplify_all)
-  if getattr(renderer, "supports_float4", False): sink = fold_vector_accesses(sink)
-  if (missing := _missing_op_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}))) is not None: sink = graph_rewrite(sink, missing)
-  if (extra := getattr(renderer, "extra_matcher", None)) is not None: sink = graph_rewrite(sink, _with_simplify(extra))
+  rules = lowered_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}), getattr(renderer, "extra_matcher", None))
+  sink = graph_rewrite(sink, rules)
+  if getattr(renderer, "supports_float4", False): sink = graph_rewrite(fold_vector_accesses(sink), rules)
   return sink

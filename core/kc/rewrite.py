@@ -171,32 +171,43 @@ class PatternMatcher:
   A callback gets the pattern's named bindings as keyword arguments (and `ctx` if it declares it) and
   returns a replacement UOp, or None to decline. The first rule whose callback returns a new UOp wins."""
 
-  def __init__(self, patterns: list[tuple[UPat, Callable]], memoize: bool = False):
+  def __init__(self, patterns: list[tuple[UPat, Callable]], memoize: bool = False, _parts: Optional[list["PatternMatcher"]] = None):
     """memoize: the rules are pure functions of the UOp (no ctx, no outside state), so a rewritten result can be
     remembered on the UOp itself and reused by every later graph_rewrite with this matcher."""
     self.patterns = list(patterns)
     self.memo_key: Optional[str] = f"_rw{next(_MEMO_IDS)}" if memoize else None
-    self.pdict: dict[Ops, list[tuple[UPat, Callable, frozenset, bool]]] = {}
-    for pat, fxn in self.patterns:
-      if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
-      for op in _pattern_ops(pat): self.pdict.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn)))
+    # a sum of matchers keeps its parts: a UOp that an earlier rewrite found to be a fixed point of a memoizing part
+    # (its sources unchanged since) needs none of that part's rules tried again
+    self.parts: list[PatternMatcher] = _parts if _parts is not None else [self]
+    # op -> [(memo key of the part, [(pattern, callback, ops its sources must include, wants ctx), ...]), ...]
+    self.pdict: dict[Ops, list[tuple[Optional[str], list[tuple[UPat, Callable, frozenset, bool]]]]] = {}
+    for part in self.parts:
+      by_op: dict[Ops, list] = {}
+      for pat, fxn in part.patterns:
+        if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
+        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn)))
+      for op, rules in by_op.items(): self.pdict.setdefault(op, []).append((part.memo_key, rules))
 
   def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
     """Both rule lists, this one's first; the sum memoizes when both parts are pure."""
-    return PatternMatcher(self.patterns + other.patterns, memoize=self.memo_key is not None and other.memo_key is not None)
+    return PatternMatcher(self.patterns + other.patterns, memoize=self.memo_key is not None and other.memo_key is not None,
+                          _parts=self.parts + other.parts)
 
   def rewrite(self, uop: UOp, ctx: Any = None) -> Optional[UOp]:
     """One step: the replacement that the first applicable rule gives for `uop`, or None."""
-    rules = self.pdict.get(uop.op)
-    if not rules: return None
+    segments = self.pdict.get(uop.op)
+    if not segments: return None
     src_ops = {s.op for s in uop.src}
-    for pat, fxn, early, wants_ctx in rules:
-      if not early <= src_ops: continue
-      for bindings in pat.match(uop, {}):
-        ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)
-        if ret is not None and ret is not uop:
-          if type(ret) is not UOp: raise RewriteError(f"the rule for {pat!r} returned {type(ret).__name__} {ret!r}, not a UOp or None")
-          return ret
+    known = uop.__dict__
+    for part_key, rules in segments:
+      if part_key is not None and known.get(part_key) is True: continue
+      for pat, fxn, early, wants_ctx in rules:
+        if not early <= src_ops: continue
+        for bindings in pat.match(uop, {}):
+          ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)
+          if ret is not None and ret is not uop:
+            if type(ret) is not UOp: raise RewriteError(f"the rule for {pat!r} returned {type(ret).__name__} {ret!r}, not a UOp or None")
+            return ret
     return None
 
 

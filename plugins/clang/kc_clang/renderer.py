@@ -60,7 +60,7 @@ class ClangRenderer(CStyleLanguage):
   extra_matcher = PatternMatcher([
     (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_via_float),
     (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare),
-  ])
+  ], memoize=True)  # pure rules: results are remembered on the UOps
 
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
     # the outermost loop over output elements: its iterations write disjoint outputs, so threads can share them

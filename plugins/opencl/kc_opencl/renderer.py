@@ -61,7 +61,7 @@ class OpenCLRenderer(CStyleLanguage):
   extra_matcher = PatternMatcher([
     (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_in_float),
     (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare_in_float),
-  ])
+  ], memoize=True)  # pure rules: results are remembered on the UOps
 
   def __init__(self, info: Optional[DeviceInfo] = None):
     self.info = info
