@@ -185,7 +185,7 @@ class PatternMatcher:
       by_op: dict[Ops, list] = {}
       for pat, fxn in part.patterns:
         if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
-        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn)))
+        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn), _leaf_test(pat)))
       for op, rules in by_op.items(): self.pdict.setdefault(op, []).append((part.memo_key, rules))
 
   def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
@@ -197,18 +197,32 @@ class PatternMatcher:
     """One step: the replacement that the first applicable rule gives for `uop`, or None."""
     segments = self.pdict.get(uop.op)
     if not segments: return None
-    src_ops = {s.op for s in uop.src}
+    src_ops = None
     known = uop.__dict__
     for part_key, rules in segments:
       if part_key is not None and known.get(part_key) is True: continue
-      for pat, fxn, early, wants_ctx in rules:
-        if not early <= src_ops: continue
-        for bindings in pat.match(uop, {}):
+      for pat, fxn, early, wants_ctx, leaf in rules:
+        if early:
+          if src_ops is None: src_ops = {s.op for s in uop.src}
+          if not early <= src_ops: continue
+        if leaf is not None:  # the pattern only names the UOp (and may restrict its dtype): no matcher to run
+          dts, name = leaf
+          if dts is not None and uop.dtype not in dts and uop.dtype.scalar() not in dts: continue
+          matches: list = [{name: uop}] if name is not None else [{}]
+        else: matches = pat.match(uop, {})
+        for bindings in matches:
           ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)
           if ret is not None and ret is not uop:
             if type(ret) is not UOp: raise RewriteError(f"the rule for {pat!r} returned {type(ret).__name__} {ret!r}, not a UOp or None")
             return ret
     return None
+
+
+def _leaf_test(pat: UPat) -> Optional[tuple]:
+  """(dtypes or None, name) for a pattern that looks at nothing but the UOp's op and dtype, else None. The op is
+  already decided by dispatch, so such a pattern matches by a dtype test alone."""
+  if pat.alternatives is not None or pat.src is not None or pat.arg is not _ANY: return None
+  return pat.dtype, pat.name
 
 
 def _pattern_ops(pat: UPat) -> Iterable[Ops]:
@@ -224,6 +238,9 @@ def graph_rewrite(sink: UOp, pm: PatternMatcher, ctx: Any = None) -> UOp:
   return _Rewriter(pm, ctx).run(sink)
 
 
+_IN_PROGRESS: Any = object()  # the mark of a UOp whose rewrite has started and not finished: meeting it again is a cycle
+
+
 class _Rewriter:
   # the most rewrite steps one graph_rewrite may take: far above any real graph, low enough to stop a runaway rule set
   MAX_STEPS = 1_000_000
@@ -231,7 +248,6 @@ class _Rewriter:
   def __init__(self, pm: PatternMatcher, ctx: Any):
     self.pm, self.ctx = pm, ctx
     self.done: dict[UOp, UOp] = {}
-    self.in_progress: set[UOp] = set()
     self.steps = 0
     self.memo_key = pm.memo_key if ctx is None else None
 
@@ -244,7 +260,6 @@ class _Rewriter:
 
   def finish(self, node: UOp, ret: UOp) -> None:
     self.done[node] = ret
-    self.in_progress.discard(node)
     if self.memo_key is not None:
       node.__dict__[self.memo_key] = True if ret is node else ret  # True, not a reference to itself: no cycle to collect
       ret.__dict__[self.memo_key] = True
@@ -253,7 +268,7 @@ class _Rewriter:
     # recursion is the fast path; a graph too deep for Python's stack continues iteratively from the same memo
     try: return self.rewrite_recursive(sink)
     except RecursionError:
-      self.in_progress.clear()
+      for node in [n for n, r in self.done.items() if r is _IN_PROGRESS]: del self.done[node]
       return self.rewrite_iterative(sink)
 
   def cycle(self, node: UOp) -> RewriteError:
@@ -264,9 +279,13 @@ class _Rewriter:
     if self.steps > self.MAX_STEPS: raise RewriteError(f"graph_rewrite took more than {self.MAX_STEPS} steps: the rules grow the graph without end")
 
   def rewrite_recursive(self, node: UOp) -> UOp:
-    if (ret := self.done.get(node)) is not None or (ret := self.remembered(node)) is not None: return ret
-    if node in self.in_progress: raise self.cycle(node)
-    self.in_progress.add(node)
+    if (ret := self.done.get(node)) is not None:
+      if ret is _IN_PROGRESS: raise self.cycle(node)
+      return ret
+    if self.memo_key is not None and (ret := node.__dict__.get(self.memo_key)) is not None:
+      ret = self.done[node] = node if ret is True else ret
+      return ret
+    self.done[node] = _IN_PROGRESS
     new_src = tuple([self.rewrite_recursive(s) for s in node.src])
     if new_src == node.src:  # element-wise identity: UOps are hash-consed
       repl = self.pm.rewrite(node, self.ctx)
@@ -281,15 +300,15 @@ class _Rewriter:
     return ret
 
   def rewrite_iterative(self, sink: UOp) -> UOp:
-    done, in_progress = self.done, self.in_progress
+    done = self.done
     # stack entries: (uop, stage, replacement); stage 0 = visit sources, 1 = rewrite the node, 2 = adopt the replacement's result
     stack: list[tuple[UOp, int, Optional[UOp]]] = [(sink, 0, None)]
     while stack:
       node, stage, repl = stack.pop()
       if stage == 0:
-        if node in done or self.remembered(node) is not None: continue
-        if node in in_progress: raise self.cycle(node)
-        in_progress.add(node)
+        if (ret := done.get(node)) is _IN_PROGRESS: raise self.cycle(node)
+        if ret is not None or self.remembered(node) is not None: continue
+        done[node] = _IN_PROGRESS
         stack.append((node, 1, None))
         stack.extend((s, 0, None) for s in reversed(node.src))
       elif stage == 1:
