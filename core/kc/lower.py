@@ -105,6 +105,13 @@ def _shifted(idx: UOp, shift: int) -> UOp:
   return UOp(Ops.ADD, idx.dtype, (idx, _index_const(shift)))
 
 
+def _conjunction(a: UOp, b: UOp) -> UOp:
+  """a & b simplified; a constant side decides it at once (as the simplifier would)."""
+  if a.op is Ops.CONST: return b if a.arg else a
+  if b.op is Ops.CONST: return a if b.arg else b
+  return a if a is b else (a & b).simplify()
+
+
 def _tree(op: Ops, values: list[UOp]) -> UOp:
   """values combined pairwise: a balanced tree has the shortest dependency chain (and sums round better)."""
   while len(values) > 1:
@@ -247,23 +254,44 @@ class Lowering:
     lanes = {a: env[a].arg for a in range(self.first_upcast, len(env)) if env[a].op is Ops.CONST and env[a].arg != 0}
     if not lanes: return self.index_at(st, env)
     strides, masked = self.view_facts(st)
-    shift = sum(strides[a] * v for a, v in lanes.items()) if all(isinstance(strides[a], int) for a in lanes) else None
-    if shift is not None and not any(a in masked for a in lanes):
-      idx, valid = self.index_at(st, self.with_axes(env, {a: 0 for a in lanes}))
-      return _shifted(idx, shift), valid
-    # over a placeholder per lane axis, built once; each lane's value is put in afterwards (re-simplifying only what
-    # the value touches: the rest is memoized on the UOps)
-    holders = {a: UOp.variable(f"lane{a}", 0, self.full_shape[a] - 1) for a in lanes}
-    sym_idx, sym_valid = self.index_at(st, self.with_axes(env, holders))
-    zero = UOp.const(dtypes.int32, 0)
-    def at(expr: UOp, axes: list[int]) -> UOp:
-      key = (expr, tuple((a, lanes[a]) for a in axes))
-      if (ret := self.memo.get(key)) is None:
-        ret = self.memo[key] = expr.substitute({h: (UOp.const(dtypes.int32, lanes[a]) if a in axes else zero) for a, h in holders.items()}).simplify()
-      return ret
-    valid = at(sym_valid, sorted(a for a in lanes if a in masked))
-    if shift is None: return at(sym_idx, sorted(lanes)), valid
-    return _shifted(at(sym_idx, []), shift), valid
+    zeroed = self.with_axes(env, {a: 0 for a in lanes})
+    if all(isinstance(strides[a], int) for a in lanes):
+      idx, valid = self.index_at(st, zeroed)
+      shift = sum(strides[a] * v for a, v in lanes.items())
+      if not any(a in masked for a in lanes): return _shifted(idx, shift), valid
+      # the validity over a placeholder for each masked lane axis, built once per view and env; each lane's values are
+      # put in afterwards
+      holders = {a: self.holder(a) for a in masked}
+      _, sym_valid = self.index_at(st, self.with_axes(zeroed, holders))
+      return _shifted(idx, shift), self.at(sym_valid, {a: lanes.get(a, 0) for a in holders})
+    holders = {a: self.holder(a) for a in lanes}
+    sym_idx, sym_valid = self.index_at(st, self.with_axes(zeroed, holders))
+    return self.at(sym_idx, lanes), self.at(sym_valid, {a: (v if a in masked else 0) for a, v in lanes.items()})
+
+  def holder(self, axis: int) -> UOp:
+    """The placeholder of an upcast axis's lane number in expressions shared by every lane."""
+    return UOp.variable(f"lane{axis}", 0, self.full_shape[axis] - 1)
+
+  def lanes_in(self, expr: UOp) -> tuple[int, ...]:
+    """The upcast axes whose placeholders `expr` uses."""
+    if (ret := self.memo.get(("lanes", expr))) is None:
+      if expr.op is Ops.DEFINE_VAR and expr.arg[0].startswith("lane") and expr is self.holder(axis := int(expr.arg[0][4:])): ret = (axis,)
+      else: ret = tuple(sorted(set().union(*(self.lanes_in(s) for s in expr.src))))
+      self.memo[("lanes", expr)] = ret
+    return ret
+
+  def at(self, expr: UOp, values: dict[int, int]) -> UOp:
+    """`expr` with its lane placeholders set to `values` (axis -> lane), simplified. Remembered per the lanes `expr`
+    uses, and a conjunction clause by clause: a clause depends on fewer lanes than the whole, so most lane
+    combinations share it."""
+    used = self.lanes_in(expr)
+    key = ("at", expr, tuple(values.get(a, 0) for a in used))
+    if (ret := self.memo.get(key)) is None:
+      if not used: ret = expr
+      elif expr.op is Ops.AND and expr.dtype == dtypes.bool: ret = _conjunction(self.at(expr.src[0], values), self.at(expr.src[1], values))
+      else: ret = expr.substitute({self.holder(a): _index_const(values.get(a, 0)) for a in used}).simplify()
+      self.memo[key] = ret
+    return ret
 
   def index_at(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
     """(offset, valid) of a view at env. The view's index over one RANGE per axis is built and simplified once (the

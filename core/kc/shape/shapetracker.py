@@ -63,6 +63,14 @@ def _real_strides(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional
 class ShapeTracker:
   views: tuple[View, ...]
 
+  # Views and trackers are memo keys everywhere: the hash is computed once. It is never pickled, since UOps in the
+  # fields hash by identity, which another process does not share.
+  def __hash__(self) -> int:
+    if (h := self.__dict__.get("_hash")) is None: object.__setattr__(self, "_hash", h := hash(self.views))
+    return h
+
+  def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
   def __post_init__(self):
     if not isinstance(self.views, tuple) or not self.views or not all(isinstance(v, View) for v in self.views):
       raise ShapeError(f"a ShapeTracker is a non-empty tuple of Views, got {self.views!r}")

@@ -171,6 +171,14 @@ class View:
   mask: Mask
   contiguous: bool
 
+  # Views and trackers are memo keys everywhere: the hash is computed once. It is never pickled, since UOps in the
+  # fields hash by identity, which another process does not share.
+  def __hash__(self) -> int:
+    if (h := self.__dict__.get("_hash")) is None: object.__setattr__(self, "_hash", h := hash((self.shape, self.strides, self.offset, self.mask, self.contiguous)))
+    return h
+
+  def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
   @staticmethod
   def create(shape, strides=None, offset: sint = 0, mask=None) -> "View":
     """The canonical View of this window (see the module docstring); validates what it is given."""
