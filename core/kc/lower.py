@@ -294,15 +294,19 @@ class Lowering:
     return ret
 
   def index_at(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
-    """(offset, valid) of a view at env. The view's index over one RANGE per axis is built and simplified once (the
-    Kernel's stride analysis already made it); env's values are put in for the RANGEs afterwards. Re-simplifying an
+    """(offset, valid) of a view at env. One view is a sum of strides and a few bounds: built at env directly. Several
+    views unravel through divisions: their index over one RANGE per axis is built and simplified once (the Kernel's
+    stride analysis already made it) and env's values are put in for the RANGEs afterwards, since re-simplifying an
     expression that is already canonical is far cheaper than unravelling the views again for every env."""
     key = ("at", st, env)
     if (ret := self.memo.get(key)) is None:
-      axes = axis_ranges(st.shape)
-      idx, valid = st.to_indexed_uops(axes)
-      sub = {a: v for a, v in zip(axes, env) if a is not v}
-      ret = self.memo[key] = (idx.substitute(sub).simplify(), valid.substitute(sub).simplify())
+      if len(st.views) == 1: ret = st.to_indexed_uops(env)
+      else:
+        axes = axis_ranges(st.shape)
+        idx, valid = st.to_indexed_uops(axes)
+        sub = {a: v for a, v in zip(axes, env) if a is not v}
+        ret = (idx.substitute(sub).simplify(), valid.substitute(sub).simplify())
+      self.memo[key] = ret
     return ret
 
   def view_facts(self, st: ShapeTracker) -> tuple[tuple, set[int]]:
