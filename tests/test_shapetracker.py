@@ -141,6 +141,17 @@ def check_strides(a, t):
     assert t.unit_stride_axes(ignore_valid) == [i for i, s in enumerate(strides) if s == 1]
 
 
+def check_masked_axes(a, t):
+  """axis_is_masked names exactly the axes the validity expression reads, and validity never changes along another."""
+  reads = {u.arg for u in t.to_indexed_uops()[1].toposort if u.op is Ops.RANGE}
+  for ax in range(a.ndim):
+    assert t.axis_is_masked(ax) == (ax in reads), (ax, reads, t)
+    if t.axis_is_masked(ax): continue
+    for c in coords(a.shape):
+      if c[ax] + 1 < a.shape[ax]:
+        assert (expected(a, c) is None) == (expected(a, c[:ax] + (c[ax] + 1,) + c[ax + 1:]) is None), (ax, c, t)
+
+
 def check_real_size(a, t):
   valid = a[a != -1]
   need = int(valid.max()) + 1 if valid.size else 0
@@ -169,10 +180,15 @@ def test_real_size_covers_every_valid_offset(chain): check_real_size(*build(*cha
 
 
 @settings(max_examples=150, deadline=None)
+@given(chains())
+def test_masked_axes_are_the_axes_validity_reads(chain): check_masked_axes(*build(*chain))
+
+
+@settings(max_examples=150, deadline=None)
 @given(stacked_chains())
 def test_stacked_trackers_match_numpy(chain):
   a, t = build(*chain)
-  for check in (check_offsets, check_index, check_strides, check_real_size): check(a, t)
+  for check in (check_offsets, check_index, check_strides, check_masked_axes, check_real_size): check(a, t)
 
 
 # ***** view merging the Kernel relies on *****

@@ -211,6 +211,8 @@ class Lowering:
   # ***** the lowering *****
 
   def lower(self, u: UOp, env: Env) -> UOp:
+    # a load is the same for every lane of an upcast axis its view does not walk: one key for all of them
+    if u.op is Ops.LOAD: env = self.with_axes(env, {a: 0 for a in self.view_ignores(st_arg(u)) if env[a].op is Ops.CONST and env[a].arg != 0})
     key = (u, env)
     if (ret := self.memo.get(key)) is None:
       ret = self.memo[key] = self._lower(u, env)
@@ -307,6 +309,13 @@ class Lowering:
         sub = {a: v for a, v in zip(axes, env) if a is not v}
         ret = (idx.substitute(sub).simplify(), valid.substitute(sub).simplify())
       self.memo[key] = ret
+    return ret
+
+  def view_ignores(self, st: ShapeTracker) -> tuple[int, ...]:
+    """The upcast axes a view neither walks (stride 0) nor masks."""
+    if (ret := self.memo.get(("ignores", st))) is None:
+      strides, masked = self.view_facts(st)
+      ret = self.memo[("ignores", st)] = tuple(a for a in range(self.first_upcast, len(self.full_shape)) if strides[a] == 0 and a not in masked)
     return ret
 
   def view_facts(self, st: ShapeTracker) -> tuple[tuple, set[int]]:

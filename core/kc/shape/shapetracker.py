@@ -42,6 +42,11 @@ def _range_axes(u: UOp) -> set[int]: return {x.arg for x in u.toposort if x.op i
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _masked_axes(views: tuple[View, ...]) -> frozenset[int]:
+  if len(views) == 1 and (mask := views[0].mask) is None: return frozenset()
+  if len(views) == 1 and all(isinstance(x, int) for m in mask for x in m):
+    # a canonical mask only narrows axes it really cuts: those are the axes the validity reads (none when it is empty)
+    if any(b >= e for b, e in mask): return frozenset()
+    return frozenset(i for i, ((b, e), s) in enumerate(zip(mask, views[0].shape)) if b != 0 or e != s)
   return frozenset(_range_axes(_indexed(views, axis_ranges(views[-1].shape))[1]))
 
 
