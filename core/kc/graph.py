@@ -154,6 +154,6 @@ def lowered_rules(spelled: frozenset, extra: Optional[PatternMatcher]) -> Patter
 def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
   rules = lowered_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}), getattr(renderer, "extra_matcher", None))
-  sink = graph_rewrite(sink, rules)
-  if getattr(renderer, "supports_float4", False): sink = graph_rewrite(fold_vector_accesses(sink), rules)
-  return sink
+  # the lowering left every index and gate simplified already, so the vector accesses are found before the one walk
+  if getattr(renderer, "supports_float4", False): sink = fold_vector_accesses(sink)
+  return graph_rewrite(sink, rules)
