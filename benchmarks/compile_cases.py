@@ -8,3 +8,6 @@ CASES = {
   "conv2d_3x3_32ch_64px": lambda i: ("conv2d", (32, 32, 64 + i, 64, 3)),
   "softmax_1024": lambda i: ("softmax", (1024 + i, 1024)),
 }
+
+# the size index of the one untimed compile each case gets first (no timed repeat uses it)
+WARMUP = 1000

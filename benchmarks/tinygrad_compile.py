@@ -2,7 +2,7 @@
 Runs inside the benchmark's own venv; prints JSON. kc never imports tinygrad."""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compile_cases import CASES  # noqa: E402
+from compile_cases import CASES, WARMUP  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
 from tinygrad.engine.schedule import create_schedule  # noqa: E402
 from tinygrad.codegen.kernel import Kernel  # noqa: E402
@@ -25,6 +25,8 @@ def main(repeats):
   out = {}
   for rname, ren in (("CLANG", ClangRenderer()), ("GPU", OpenCLRenderer())):
     for name, case in CASES.items():
+      for si in create_schedule([build(*case(WARMUP)).lazydata]):  # untimed, as in bench_compile.py
+        if si.ast.op is Ops.SINK: k = Kernel(si.ast, opts=ren); k.hand_coded_optimizations(); k.to_program()
       times = []
       for i in range(repeats):
         kind, shape = case(i)
