@@ -117,8 +117,11 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple):
 _UCACHE: dict[tuple, weakref.ReferenceType] = {}
 
 
-# ALU ops and casts are typed by their op and dtypes alone: each combination that passed is remembered
+# The typing rules of most ops read nothing but a signature: ALU ops and casts their op and dtypes, a CONST its dtype,
+# the Python type of its value and what it stands on, the rest their op and dtype. Each signature that passed is
+# remembered. Variables (and their bindings) are checked against their values every time.
 _DTYPE_TYPED = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+_VALUE_TYPED = frozenset({Ops.DEFINE_VAR, Ops.BIND})
 _TYPED_OK: set[tuple] = set()
 
 
@@ -127,13 +130,13 @@ def _check(op, dtype, src, arg):
   if type(src) is not tuple: raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
   for s in src:
     if type(s) is not UOp: raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
-  if op in _DTYPE_TYPED:
-    signature = (op, dtype, *[s.dtype for s in src])
-    if signature not in _TYPED_OK:
-      _check_typing(op, dtype, src, arg)
-      _TYPED_OK.add(signature)
-    return
-  _check_typing(op, dtype, src, arg)
+  if op in _VALUE_TYPED: return _check_typing(op, dtype, src, arg)
+  if op in _DTYPE_TYPED: signature: tuple = (op, dtype, *[s.dtype for s in src])
+  elif op is Ops.CONST: signature = (op, dtype, type(arg), *[s.op for s in src])
+  else: signature = (op, dtype)
+  if signature not in _TYPED_OK:
+    _check_typing(op, dtype, src, arg)
+    _TYPED_OK.add(signature)
 
 
 def _check_typing(op, dtype, src, arg):
