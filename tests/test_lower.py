@@ -87,3 +87,29 @@ def test_upcast_lanes_that_reduce_the_same_values_share_an_accumulator(cpu):
   accs = [u for u in lower(k.get_optimized_ast(), cpu).toposort if u.op is Ops.DEFINE_ACC]
   # the reduced axis is 4 loop steps x 4 unrolled lanes: 4 accumulators per reduce, shared by the 4 output lanes
   assert len(accs) == 2 * 4
+
+
+def _lowering_with_upcasts():
+  """A Lowering whose last axis (8 wide) is upcast, so that it has a lane placeholder."""
+  from kc.lower import Lowering
+  from conftest import LimitsRenderer
+  cpu = LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)
+  k = Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (16, 32)) + 1.0)), cpu)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 8))  # the kernel's one (merged) axis of 512
+  return Lowering(k.get_optimized_ast(), cpu.has_local, cpu.global_max, cpu.local_max)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-4, 4), st.integers(-4, 4), st.integers(-4, 4), st.integers(1, 5), st.integers(-8, 8), st.integers(-30, 30),
+       st.integers(0, 7), st.booleans())
+def test_a_lane_check_decided_by_ranges_holds_everywhere(kx, kl, kd, d, c, bound, lane, negate):
+  lw = _lowering_with_upcasts()
+  axis = len(lw.full_shape) - 1
+  h, x, y = lw.holder(axis), UOp.variable("x", 0, 5), UOp.variable("y", 0, 3)
+  # a placeholder as a plain term and inside a division (where only its whole range can count)
+  clause = ((x * kx + h * kl + (h * kd + y + 8) // d + c) < bound).simplify()
+  if negate: clause = clause.logical_not()
+  known = lw.decided(clause, {axis: lane})
+  for xv, yv in itertools.product(range(6), range(4)):
+    truth = sym_infer(clause, {"x": xv, "y": yv, f"lane{axis}": lane})
+    if known is not None: assert bool(truth) == known, (clause.render(), xv, yv, lane)

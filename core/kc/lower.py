@@ -21,6 +21,7 @@ from kc.kernel.optimized_ast import KernelInfo
 from kc.kernel.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import fmt_shape
+from kc.symbolic import split_sum
 from kc.uop import GroupOp, Ops, UOp, sint
 
 Env = tuple[UOp, ...]
@@ -291,9 +292,28 @@ class Lowering:
     if (ret := self.memo.get(key)) is None:
       if not used: ret = expr
       elif expr.op is Ops.AND and expr.dtype == dtypes.bool: ret = _conjunction(self.at(expr.src[0], values), self.at(expr.src[1], values))
+      elif (known := self.decided(expr, values)) is not None: ret = UOp.const(dtypes.bool, known)
       else: ret = expr.substitute({self.holder(a): _index_const(values.get(a, 0)) for a in used}).simplify()
       self.memo[key] = ret
     return ret
+
+  def decided(self, clause: UOp, values: dict[int, int]) -> Optional[bool]:
+    """The value of a bound check `sum < c` (or its negation) at these lanes where the ranges of its terms decide it
+    for every value of the other variables, else None. Most lane checks of a padded view are decided: this answers
+    them without building and simplifying the check at each lane. A term that holds a placeholder inside a division
+    counts with the placeholder's whole range, so a decision is always sound."""
+    if clause.op is Ops.CMPNE and clause.src[1].op is Ops.CONST and clause.src[1].arg is True:
+      inner = self.decided(clause.src[0], values)
+      return None if inner is None else not inner
+    if clause.op is not Ops.CMPLT or clause.src[1].op is not Ops.CONST or clause.src[0].dtype not in dtypes.ints: return None
+    terms, lo = split_sum(clause.src[0])
+    hi = lo
+    for t, k in terms.items():
+      if t.op is Ops.DEFINE_VAR and t.arg[0].startswith("lane") and t is self.holder(axis := int(t.arg[0][4:])): a = b = k * values.get(axis, 0)
+      else: a, b = k * t.vmin, k * t.vmax
+      lo, hi = lo + min(a, b), hi + max(a, b)
+    bound = clause.src[1].arg
+    return True if hi < bound else False if lo >= bound else None
 
   def index_at(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
     """(offset, valid) of a view at env. One view is a sum of strides and a few bounds: built at env directly. Several
