@@ -1,6 +1,7 @@
-"""The graph rewrites between lowering and linearizing: simplify every index and value, drop what can never
-happen (stores behind a false gate), fold neighbouring scalar loads and stores into vector accesses where the
-renderer supports them, and replace ops the renderer lacks (transcendentals) with ones it has."""
+"""The graph rewrites between lowering and linearizing: fold neighbouring scalar loads and stores into vector
+accesses where the renderer supports them, then one walk that simplifies every value, drops what can never happen
+(stores behind a false gate), replaces ops the renderer lacks (transcendentals) with ones it has and applies the
+renderer's own rules."""
 from __future__ import annotations
 import functools
 from collections import defaultdict
@@ -145,7 +146,7 @@ def _missing_op_rules(spelled: frozenset) -> Optional[PatternMatcher]:
 def lowered_rules(spelled: frozenset, extra: Optional[PatternMatcher]) -> PatternMatcher:
   """Every rule a lowered kernel is rewritten with, for a renderer spelling `spelled` with its own rules `extra`:
   simplification first, then the ops the renderer lacks, then the renderer's rules. One matcher, so one walk does
-  them all, and (where every part is pure) a second walk after vector folding visits only what the folding built."""
+  them all; UOps the lowering already simplified skip the simplifier's rules (see PatternMatcher.parts)."""
   rules = simplify_all
   if (missing := _missing_op_rules(spelled)) is not None: rules = rules + missing
   return rules if extra is None else rules + extra
