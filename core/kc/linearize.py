@@ -84,6 +84,15 @@ def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: lis
       item_of[u] = r
       if r in blocks: blocks[r].append(u)
       else: blocks[r] = [u]
+  if not blocks:  # single nodes only: the toposort order they come in is the order
+    out.extend(nodes)
+    return
+  if len(blocks) == 1 and len(item_of) == len(nodes) == len(next(iter(blocks.values()))):  # one block and nothing else
+    r, members = next(iter(blocks.items()))
+    out.append(r)
+    _emit_block(members, depth + 1, chain, order, out)
+    out.append(UOp(Ops.ENDRANGE, dtypes.void, (r,)))
+    return
   deps: dict[UOp, set] = {item: set() for item in item_of.values()}
   for u in nodes:
     me = item_of[u]
