@@ -154,6 +154,40 @@ def _compile(p: UPat) -> Callable[[UOp, dict], list]:
   return match_src
 
 
+def _compile_single(p: UPat) -> Optional[Callable[[UOp, dict], bool]]:
+  """For a pattern that can match a UOp in at most one way (no source permutations, no alternatives anywhere in it):
+  a test that fills `store` with the bindings in place and says whether it matched. None for other patterns, which
+  keep the list-of-bindings matcher. Most rules are of this kind, and most tests fail: no lists, no copies."""
+  if p.alternatives is not None or p._src_mode == "permute": return None
+  subs: list = []
+  if p._src_mode == "each": subs = [_compile_single(p.src)]
+  elif p._src_mode == "ordered": subs = [_compile_single(x) for x in p.src]
+  if any(x is None for x in subs): return None
+  ops, dts, arg, name, mode, n, any_len = p.op, p.dtype, p.arg, p.name, p._src_mode, len(subs), p.allow_any_len
+  any_arg = arg is _ANY
+
+  def match(u: UOp, store: dict) -> bool:
+    if ops is not None and u.op not in ops: return False
+    if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts: return False
+    if not any_arg and arg != u.arg: return False
+    if name is not None:
+      bound = store.get(name)
+      if bound is None: store[name] = u
+      elif bound is not u: return False
+    if mode is None: return True
+    if mode == "each":
+      each = subs[0]
+      for s in u.src:
+        if not each(s, store): return False
+      return True
+    src = u.src
+    if len(src) != n and not (any_len and len(src) >= n): return False
+    for sub, s in zip(subs, src):
+      if not sub(s, store): return False
+    return True
+  return match
+
+
 def _bind(name: str, uop: UOp, store: dict) -> list[dict]:
   bound = store.get(name)
   if bound is None: return [{**store, name: uop}]
@@ -185,7 +219,8 @@ class PatternMatcher:
       by_op: dict[Ops, list] = {}
       for pat, fxn in part.patterns:
         if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
-        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn), _leaf_test(pat)))
+        single, leaf = _compile_single(pat), _leaf_test(pat)
+        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn), leaf, single))
       for op, rules in by_op.items(): self.pdict.setdefault(op, []).append((part.memo_key, rules))
 
   def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
@@ -201,7 +236,7 @@ class PatternMatcher:
     known = uop.__dict__
     for part_key, rules in segments:
       if part_key is not None and known.get(part_key) is True: continue
-      for pat, fxn, early, wants_ctx, leaf in rules:
+      for pat, fxn, early, wants_ctx, leaf, single in rules:
         if early:
           if src_ops is None: src_ops = {s.op for s in uop.src}
           if not early <= src_ops: continue
@@ -209,6 +244,9 @@ class PatternMatcher:
           dts, name = leaf
           if dts is not None and uop.dtype not in dts and uop.dtype.scalar() not in dts: continue
           matches: list = [{name: uop}] if name is not None else [{}]
+        elif single is not None:
+          if not single(uop, store := {}): continue
+          matches = [store]
         else: matches = pat.match(uop, {})
         for bindings in matches:
           ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)

@@ -70,11 +70,13 @@ def fold_alu(x: UOp) -> Optional[UOp]:
   """What every ALU op tries first: fold constant operands, fold an int/bool whose range is one value, and put a
   constant operand of a commutative op on the right (so the other rules need to look in one place only)."""
   src = x.src
-  if all(s.op is Ops.CONST for s in src):
+  for s in src:
+    if s.op is not Ops.CONST: break
+  else:
     if x.op in (Ops.IDIV, Ops.MOD) and src[1].arg == 0: return None  # division by zero is left for the backend to report
     if x.op in (Ops.SHL, Ops.SHR) and not 0 <= src[1].arg < 8 * x.dtype.itemsize: return None  # undefined in C
     return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in src)))
-  if x.dtype in _INT_OR_BOOL and (mm := (x.vmin, x.vmax))[0] == mm[1]: return UOp.const(x.dtype, mm[0])
+  if x.dtype in _INT_OR_BOOL and (mm := x.bounds)[0] == mm[1]: return UOp.const(x.dtype, mm[0])
   if x.op in GroupOp.Commutative and src[0].op is Ops.CONST: return x.replace(src=(src[1], src[0]))
   return None
 

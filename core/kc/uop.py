@@ -370,6 +370,10 @@ class UOp(metaclass=UOpMetaClass):
   def vmin(self): return (self.__dict__.get("_mm") or _min_max(self))[0]
   @property
   def vmax(self): return (self.__dict__.get("_mm") or _min_max(self))[1]
+  @property
+  def bounds(self) -> tuple:
+    """(vmin, vmax) in one lookup."""
+    return self.__dict__.get("_mm") or _min_max(self)
 
   def simplify(self) -> "UOp":
     """This expression with kc's symbolic rules applied until nothing changes (the rules memoize on each UOp)."""
@@ -431,6 +435,11 @@ def _mod_bounds(a: UOp, b: UOp) -> Optional[tuple]:
 def _min_max(root: UOp) -> tuple:
   """Bounds that hold for every value `root` can take (exact for constants, conservative elsewhere), cached on
   each UOp. Sources are done first, without recursion, so deep graphs need no deep Python stack."""
+  for s in root.src:
+    if "_mm" not in s.__dict__: break
+  else:  # the usual case: the sources' bounds are known
+    ret = root.__dict__["_mm"] = _bounds(root)
+    return ret
   stack = [root]
   while stack:
     u = stack[-1]
@@ -445,47 +454,87 @@ def _min_max(root: UOp) -> tuple:
 
 _DTYPE_RANGE = {dt: (dtypes.min(dt), dtypes.max(dt)) for dt in dtypes.all}
 _INT_RANGE = {dt: r for dt, r in _DTYPE_RANGE.items() if dtypes.is_int(dt)}
+_BOOL, _INTS, _FLOATS = dtypes.bool, frozenset(dt for dt in dtypes.all if dtypes.is_int(dt)), frozenset(dt for dt in dtypes.all if dtypes.is_float(dt))
+
+
+def _mm(u: UOp) -> tuple: return u.__dict__.get("_mm") or _min_max(u)
+
+
+def _cmplt_bounds(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  return (True, True) if a1 < b0 else (False, False) if a0 >= b1 else None
+
+
+def _cmpne_bounds(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  return (True, True) if a1 < b0 or a0 > b1 else (False, False) if a0 == a1 == b0 == b1 else None
+
+
+def _where_bounds(u, s):
+  c0, c1 = _mm(s[0])
+  if c0 == c1: return _mm(s[1]) if c0 else _mm(s[2])
+  (a0, a1), (b0, b1) = _mm(s[1]), _mm(s[2])
+  return min(a0, b0), max(a1, b1)
+
+
+def _and_bounds(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  if u.dtype is _BOOL: return bool(a0 and b0), bool(a1 and b1)
+  return (0, min(a1, b1)) if u.dtype in _INTS and a0 >= 0 and b0 >= 0 else None
+
+
+def _or_bounds(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  return (bool(a0 or b0), bool(a1 or b1)) if u.dtype is _BOOL else None
+
+
+def _shl_bounds(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  return (a0 << b0, a1 << b0) if b0 == b1 and a0 >= 0 and 0 <= b0 < 8 * u.dtype.itemsize else None
+
+
+def _shr_bounds(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  return (a0 >> b1, a1 >> b0) if a0 >= 0 and b0 >= 0 else None
+
+
+def _cast_bounds(u, s):
+  dt, src_dt = u.dtype, s[0].dtype
+  if dt in _INTS and src_dt.scalar() in _INTS or dt in _FLOATS: return _mm(s[0])
+  if dt is _BOOL:
+    a0, a1 = _mm(s[0])
+    return (bool(a0) if a0 == a1 else False, bool(a0 or a1))
+  return None
+
+
+# op -> the bounds of a UOp from its sources' (None: unknown); each reads only what it needs
+_BOUNDS = {
+  Ops.RANGE: lambda u, s: (_mm(s[0])[0], _mm(s[1])[1] - 1),
+  Ops.SPECIAL: lambda u, s: (0, u.arg[1] - 1) if isinstance(u.arg[1], int) else (0, u.arg[1].vmax - 1),
+  Ops.ADD: lambda u, s: ((a := _mm(s[0]))[0] + (b := _mm(s[1]))[0], a[1] + b[1]),
+  Ops.SUB: lambda u, s: ((a := _mm(s[0]))[0] - (b := _mm(s[1]))[1], a[1] - b[0]),
+  Ops.MUL: lambda u, s: _corners(lambda x, y: x * y if x != 0 and y != 0 else 0, s[0], s[1]),
+  Ops.NEG: lambda u, s: None if u.dtype is _BOOL else (-(a := _mm(s[0]))[1], -a[0]),
+  Ops.MAX: lambda u, s: (max((a := _mm(s[0]))[0], (b := _mm(s[1]))[0]), max(a[1], b[1])),
+  Ops.IDIV: lambda u, s: _div_bounds(s[0], s[1]) if u.dtype in _INTS else None,
+  Ops.MOD: lambda u, s: _mod_bounds(s[0], s[1]) if u.dtype in _INTS else None,
+  Ops.WHERE: _where_bounds, Ops.CMPLT: _cmplt_bounds, Ops.CMPNE: _cmpne_bounds, Ops.AND: _and_bounds, Ops.OR: _or_bounds,
+  Ops.SHL: _shl_bounds, Ops.SHR: _shr_bounds, Ops.CAST: _cast_bounds,
+}
 
 
 def _bounds(u: UOp) -> tuple:
   dt = u.dtype
   if (dt_range := _DTYPE_RANGE.get(dt)) is None: return (-math.inf, math.inf)  # vectors, pointers, void
-  lo, hi = dt_range
-  op, s = u.op, u.src
-  r: Optional[tuple] = None
+  op = u.op
   if op is Ops.CONST: return u.arg, u.arg
   if op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
-  if op is Ops.BIND: return s[0].vmin, s[0].vmax
-  if op is Ops.RANGE: r = (s[0].vmin, s[1].vmax - 1)
-  elif op is Ops.SPECIAL: r = (0, u.arg[1] - 1) if isinstance(u.arg[1], int) else (0, u.arg[1].vmax - 1)
-  elif op is Ops.ADD: r = (s[0].vmin + s[1].vmin, s[0].vmax + s[1].vmax)
-  elif op is Ops.SUB: r = (s[0].vmin - s[1].vmax, s[0].vmax - s[1].vmin)
-  elif op is Ops.MUL: r = _corners(lambda x, y: x * y if x != 0 and y != 0 else 0, s[0], s[1])
-  elif op is Ops.NEG: r = (-s[0].vmax, -s[0].vmin) if not dtypes.is_bool(dt) else None
-  elif op is Ops.MAX: r = (max(s[0].vmin, s[1].vmin), max(s[0].vmax, s[1].vmax))
-  elif op is Ops.IDIV and dtypes.is_int(dt): r = _div_bounds(s[0], s[1])
-  elif op is Ops.MOD and dtypes.is_int(dt): r = _mod_bounds(s[0], s[1])
-  elif op is Ops.WHERE:
-    if s[0].vmin == s[0].vmax: r = (s[1].vmin, s[1].vmax) if s[0].vmin else (s[2].vmin, s[2].vmax)
-    else: r = (min(s[1].vmin, s[2].vmin), max(s[1].vmax, s[2].vmax))
-  elif op is Ops.CMPLT:
-    if s[0].vmax < s[1].vmin: r = (True, True)
-    elif s[0].vmin >= s[1].vmax: r = (False, False)
-  elif op is Ops.CMPNE:
-    if s[0].vmax < s[1].vmin or s[0].vmin > s[1].vmax: r = (True, True)
-    elif s[0].vmin == s[0].vmax == s[1].vmin == s[1].vmax: r = (False, False)
-  elif op is Ops.AND and dtypes.is_bool(dt): r = (bool(s[0].vmin and s[1].vmin), bool(s[0].vmax and s[1].vmax))
-  elif op is Ops.OR and dtypes.is_bool(dt): r = (bool(s[0].vmin or s[1].vmin), bool(s[0].vmax or s[1].vmax))
-  elif op is Ops.AND and dtypes.is_int(dt) and s[0].vmin >= 0 and s[1].vmin >= 0: r = (0, min(s[0].vmax, s[1].vmax))
-  elif op is Ops.SHL and s[1].vmin == s[1].vmax and s[0].vmin >= 0 and 0 <= s[1].vmin < 8 * dt.itemsize: r = (s[0].vmin << s[1].vmin, s[0].vmax << s[1].vmin)
-  elif op is Ops.SHR and s[0].vmin >= 0 and s[1].vmin >= 0: r = (s[0].vmin >> s[1].vmax, s[0].vmax >> s[1].vmin)
-  elif op is Ops.CAST and dtypes.is_int(dt) and dtypes.is_int(s[0].dtype) or op is Ops.CAST and dtypes.is_float(dt):
-    r = (s[0].vmin, s[0].vmax)
-  elif op is Ops.CAST and dtypes.is_bool(dt): r = (bool(s[0].vmin) if s[0].vmin == s[0].vmax else False, bool(s[0].vmin or s[0].vmax))
-  if r is None or r[0] < lo or r[1] > hi:  # unknown, or it may wrap around: only the dtype's own range is certain
-    return lo, hi
-  if dtypes.is_bool(dt): return bool(r[0]), bool(r[1])
-  if dtypes.is_int(dt): return int(r[0]), int(r[1])
+  if op is Ops.BIND: return _mm(u.src[0])
+  lo, hi = dt_range
+  r = fxn(u, u.src) if (fxn := _BOUNDS.get(op)) is not None else None
+  if r is None or r[0] < lo or r[1] > hi: return lo, hi  # unknown, or it may wrap around: only the dtype's own range is certain
+  if dt is _BOOL: return bool(r[0]), bool(r[1])
+  if dt in _INTS: return int(r[0]), int(r[1])
   return r
 
 
