@@ -114,3 +114,31 @@ def test_memoizing_matcher_reuses_results_across_calls():
   # with a ctx the rules may depend on it: no memo
   graph_rewrite(e, pm, ctx=object())
   assert len(calls) == 4
+
+
+def test_one_way_patterns_match_exactly_as_the_general_matcher():
+  """Patterns without permutations or alternatives get an in-place matcher: it must agree with the general one on
+  every rule kc has and on every node of some real graphs (index math, lowered kernels)."""
+  from kc.rewrite import _compile_single
+  from kc.graph import simplify_all, lowered_rules
+  from kc.transcendental import transcendental_rules
+  from kc import ast as A, Kernel
+  from kc.lower import lower
+  from conftest import LimitsRenderer
+  pats = [p for p, _ in simplify_all.patterns + transcendental_rules(frozenset())]
+  pats += [p for p, _ in lowered_rules(frozenset(), None).patterns]
+  cpu = LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)
+  xs = A.arg(1, dtypes.float32, (8, 16))
+  k = Kernel(A.sink(A.store(0, (xs - xs.max(1)).exp2().sum(1))), cpu).hand_coded_optimizations()
+  nodes = list(lower(k.get_optimized_ast(), cpu).toposort)
+  nodes += list((((x * 4 + y) // 8) % 3 + (x < 5).where(x, y * 2) - 7).toposort) + [x + x, c2 * 1, x + 0, (x < y).ne(True)]
+  singles = 0
+  for p in pats:
+    if (single := _compile_single(p)) is None: continue
+    singles += 1
+    for u in nodes:
+      store: dict = {}
+      want = p.match(u, {})
+      assert len(want) <= 1, p
+      assert single(u, store) == bool(want) and (not want or store == want[0]), (p, u.op)
+  assert singles > 20  # most rules are of this kind
