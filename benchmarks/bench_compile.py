@@ -8,7 +8,7 @@ import kc  # noqa: E402
 from kc import ast as A, dtypes  # noqa: E402
 from kc.renderer.cstyle import CStyleLanguage  # noqa: E402
 from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
-from compile_cases import CASES, WARMUP  # noqa: E402
+from compile_cases import CASES, STAGE_SIZES, WARMUP  # noqa: E402
 from results import write_section  # noqa: E402
 
 
@@ -40,12 +40,17 @@ def build(kind, shape):
   raise ValueError(kind)
 
 
+RENDERERS = (("CLANG", kc.Device.renderer("CLANG")), ("GPU", GPULike()))
+
+
 def measure(repeats: int) -> dict:
+  # every case compiled once, untimed, at a size no repeat uses: what a process pays once (imports, rule tables, a
+  # CPU waking up) is not a compile
+  for _, ren in RENDERERS:
+    for case in CASES.values(): kc.Kernel(build(*case(WARMUP)), ren).hand_coded_optimizations().to_program()
   out = {}
-  for rname, ren in (("CLANG", kc.Device.renderer("CLANG")), ("GPU", GPULike())):
+  for rname, ren in RENDERERS:
     for name, case in CASES.items():
-      # one untimed compile at a size no repeat uses: what a process pays once (imports, rule tables) is not a compile
-      kc.Kernel(build(*case(WARMUP)), ren).hand_coded_optimizations().to_program()
       times = []
       for i in range(repeats):
         kind, shape = case(i)
@@ -54,6 +59,31 @@ def measure(repeats: int) -> dict:
         kc.Kernel(sink, ren).hand_coded_optimizations().to_program()
         times.append(time.perf_counter() - t0)
       out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": 1}
+  return out
+
+
+STAGES = ("opts", "lower", "rewrite", "linearize", "render")
+
+
+def stage_times(repeats: int) -> dict:
+  """Where kc's time goes: the same compiles, at other fresh sizes, step by step (what Kernel.to_program runs)."""
+  from kc.graph import rewrite_lowered
+  from kc.linearize import linearize
+  from kc.lower import lower
+  out = {}
+  for rname, ren in RENDERERS:
+    for name, case in CASES.items():
+      rows = []
+      for i in range(repeats):
+        sink = build(*case(STAGE_SIZES + i))
+        t = [time.perf_counter()]
+        k = kc.Kernel(sink, ren).hand_coded_optimizations(); t.append(time.perf_counter())
+        lowered = lower(k.get_optimized_ast(), ren); t.append(time.perf_counter())
+        rewritten = rewrite_lowered(lowered, ren); t.append(time.perf_counter())
+        uops = linearize(rewritten); t.append(time.perf_counter())
+        ren.render("kernel", uops); t.append(time.perf_counter())
+        rows.append([b - a for a, b in zip(t, t[1:])])
+      out[f"{rname}/{name}"] = [statistics.median(r[j] for r in rows) for j in range(len(STAGES))]
   return out
 
 
@@ -71,12 +101,17 @@ def main():
     rows.append(f"| {key} | {k['median_s'] * 1e3:.1f} | {t['median_s'] * 1e3:.1f} | {t['kernels']} | {ratios[-1]:.2f}x |" if t else
                 f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - |")
   lines = [f"## Compile speed: AST to rendered source (`python benchmarks/bench_compile.py --repeats {args.repeats}`)", "",
-           f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile per case (both sides); hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
+           f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides); hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
            "venv on the same math (its conv2d AST comes from its own Tensor.conv2d, and counts every kernel it schedules).", "", *rows, ""]
   if ratios:
     geo = statistics.geometric_mean(ratios)
     lines.append(f"- geometric mean tinygrad/kc ratio: {geo:.2f}x (above 1: kc compiles faster; the target is 2x)")
   else: lines.append(f"- tinygrad anchor unavailable: {why}")
+  stages = stage_times(args.repeats)
+  lines += ["", "Where kc's time goes: the steps `to_program` runs, timed one by one on other fresh sizes (median ms; opts is "
+            "the Kernel and its hand-coded opts, lower includes get_optimized_ast):", "",
+            "| renderer / kernel | " + " | ".join(STAGES) + " |", "|---|" + "---:|" * len(STAGES)]
+  lines += [f"| {key} | " + " | ".join(f"{v * 1e3:.2f}" for v in row) + " |" for key, row in stages.items()]
   body = "\n".join(lines)
   print(body)
   write_section("bench_compile", body)

@@ -11,3 +11,5 @@ CASES = {
 
 # the size index of the one untimed compile each case gets first (no timed repeat uses it)
 WARMUP = 1000
+# the first size index of the step-by-step timings (apart from the timed repeats)
+STAGE_SIZES = 100
