@@ -111,5 +111,5 @@ def test_a_lane_check_decided_by_ranges_holds_everywhere(kx, kl, kd, d, c, bound
   if negate: clause = clause.logical_not()
   known = lw.decided(clause, {axis: lane})
   for xv, yv in itertools.product(range(6), range(4)):
-    truth = sym_infer(clause, {"x": xv, "y": yv, f"lane{axis}": lane})
+    truth = sym_infer(clause, {"x": xv, "y": yv, h.arg[0]: lane})
     if known is not None: assert bool(truth) == known, (clause.render(), xv, yv, lane)

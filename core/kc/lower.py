@@ -27,6 +27,9 @@ from kc.uop import GroupOp, Ops, UOp, sint
 Env = tuple[UOp, ...]
 
 
+_HOLDER = "lane:"  # the name prefix of lane placeholders
+
+
 def _as_uop(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.int32, x)
 
 
@@ -272,13 +275,19 @@ class Lowering:
     return self.at(sym_idx, lanes), self.at(sym_valid, {a: (v if a in masked else 0) for a, v in lanes.items()})
 
   def holder(self, axis: int) -> UOp:
-    """The placeholder of an upcast axis's lane number in expressions shared by every lane."""
-    return UOp.variable(f"lane{axis}", 0, self.full_shape[axis] - 1)
+    """The placeholder of an upcast axis's lane number in expressions shared by every lane. Its name is no C
+    identifier, so no Variable of a kernel (which is rendered as one) can be mistaken for it."""
+    return UOp.variable(f"{_HOLDER}{axis}", 0, self.full_shape[axis] - 1)
+
+  def holder_axis(self, u: UOp) -> Optional[int]:
+    """The upcast axis whose placeholder `u` is, else None."""
+    if u.op is not Ops.DEFINE_VAR or not u.arg[0].startswith(_HOLDER): return None
+    return axis if u is self.holder(axis := int(u.arg[0][len(_HOLDER):])) else None
 
   def lanes_in(self, expr: UOp) -> tuple[int, ...]:
     """The upcast axes whose placeholders `expr` uses."""
     if (ret := self.memo.get(("lanes", expr))) is None:
-      if expr.op is Ops.DEFINE_VAR and expr.arg[0].startswith("lane") and expr is self.holder(axis := int(expr.arg[0][4:])): ret = (axis,)
+      if (axis := self.holder_axis(expr)) is not None: ret = (axis,)
       else: ret = tuple(sorted(set().union(*(self.lanes_in(s) for s in expr.src))))
       self.memo[("lanes", expr)] = ret
     return ret
@@ -309,7 +318,7 @@ class Lowering:
     terms, lo = split_sum(clause.src[0])
     hi = lo
     for t, k in terms.items():
-      if t.op is Ops.DEFINE_VAR and t.arg[0].startswith("lane") and t is self.holder(axis := int(t.arg[0][4:])): a = b = k * values.get(axis, 0)
+      if (axis := self.holder_axis(t)) is not None: a = b = k * values.get(axis, 0)
       else: a, b = k * t.vmin, k * t.vmax
       lo, hi = lo + min(a, b), hi + max(a, b)
     bound = clause.src[1].arg
