@@ -46,6 +46,7 @@ def sint_to_uop(x: sint) -> UOp:
 def _as_sint(x, op: str, what: str) -> sint:
   """Validate and canonicalize one user-given integer: an int (or anything with __index__, such as a numpy int)
   or an integer UOp; symbolic values come back simplified, a symbolic constant as a plain int."""
+  if type(x) is int: return x
   if isinstance(x, UOp):
     if not dtypes.is_int(x.dtype): raise ShapeError(f"{op}: {what} {fmt_shape(x)} has dtype {x.dtype}, an integer is needed")
     return ssimplify(x)
@@ -64,6 +65,7 @@ def _as_dim(x, op: str, shape) -> sint:
 
 def as_shape(shape, op: str) -> tuple[sint, ...]:
   """A validated shape tuple: non-negative ints or integer UOps whose range is non-negative."""
+  if type(shape) is tuple and all(type(s) is int and s >= 0 for s in shape): return shape  # the usual case, already valid
   if isinstance(shape, (int, UOp)) and not isinstance(shape, bool): shape = (shape,)
   try: shape = tuple(shape)
   except TypeError: raise ShapeError(f"{op}: a shape is a tuple of dimensions, got {shape!r}") from None
@@ -102,6 +104,7 @@ def same_size(a: tuple[sint, ...], b: tuple[sint, ...]) -> bool:
 
 
 def _hashable(x):
+  if type(x) is tuple and all(type(y) is int for y in x): return x  # the usual argument: a shape or a permutation
   if isinstance(x, (UOp, str)) or not hasattr(x, "__iter__"): return x
   return tuple(_hashable(y) for y in x)
 
