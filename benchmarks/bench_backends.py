@@ -162,7 +162,7 @@ def main():
   for label, row in times.items(): print(label, {k: f"{v * 1e3:.2f} ms" for k, v in row.items()})
 
   amount = {k: work(k, n_add, n_sum, mm) for k in KINDS}
-  lines = [f"## Backends: add, sum, matmul (`python benchmarks/bench_backends.py`)", "",
+  lines = ["## Backends: add, sum, matmul (`python benchmarks/bench_backends.py`)", "",
            f"add: two float32 arrays of {n_add:,} elements into a third (GB/s over all three); sum: {n_sum:,} float32 to one "
            f"(GB/s over the input); matmul: float32 {mm}x{mm} @ {mm}x{mm} (GFLOP/s). Median wall time of a whole call with the "
            f"result ready, over {repeats} runs ({max(3, repeats // 3)} for the C and kc matmuls); every result checked against numpy "

@@ -16,7 +16,7 @@ def main(fresh: int, warm_repeats: int):
     builds = [corpus(UOp.variable, f"t{k}")[name] for k in range(fresh)]
     cold = []
     for e in builds:
-      t0 = time.perf_counter(); s = e.simplify(); cold.append(time.perf_counter() - t0)
+      t0 = time.perf_counter(); e.simplify(); cold.append(time.perf_counter() - t0)
     e = builds[0]
     warm = []
     for _ in range(warm_repeats):

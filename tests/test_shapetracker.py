@@ -159,36 +159,20 @@ def check_real_size(a, t):
   assert t.real_size() == need if len(t.views) == 1 else t.real_size() >= need
 
 
-@settings(max_examples=250, deadline=None)
-@given(chains())
-def test_offset_of_matches_numpy(chain): check_offsets(*build(*chain))
+CHECKS = [check_offsets, check_index, check_strides, check_masked_axes, check_real_size]
 
 
+@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 @settings(max_examples=150, deadline=None)
-@given(chains())
-def test_index_expression_matches_offset_of(chain): check_index(*build(*chain))
-
-
-@settings(max_examples=150, deadline=None)
-@given(chains())
-def test_real_strides_are_exact(chain): check_strides(*build(*chain))
-
-
-@settings(max_examples=100, deadline=None)
-@given(chains())
-def test_real_size_covers_every_valid_offset(chain): check_real_size(*build(*chain))
-
-
-@settings(max_examples=150, deadline=None)
-@given(chains())
-def test_masked_axes_are_the_axes_validity_reads(chain): check_masked_axes(*build(*chain))
+@given(chain=chains())
+def test_movement_chains_match_numpy(check, chain): check(*build(*chain))
 
 
 @settings(max_examples=150, deadline=None)
 @given(stacked_chains())
 def test_stacked_trackers_match_numpy(chain):
   a, t = build(*chain)
-  for check in (check_offsets, check_index, check_strides, check_masked_axes, check_real_size): check(a, t)
+  for check in CHECKS: check(a, t)
 
 
 # ***** view merging the Kernel relies on *****

@@ -1,7 +1,6 @@
 import itertools
 import pytest
 from hypothesis import assume, given, settings, strategies as st, HealthCheck
-import kc
 from kc import Ops, UOp, Variable, dtypes, resolve, sym_infer, SymbolicError
 from kc.symbolic import ssimplify, smax, smin, split_sum
 

@@ -1,6 +1,5 @@
 import gc, math, pickle
 import pytest
-import kc
 from kc import Ops, UOp, Variable, dtypes, UOpError, SymbolicError, GroupOp
 from kc.uop import _UCACHE, exec_alu
 

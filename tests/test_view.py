@@ -28,6 +28,22 @@ def compose(inner: View, outer: View) -> np.ndarray:
   return np.where(out >= 0, base[np.clip(out, 0, None)], -1)
 
 
+def draw_padded_view(data, max_dims: int) -> View:
+  """A random permuted and padded view of up to max_dims dims of 1..4."""
+  shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=max_dims)))
+  v = View.create(shape).permute(tuple(data.draw(st.permutations(range(len(shape))))))
+  return v.pad(tuple((data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1))) for _ in shape))
+
+
+def draw_factorization(data, size: int, max_dims: int) -> tuple[int, ...]:
+  """A random shape of up to max_dims dims holding `size` elements."""
+  dims: list[int] = []
+  while size > 1 and len(dims) < max_dims - 1:
+    d = data.draw(st.sampled_from([x for x in range(1, size + 1) if size % x == 0]))
+    dims.append(d); size //= d
+  return tuple(dims + [size])
+
+
 # ***** canonical construction *****
 
 def test_strides_for_shape_is_row_major_with_zero_for_size_one():
@@ -161,16 +177,9 @@ def test_reshape_errors_name_the_shapes():
 @given(st.data())
 def test_reshape_is_exact_or_none(data):
   """Random strided, masked views reshaped to random shapes: the result is the numpy reshape or None."""
-  shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
-  v = View.create(shape).permute(tuple(data.draw(st.permutations(range(len(shape))))))
-  v = v.pad(tuple((data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1))) for _ in shape))
+  v = draw_padded_view(data, max_dims=4)
   v = v.shrink(tuple((b := data.draw(st.integers(0, s - 1)), data.draw(st.integers(b + 1, s))) for s in v.shape))
-  size, dims = int(np.prod(v.shape)), []
-  rest = size
-  while rest > 1 and len(dims) < 4:
-    d = data.draw(st.sampled_from([x for x in range(1, rest + 1) if rest % x == 0]))
-    dims.append(d); rest //= d
-  new_shape = tuple(dims + [rest])
+  new_shape = draw_factorization(data, int(np.prod(v.shape)), max_dims=5)
   r = v.reshape(new_shape)
   if r is not None: assert np.array_equal(offsets(r), offsets(v).reshape(new_shape)), (v, new_shape, r)
 
@@ -210,14 +219,9 @@ def test_compose_refuses_a_mask_on_a_sum_of_outer_dims():
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_compose_is_exact_or_none(data):
-  shape = tuple(data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
-  inner = View.create(shape).permute(tuple(data.draw(st.permutations(range(len(shape))))))
-  inner = inner.pad(tuple((data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1))) for _ in shape))
-  size, dims = int(np.prod(inner.shape)), []
-  while size > 1 and len(dims) < 3:  # outer reads inner through another factorization of its size: carries happen
-    d = data.draw(st.sampled_from([x for x in range(1, size + 1) if size % x == 0]))
-    dims.append(d); size //= d
-  outer = View.create(tuple(dims + [size]))
+  inner = draw_padded_view(data, max_dims=3)
+  # outer reads inner through another factorization of its size: carries happen
+  outer = View.create(draw_factorization(data, int(np.prod(inner.shape)), max_dims=4))
   for _ in range(data.draw(st.integers(1, 3))):
     kind = data.draw(st.sampled_from(["permute", "shrink", "flip", "pad", "stride"]))
     if kind == "permute": outer = outer.permute(tuple(data.draw(st.permutations(range(len(outer.shape))))))

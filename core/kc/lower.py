@@ -21,7 +21,7 @@ from kc.kernel.optimized_ast import KernelInfo
 from kc.kernel.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import fmt_shape
-from kc.symbolic import split_sum
+from kc.symbolic import split_sum, sum_bounds
 from kc.uop import GroupOp, Ops, UOp, sint
 
 Env = tuple[UOp, ...]
@@ -315,12 +315,10 @@ class Lowering:
       inner = self.decided(clause.src[0], values)
       return None if inner is None else not inner
     if clause.op is not Ops.CMPLT or clause.src[1].op is not Ops.CONST or clause.src[0].dtype not in dtypes.ints: return None
-    terms, lo = split_sum(clause.src[0])
-    hi = lo
-    for t, k in terms.items():
-      if (axis := self.holder_axis(t)) is not None: a = b = k * values.get(axis, 0)
-      else: a, b = k * t.vmin, k * t.vmax
-      lo, hi = lo + min(a, b), hi + max(a, b)
+    terms, const = split_sum(clause.src[0])
+    # the placeholders of this lane are numbers: they move the constant; every other term counts with its range
+    lanes = {t: k * values.get(axis, 0) for t, k in terms.items() if (axis := self.holder_axis(t)) is not None}
+    lo, hi = sum_bounds({t: k for t, k in terms.items() if t not in lanes}, const + sum(lanes.values()))
     bound = clause.src[1].arg
     return True if hi < bound else False if lo >= bound else None
 

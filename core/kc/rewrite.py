@@ -95,6 +95,17 @@ class UPat:
 _NO_MATCH: list = []
 
 
+def _node_test(p: UPat) -> Callable[[UOp], bool]:
+  """The test of a pattern's own op, dtype and arg on one UOp (its sources and name are the matcher's business)."""
+  ops, dts, arg = p.op, p.dtype, p.arg
+  any_arg = arg is _ANY
+  def fits(u: UOp) -> bool:
+    if ops is not None and u.op not in ops: return False
+    if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts: return False
+    return any_arg or arg == u.arg
+  return fits
+
+
 def _compile(p: UPat) -> Callable[[UOp, dict], list]:
   """A closure that matches one UPat. The checks a pattern does not need are left out of its closure, since
   matching runs for every node of every rewrite."""
@@ -105,14 +116,12 @@ def _compile(p: UPat) -> Callable[[UOp, dict], list]:
       out = [m for alt in alts for m in alt(u, store)]
       return [b for m in out for b in _bind(name, u, m)] if name is not None else out
     return match_any
-  ops, dts, arg, name, mode = p.op, p.dtype, p.arg, p.name, p._src_mode
-  any_arg = arg is _ANY
+  name, mode = p.name, p._src_mode
+  fits = _node_test(p)
 
   def head(u, store):
     """The checks on the node itself; the bindings after them, or None."""
-    if ops is not None and u.op not in ops: return None
-    if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts: return None
-    if not any_arg and arg != u.arg: return None
+    if not fits(u): return None
     if name is not None:
       bound = store.get(name)
       if bound is None: return {**store, name: u}
@@ -163,13 +172,11 @@ def _compile_single(p: UPat) -> Optional[Callable[[UOp, dict], bool]]:
   if p._src_mode == "each": subs = [_compile_single(p.src)]
   elif p._src_mode == "ordered": subs = [_compile_single(x) for x in p.src]
   if any(x is None for x in subs): return None
-  ops, dts, arg, name, mode, n, any_len = p.op, p.dtype, p.arg, p.name, p._src_mode, len(subs), p.allow_any_len
-  any_arg = arg is _ANY
+  name, mode, n, any_len = p.name, p._src_mode, len(subs), p.allow_any_len
+  fits = _node_test(p)
 
   def match(u: UOp, store: dict) -> bool:
-    if ops is not None and u.op not in ops: return False
-    if dts is not None and u.dtype not in dts and u.dtype.scalar() not in dts: return False
-    if not any_arg and arg != u.arg: return False
+    if not fits(u): return False
     if name is not None:
       bound = store.get(name)
       if bound is None: store[name] = u
@@ -219,8 +226,8 @@ class PatternMatcher:
       by_op: dict[Ops, list] = {}
       for pat, fxn in part.patterns:
         if not isinstance(pat, UPat) or not callable(fxn): raise UOpError(f"a rule is (UPat, callable), got ({pat!r}, {fxn!r})")
-        single, leaf = _compile_single(pat), _leaf_test(pat)
-        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn), leaf, single))
+        single = _compile_single(pat)
+        for op in _pattern_ops(pat): by_op.setdefault(op, []).append((pat, fxn, pat.early_reject, _wants_ctx(fxn), single))
       for op, rules in by_op.items(): self.pdict.setdefault(op, []).append((part.memo_key, rules))
 
   def __add__(self, other: "PatternMatcher") -> "PatternMatcher":
@@ -236,17 +243,13 @@ class PatternMatcher:
     known = uop.__dict__
     for part_key, rules in segments:
       if part_key is not None and known.get(part_key) is True: continue
-      for pat, fxn, early, wants_ctx, leaf, single in rules:
+      for pat, fxn, early, wants_ctx, single in rules:
         if early:
           if src_ops is None: src_ops = {s.op for s in uop.src}
           if not early <= src_ops: continue
-        if leaf is not None:  # the pattern only names the UOp (and may restrict its dtype): no matcher to run
-          dts, name = leaf
-          if dts is not None and uop.dtype not in dts and uop.dtype.scalar() not in dts: continue
-          matches: list = [{name: uop}] if name is not None else [{}]
-        elif single is not None:
+        if single is not None:
           if not single(uop, store := {}): continue
-          matches = [store]
+          matches: list = [store]
         else: matches = pat.match(uop, {})
         for bindings in matches:
           ret = fxn(ctx=ctx, **bindings) if wants_ctx else fxn(**bindings)
@@ -254,13 +257,6 @@ class PatternMatcher:
             if type(ret) is not UOp: raise RewriteError(f"the rule for {pat!r} returned {type(ret).__name__} {ret!r}, not a UOp or None")
             return ret
     return None
-
-
-def _leaf_test(pat: UPat) -> Optional[tuple]:
-  """(dtypes or None, name) for a pattern that looks at nothing but the UOp's op and dtype, else None. The op is
-  already decided by dispatch, so such a pattern matches by a dtype test alone."""
-  if pat.alternatives is not None or pat.src is not None or pat.arg is not _ANY: return None
-  return pat.dtype, pat.name
 
 
 def _pattern_ops(pat: UPat) -> Iterable[Ops]:

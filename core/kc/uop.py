@@ -367,13 +367,13 @@ class UOp(metaclass=UOpMetaClass):
   # ***** range analysis *****
 
   @property
-  def vmin(self): return (self.__dict__.get("_mm") or _min_max(self))[0]
+  def vmin(self): return _mm(self)[0]
   @property
-  def vmax(self): return (self.__dict__.get("_mm") or _min_max(self))[1]
+  def vmax(self): return _mm(self)[1]
   @property
   def bounds(self) -> tuple:
     """(vmin, vmax) in one lookup."""
-    return self.__dict__.get("_mm") or _min_max(self)
+    return _mm(self)
 
   def simplify(self) -> "UOp":
     """This expression with kc's symbolic rules applied until nothing changes (the rules memoize on each UOp)."""
@@ -457,7 +457,9 @@ _INT_RANGE = {dt: r for dt, r in _DTYPE_RANGE.items() if dtypes.is_int(dt)}
 _BOOL, _INTS, _FLOATS = dtypes.bool, frozenset(dt for dt in dtypes.all if dtypes.is_int(dt)), frozenset(dt for dt in dtypes.all if dtypes.is_float(dt))
 
 
-def _mm(u: UOp) -> tuple: return u.__dict__.get("_mm") or _min_max(u)
+def _mm(u: UOp) -> tuple:
+  """(vmin, vmax) of u: cached on it, computed on first use."""
+  return u.__dict__.get("_mm") or _min_max(u)
 
 
 def _cmplt_bounds(u, s):

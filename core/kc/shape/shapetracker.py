@@ -12,7 +12,7 @@ from kc.dtype import dtypes
 from kc.errors import ShapeError, SymbolicError
 from kc.symbolic import split_sum, ssimplify, sym_infer
 from kc.uop import Ops, UOp, sint
-from kc.shape.view import View, as_shape, fmt_shape, normalize_axes, same_size, strides_for_shape, unravel
+from kc.shape.view import View, as_shape, hash_once, state_without_hash, fmt_shape, normalize_axes, same_size, strides_for_shape, unravel
 
 # bounded: a long search compiles thousands of kernels and must not keep every view and index it ever built
 CACHE_SIZE = 1 << 14
@@ -68,13 +68,8 @@ def _real_strides(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional
 class ShapeTracker:
   views: tuple[View, ...]
 
-  # Views and trackers are memo keys everywhere: the hash is computed once. It is never pickled, since UOps in the
-  # fields hash by identity, which another process does not share.
-  def __hash__(self) -> int:
-    if (h := self.__dict__.get("_hash")) is None: object.__setattr__(self, "_hash", h := hash(self.views))
-    return h
-
-  def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+  def __hash__(self) -> int: return hash_once(self)
+  def __getstate__(self): return state_without_hash(self)
 
   def __post_init__(self):
     if not isinstance(self.views, tuple) or not self.views or not all(isinstance(v, View) for v in self.views):

@@ -12,7 +12,7 @@ expressions of them). Every op that needs a concrete value says so with a ShapeE
 from __future__ import annotations
 import functools, operator
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 from kc.dtype import dtypes
 from kc.errors import ShapeError
@@ -166,6 +166,17 @@ def _is_single(b: sint, e: sint) -> bool: return _same(ssimplify(e - b), 1)
 
 # ***** View *****
 
+# Views and trackers (frozen dataclasses) are memo keys everywhere: their hash is computed once and kept. It is never
+# pickled, since UOps in the fields hash by identity, which another process does not share.
+def hash_once(obj) -> int:
+  if (h := obj.__dict__.get("_hash")) is None: object.__setattr__(obj, "_hash", h := hash(tuple(getattr(obj, f.name) for f in fields(obj))))
+  return h
+
+
+def state_without_hash(obj) -> dict: return {k: v for k, v in obj.__dict__.items() if k != "_hash"}
+
+
+
 @dataclass(frozen=True)
 class View:
   shape: tuple[sint, ...]
@@ -174,13 +185,8 @@ class View:
   mask: Mask
   contiguous: bool
 
-  # Views and trackers are memo keys everywhere: the hash is computed once. It is never pickled, since UOps in the
-  # fields hash by identity, which another process does not share.
-  def __hash__(self) -> int:
-    if (h := self.__dict__.get("_hash")) is None: object.__setattr__(self, "_hash", h := hash((self.shape, self.strides, self.offset, self.mask, self.contiguous)))
-    return h
-
-  def __getstate__(self): return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+  def __hash__(self) -> int: return hash_once(self)
+  def __getstate__(self): return state_without_hash(self)
 
   @staticmethod
   def create(shape, strides=None, offset: sint = 0, mask=None) -> "View":
