@@ -12,23 +12,11 @@ from kc import UOp, Ops, graph_rewrite  # noqa: E402
 from kc.symbolic import symbolic  # noqa: E402
 from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
 from results import write_section  # noqa: E402
-from symbolic_corpus import corpus  # noqa: E402
+from symbolic_corpus import corpus, time_simplify  # noqa: E402
 
 
 def measure_kc(fresh: int, warm_repeats: int) -> dict:
-  res = {}
-  for name in corpus(kc.Variable, "probe"):
-    builds = [corpus(kc.Variable, f"k{k}")[name] for k in range(fresh)]
-    cold = []
-    for e in builds:
-      t0 = time.perf_counter(); e.simplify(); cold.append(time.perf_counter() - t0)
-    e = builds[0]
-    warm = []
-    for _ in range(warm_repeats):
-      t0 = time.perf_counter(); e.simplify(); warm.append(time.perf_counter() - t0)
-    res[name] = {"nodes_in": len(e.toposort), "nodes_out": len(e.simplify().toposort), "cold_s": statistics.median(cold),
-                 "warm_s": statistics.median(warm), "render": e.simplify().render(simplify=False)}
-  return res
+  return time_simplify(kc.Variable, "k", fresh, warm_repeats, lambda u: len(u.toposort), lambda u: u.render(simplify=False))
 
 
 def throughput(copies: int) -> tuple[int, float]:

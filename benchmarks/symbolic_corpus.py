@@ -35,3 +35,23 @@ def corpus(V, tag: str) -> dict:
   t = (g1 * 64 + g0) * 4 + u0
   out["image_texel"] = (t // 4) % 64 + ((t // 256) % 32) * 64 + (t % 4)
   return out
+
+
+def time_simplify(V, tag: str, fresh: int, warm_repeats: int, nodes, render) -> dict:
+  """{name: figures} for every corpus expression: median simplify() time over `fresh` fresh builds (cold) and over
+  `warm_repeats` repeats on one build (warm), node counts in and out (`nodes` counts a graph) and the result as text
+  (`render`). The same loop times kc and tinygrad."""
+  import statistics, time
+  res = {}
+  for name in corpus(V, "probe"):
+    builds = [corpus(V, f"{tag}{k}")[name] for k in range(fresh)]
+    cold = []
+    for e in builds:
+      t0 = time.perf_counter(); e.simplify(); cold.append(time.perf_counter() - t0)
+    e = builds[0]
+    warm = []
+    for _ in range(warm_repeats):
+      t0 = time.perf_counter(); e.simplify(); warm.append(time.perf_counter() - t0)
+    res[name] = {"nodes_in": nodes(e), "nodes_out": nodes(e.simplify()), "cold_s": statistics.median(cold),
+                 "warm_s": statistics.median(warm), "render": render(e.simplify())}
+  return res
