@@ -6,7 +6,7 @@ an ASSIGN to it is inside them, and a value computed from a finished accumulator
 how a reduce's loop closes, and how a second reduce of a fused chain gets a loop of its own after the first.
 UOps are placed in the innermost block their loops allow, so loop-invariant code sits outside the loop."""
 from __future__ import annotations
-import heapq
+import heapq, itertools
 from kc.dtype import dtypes
 from kc.errors import KcError
 from kc.uop import Ops, UOp
@@ -34,14 +34,45 @@ def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[
 
 
 def _nesting(sink: UOp) -> dict[UOp, frozenset[UOp]]:
-  """For each RANGE, the loops it nests in: loops that are ever open together nest in _nesting_key order (an
-  inner loop's body is inside every loop around it, so nothing is hoisted into a second copy of an outer loop)."""
-  around: dict[UOp, set[UOp]] = {}
-  for loops in set(_loops(sink, {}).values()):
-    for r in loops: around.setdefault(r, set()).update(x for x in loops if _nesting_key(x) < _nesting_key(r))
-  for r in sorted(around, key=_nesting_key):  # outer loops first, so their own surroundings are complete
-    around[r] |= set().union(*(around[x] for x in around[r]))
-  return {r: frozenset(a) for r, a in around.items()}
+  """For each RANGE, the loops it nests in (all of them, not only the next one out), derived from the data:
+  - a reduce's own loops (its DEFINE_ACC's ranges) nest inside every loop its ASSIGN's value needs that are not its
+    own: the loops of an enclosing reduce, the output's loops. Among its own loops, axis order.
+  - any other two loops that are ever open together nest in _nesting_key order (an inner loop's body is inside
+    every loop around it, so nothing is hoisted into a second copy of an outer loop).
+  Each new nesting can make more loops open together, so this repeats until nothing changes."""
+  assigns = [u for u in sink.toposort if u.op is Ops.ASSIGN and u.src[0].op is Ops.DEFINE_ACC]
+  around: dict[UOp, frozenset[UOp]] = {}
+  while True:
+    need = _loops(sink, around)
+    inside: dict[UOp, set[UOp]] = {r: set(a) for r, a in around.items()}
+    for a in assigns:
+      own = sorted(a.src[0].src[1:], key=_nesting_key)
+      outer = need[a.src[1]] - frozenset(own)
+      for i, r in enumerate(own): inside.setdefault(r, set()).update(outer, own[:i])
+    inside = _closure(inside)
+    for loops in set(need.values()):
+      for p, q in itertools.combinations(sorted(loops, key=_nesting_key), 2):
+        if p not in inside.get(q, ()) and q not in inside.get(p, ()): inside.setdefault(q, set()).add(p)
+    new = {r: frozenset(a) for r, a in _closure(inside).items()}
+    if new == around: return around
+    around = new
+
+
+def _closure(inside: dict[UOp, set[UOp]]) -> dict[UOp, set[UOp]]:
+  """`inside` closed transitively (a loop inside r is inside everything r is inside); a loop inside itself is a
+  nesting no program can have."""
+  out = {r: set(a) for r, a in inside.items()}
+  changed = True
+  while changed:
+    changed = False
+    for r, a in out.items():
+      more = set().union(*(out.get(x, ()) for x in a)) - a
+      if more:
+        a |= more
+        changed = True
+  if any(r in a for r, a in out.items()):
+    raise KcError("linearize: the loops of this graph cannot be nested (a reduce needs a loop that is itself inside that reduce's loops)")
+  return out
 
 
 def _closed_by(u: UOp) -> frozenset[UOp]:
@@ -59,10 +90,12 @@ def linearize(sink: UOp) -> list[UOp]:
   """The UOps of `sink` in execution order, with ENDRANGE after each loop body and IF/ENDIF around gated stores.
   The SINK itself is not included."""
   if sink.op is not Ops.SINK: raise KcError(f"linearize takes a SINK, got {sink.op}")
-  need = _loops(sink, _nesting(sink))
+  around = _nesting(sink)
+  need = _loops(sink, around)
   # each UOp's loops from the outermost in: a block `depth` loops deep opens the next loop of its nodes' chains
   chains: dict[frozenset, tuple] = {}
-  chain = {u: chains[n] if n in chains else chains.setdefault(n, tuple(sorted(n, key=_nesting_key))) for u, n in need.items()}
+  depth = {r: len(a) for r, a in around.items()}  # every two loops open together nest: the outer one is inside fewer
+  chain = {u: chains[n] if n in chains else chains.setdefault(n, tuple(sorted(n, key=lambda r: (depth.get(r, 0), _nesting_key(r))))) for u, n in need.items()}
   order = {u: i for i, u in enumerate(sink.toposort)}
   nodes = [u for u in sink.toposort if u is not sink and u.op is not Ops.RANGE]
   out: list[UOp] = []
