@@ -73,7 +73,6 @@ def fold_alu(x: UOp) -> Optional[UOp]:
   for s in src:
     if s.op is not Ops.CONST: break
   else:
-    if x.op in (Ops.IDIV, Ops.MOD) and src[1].arg == 0: return None  # division by zero is left for the backend to report
     if x.op in (Ops.SHL, Ops.SHR) and not 0 <= src[1].arg < 8 * x.dtype.itemsize: return None  # undefined in C
     return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in src)))
   if x.dtype in _INT_OR_BOOL and (mm := x.bounds)[0] == mm[1]: return UOp.const(x.dtype, mm[0])

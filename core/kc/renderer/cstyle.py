@@ -214,6 +214,23 @@ class CStyleLanguage(Renderer):
     ordered = [p for p in params if p.op is Ops.DEFINE_GLOBAL] + sorted((p for p in params if p.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
     return self.render_kernel(name, body, [tuple(params[p]) for p in ordered], uops)
 
+  def _int_division(self, u: UOp, a: str, b: str) -> str:
+    """IDIV or MOD of ints with kc's answers where C has none: x // 0 == x % 0 == 0 (numpy's answer; C traps), and
+    MIN // -1 wraps to MIN with MIN % -1 == 0 (numpy's answer; C traps). A divisor whose range excludes 0 (and -1)
+    gets the plain C operator: index math divides by positive constants."""
+    divisor, dt = u.src[1], u.dtype
+    plain = self.code_for_op[u.op](a, b, dt)
+    may_be_zero = not (divisor.vmin > 0 or divisor.vmax < 0)
+    # narrow ints are promoted to int first, where MIN / -1 is no overflow (the wrap cast of the caller handles it)
+    may_overflow = dt in _WIDE_SIGNED and divisor.vmin <= -1 <= divisor.vmax and u.src[0].vmin <= dtypes.min(dt)
+    if not may_be_zero and not may_overflow: return plain
+    if u.op is Ops.MOD:
+      zero = f"{b}==0||{b}==-1" if may_overflow else f"{b}==0"
+      return f"(({zero})?0:{plain})"
+    if may_overflow:  # a / -1 is -a, negated in the unsigned type where it wraps instead of trapping
+      plain = f"({b}==-1?({self.render_dtype(dt)})(-({self.render_dtype(_WIDE_SIGNED[dt])})({a})):{plain})"
+    return f"({b}==0?0:{plain})" if may_be_zero else plain
+
   def _pointer(self, index: UOp, rendered: str, value_dtype: DType) -> str:
     """The pointer expression of an INDEX, cast to a vector pointer when the access is a vector."""
     if value_dtype.count > 1:
@@ -233,7 +250,11 @@ class CStyleLanguage(Renderer):
       # a left operand of the same op needs no parentheses: C groups a+b+c as (a+b)+c (a right one keeps them,
       # float addition is not associative)
       args = [_strip_parens(x) if i == 0 and v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for i, (x, v) in enumerate(zip(s, u.src))]
-      return self.code_for_op[op](*args, u.dtype)
+      expr = self._int_division(u, *args) if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) else self.code_for_op[op](*args, u.dtype)
+      # C computes a narrow int's arithmetic in int: the cast wraps the result to the dtype, as numpy does, before a
+      # comparison or a wider use reads it (vectors are not promoted, and a C-style cast between vectors is no conversion)
+      if op in _WIDENING_OPS and u.dtype in _NARROW_INTS: return self.render_cast(u.dtype, _strip_parens(expr))
+      return expr
     if op is Ops.CAST: return self.render_cast_uop(u, s[0])
     if op is Ops.BITCAST: return self.render_bitcast(u.dtype, u.src[0].dtype, s[0])
     if op is Ops.VECTORIZE: return self.render_vector(u.dtype, s)
@@ -245,3 +266,9 @@ class CStyleLanguage(Renderer):
 _C_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short", dtypes.uint16: "unsigned short",
             dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long", dtypes.uint64: "unsigned long", dtypes.float16: "half",
             dtypes.bfloat16: "__bf16", dtypes.float32: "float", dtypes.float64: "double"}
+# the ops whose exact result can leave a narrow int's range (IDIV: MIN / -1); AND OR XOR SHR MAX MOD WHERE of in-range
+# values stay in range, so they need no wrap cast
+_WIDENING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL, Ops.IDIV})
+_NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
+# the signed ints C divides without promoting, each with the unsigned type its negation wraps in
+_WIDE_SIGNED = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}

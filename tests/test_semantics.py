@@ -1,0 +1,174 @@
+"""Numeric semantics every backend agrees on, with numpy as the oracle: narrow ints wrap after every op (C would
+compute them in int), integer division and remainder by zero give 0 and MIN // -1 wraps (C traps on both), and
+float division by zero is IEEE's inf/nan. Each case runs on CLANG, EMU and OPENCL (skipped where a device cannot open)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+import kc
+from kc import Ops, UOp, Variable, dtypes
+from kc import ast as A
+
+pytestmark = pytest.mark.usefixtures("cache_dir")
+
+DEVICES = ["CLANG", "EMU", "OPENCL"]
+NARROW = [dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16]
+INTS = NARROW + [dtypes.int32]
+N = 64
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+  if request.param not in kc.Device.available(): pytest.skip(f"{request.param} cannot open here: {kc.Device.unavailable_reason(request.param)}")
+  return request.param
+
+
+def edge_values(rng, dt, n: int = N) -> np.ndarray:
+  """n values of `dt` over its whole range, its extremes, 0, 1 and -1 included."""
+  info = np.iinfo(dt.np)
+  edges = np.array([info.min, info.max, 0, 1, info.max - 1, info.min + 1] + ([-1, -2] if info.min < 0 else [2, 3]), dtype=np.int64)
+  rest = rng.integers(info.min, info.max, n - len(edges), endpoint=True, dtype=np.int64)
+  return rng.permutation(np.concatenate([edges, rest])).astype(dt.np)
+
+
+def shl(a: A.Expr, b: A.Expr) -> A.Expr:
+  """a << b: the builder has no shift operator, the IR has SHL."""
+  return A.Expr(a.uop.alu(Ops.SHL, b.uop), a.shape)
+
+
+def trunc_div(a: np.ndarray, b: np.ndarray, dt) -> tuple[np.ndarray, np.ndarray]:
+  """kc's IDIV and MOD (C's truncating division, the remainder with the dividend's sign) with numpy's answers where C has
+  none: x // 0 == x % 0 == 0, and MIN // -1 wraps to MIN. Computed exactly in Python ints (object arrays), then
+  wrapped to `dt` by numpy."""
+  a_, b_ = a.astype(object), b.astype(object)
+  safe = np.where(b_ == 0, 1, b_)
+  q = np.where(b_ == 0, 0, np.sign(a_) * np.sign(safe) * (abs(a_) // abs(safe)))
+  r = np.where(b_ == 0, 0, a_ - q * b_)
+  bits = 8 * dt.itemsize
+  wrap = lambda v: np.array([int(x) % 2**bits for x in v], dtype=np.uint64).astype(dt.np)  # noqa: E731
+  return wrap(q), wrap(r)
+
+
+# ---------------------------------------------------------------------------------------------------------- narrow ints wrap
+
+def test_narrow_sum_compares_after_the_wrap(device):
+  a, b = np.array([200, 10, 250, 5], np.uint8), np.array([100, 10, 10, 5], np.uint8)
+  x, y = A.arg(1, dtypes.uint8, (4,)), A.arg(2, dtypes.uint8, (4,))
+  out = kc.run(A.sink(A.store(0, (x + y) < 100)), {1: a, 2: b}, device=device)[0]
+  np.testing.assert_array_equal(out, (a + b) < 100)
+  np.testing.assert_array_equal(out, [True, True, True, True])
+
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_arithmetic_wraps_as_in_numpy(device, dt):
+  rng = np.random.default_rng(1)
+  a, b = edge_values(rng, dt), edge_values(rng, dt)
+  bits = 8 * dt.itemsize
+  s = rng.integers(0, bits, N).astype(dt.np)
+  # a shift left of a negative value is undefined in C: those lanes shift their magnitude's bits only
+  a_shl = a if dtypes.is_unsigned(dt) else np.abs(a.astype(np.int64)).clip(0, np.iinfo(dt.np).max).astype(dt.np)
+  x, y, z, w = (A.arg(i, dt, (N,)) for i in (10, 11, 12, 13))
+  k = A.const(100, dt, (N,))
+  exprs = [x + y, x - y, x * y, -x, shl(w, z), x + y < k, k < x * y, (x - y).maximum(x * y), (x + y < k).where(x * y, x - y), (x * y).ne(k)]
+  want = [a + b, a - b, a * b, -a, a_shl << s, a + b < 100, 100 < a * b, np.maximum(a - b, a * b), np.where(a + b < 100, a * b, a - b), a * b != 100]
+  with np.errstate(over="ignore"):
+    out = kc.run(A.sink(*(A.store(i, e) for i, e in enumerate(exprs))), {10: a, 11: b, 12: s, 13: a_shl}, device=device)
+  for i, w_ in enumerate(want): np.testing.assert_array_equal(out[i], w_, err_msg=f"{device} {dt.name} output {i}")
+
+
+@pytest.mark.parametrize("dt", NARROW, ids=lambda d: d.name)
+@pytest.mark.parametrize("opts", ["none", "hand"])
+def test_narrow_reduce_wraps_in_its_dtype(device, dt, opts):
+  a = edge_values(np.random.default_rng(2), dt, 16 * 64).reshape(16, 64)
+  x = A.arg(1, dt, (16, 64))
+  out = kc.run(A.sink(A.store(0, x.sum(1)), A.store(2, (x * x).max(1)), A.store(3, x.prod(1))), {1: a}, device=device, opts=opts)
+  np.testing.assert_array_equal(out[0], np.add.reduce(a, axis=1, dtype=dt.np, keepdims=True))
+  with np.errstate(over="ignore"):
+    np.testing.assert_array_equal(out[2], (a * a).max(1, keepdims=True))
+    np.testing.assert_array_equal(out[3], np.multiply.reduce(a, axis=1, dtype=dt.np, keepdims=True))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(NARROW), st.data())
+def test_narrow_add_then_compare_any_inputs(dt, data):
+  info = np.iinfo(dt.np)
+  vals = st.lists(st.integers(int(info.min), int(info.max)), min_size=8, max_size=8)
+  a, b = np.array(data.draw(vals), dt.np), np.array(data.draw(vals), dt.np)
+  c = data.draw(st.integers(int(info.min), int(info.max)))
+  x, y = A.arg(1, dt, (8,)), A.arg(2, dt, (8,))
+  sink = A.sink(A.store(0, (x + y) < A.const(c, dt, (8,))), A.store(3, (x * y) // A.const(7, dt, (8,))))
+  with np.errstate(over="ignore"): want_lt, prod = (a + b) < dt.np.type(c), a * b
+  for device in ("CLANG", "EMU"):
+    out = kc.run(sink, {1: a, 2: b}, device=device)
+    np.testing.assert_array_equal(out[0], want_lt, err_msg=device)
+    np.testing.assert_array_equal(out[3], trunc_div(prod, np.full(8, 7, dt.np), dt)[0], err_msg=device)
+
+
+# ---------------------------------------------------------------------------------------------------------- integer division
+
+@pytest.mark.parametrize("dt", INTS + [dtypes.int64, dtypes.uint32], ids=lambda d: d.name)
+def test_division_by_zero_is_zero_and_min_by_minus_one_wraps(device, dt):
+  rng = np.random.default_rng(3)
+  a = edge_values(rng, dt)
+  b = edge_values(rng, dt)
+  b[::4] = 0  # plenty of zero divisors, and -1 under MIN where the type is signed
+  if not dtypes.is_unsigned(dt): a[1::8], b[1::8] = np.iinfo(dt.np).min, -1
+  x, y = A.arg(2, dt, (N,)), A.arg(3, dt, (N,))
+  out = kc.run(A.sink(A.store(0, x // y), A.store(1, x % y)), {2: a, 3: b}, device=device)
+  q, r = trunc_div(a, b, dt)
+  np.testing.assert_array_equal(out[0], q)
+  np.testing.assert_array_equal(out[1], r)
+  np.testing.assert_array_equal(out[0][b == 0], 0)
+  np.testing.assert_array_equal(out[1][b == 0], 0)
+  with np.errstate(divide="ignore"):  # numpy's own answer for a zero divisor
+    np.testing.assert_array_equal(out[0][b == 0], np.floor_divide(a[b == 0], b[b == 0]))
+    np.testing.assert_array_equal(out[1][b == 0], np.remainder(a[b == 0], b[b == 0]))
+
+
+def test_division_by_constant_zero_and_minus_one(device):
+  a = edge_values(np.random.default_rng(4), dtypes.int32)
+  x = A.arg(1, dtypes.int32, (N,))
+  zero, m1 = A.const(0, dtypes.int32, (N,)), A.const(-1, dtypes.int32, (N,))
+  out = kc.run(A.sink(A.store(0, x // zero), A.store(2, x % zero), A.store(3, x // m1), A.store(4, x % m1),
+                      A.store(5, A.const(7, dtypes.int32, (N,)) // zero)), {1: a}, device=device)
+  for i in (0, 2, 4, 5): np.testing.assert_array_equal(out[i], np.zeros(N, np.int32))
+  np.testing.assert_array_equal(out[3], -a)  # numpy's negation wraps MIN to MIN
+
+
+def test_constant_folding_gives_the_backends_answer():
+  assert (UOp.const(dtypes.int32, 7) // 0).simplify().arg == 0
+  assert (UOp.const(dtypes.int32, -7) % 0).simplify().arg == 0
+  assert (UOp.const(dtypes.int32, -2**31) // -1).simplify().arg == -2**31
+  assert (UOp.const(dtypes.int8, -128) // -1).simplify().arg == -128
+  v = Variable("v", -5, 5)
+  assert kc.sym_infer((v * 3) // 0, {v: 4}) == 0
+
+
+def test_division_keeps_the_plain_operator_where_the_divisor_cannot_be_zero():
+  from kc_clang.renderer import ClangRenderer
+  x = A.arg(1, dtypes.int32, (N,))
+  def src(e): return kc.Kernel(A.sink(A.store(0, e)), opts=ClangRenderer()).to_program().src
+  plain = src(x // 3 + x % 5)
+  assert "==0" not in plain and "==-1" not in plain and "/3" in plain and "%5" in plain
+  guarded = src(x // A.arg(2, dtypes.int32, (N,)))
+  assert "==0?0:" in guarded and "==-1?" in guarded  # any int32 divisor may be 0 or -1
+  unsigned = src(A.arg(1, dtypes.uint32, (N,)) // A.arg(2, dtypes.uint32, (N,)))
+  assert "==0?0:" in unsigned and "==-1" not in unsigned  # an unsigned divisor is never -1
+  narrow = src(A.arg(1, dtypes.int8, (N,)) // A.arg(2, dtypes.int8, (N,)))
+  assert "==-1" not in narrow  # int8 is divided in int, where MIN / -1 cannot trap; the cast wraps it
+
+
+# ---------------------------------------------------------------------------------------------------------- float division
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=lambda d: d.name)
+def test_float_division_by_zero_is_ieee(device, dt):
+  if not kc.Device[device].renderer.supports_dtype(dt): pytest.skip(f"{device} does not compute in {dt.name}")
+  a = np.array([1.0, -1.0, 0.0, -0.0, np.inf, np.nan, 3.5, -2.0], dt.np)
+  b = np.array([0.0, 0.0, 0.0, -0.0, 0.0, 0.0, -0.0, -0.0], dt.np)
+  x, y = A.arg(2, dt, (8,)), A.arg(3, dt, (8,))
+  out = kc.run(A.sink(A.store(0, x / y), A.store(1, y.recip())), {2: a, 3: b}, device=device)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    np.testing.assert_array_equal(out[0], a / b)
+    np.testing.assert_array_equal(out[1], np.reciprocal(b))
+    want = a / b
+  # the sign of a zero divisor counts (1/-0 is -inf; assert_array_equal tells inf from -inf); a NaN's sign means nothing
+  assert np.array_equal(np.signbit(out[0])[~np.isnan(want)], np.signbit(want)[~np.isnan(want)])
