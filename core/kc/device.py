@@ -5,11 +5,12 @@ The core names no backend: which devices exist is decided by the plugins (`kc.pl
 first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import hashlib, json, operator, os, tempfile, threading
+import hashlib, json, operator, os, threading
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
+from kc.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
 from kc.dtype import DType, PtrDType
 from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError
 
@@ -208,25 +209,14 @@ class Buffer:
 
 # ---------------------------------------------------------------------------------------------------------- compilers
 
-_CACHE_MAGIC = b"kc-compiled-1\n"
-
-
 def _kc_version() -> str:
   from importlib.metadata import PackageNotFoundError, version
   try: return version("kc")
   except PackageNotFoundError: return "0.0.0+unknown"
 
 
-def compile_cache_dir() -> Optional[str]:
-  """Where compiled programs are kept: $KC_CACHE_DIR, default ~/.cache/kc. KC_CACHE_DIR set to the empty
-  string turns the cache off."""
-  d = os.environ.get("KC_CACHE_DIR")
-  if d is None: return os.path.join(os.path.expanduser("~"), ".cache", "kc")
-  return d or None
-
-
 class Compiler(ABC):
-  """Turns source into a device's binary. `compile` consults the disk cache; subclasses implement
+  """Turns source into a device's binary. `compile` consults the disk cache (kc.cache); subclasses implement
   `compile_uncached` and `identity` (what besides the source decides the output: compiler, version, flags).
 
   `plugin_version` names the plugin distribution and its version, so a new plugin release never reuses
@@ -245,40 +235,7 @@ class Compiler(ABC):
 
   def compile(self, src: str) -> bytes:
     if not isinstance(src, str): raise CompileError(f"source must be a str, got {type(src).__name__}", src=str(src))
-    if (root := compile_cache_dir()) is None: return self.compile_uncached(src)
-    path = os.path.join(root, "compile", self.cache_key(src))
-    if (lib := _read_entry(path)) is not None: return lib
-    lib = self.compile_uncached(src)
-    _write_entry(path, lib)
-    return lib
-
-
-def _read_entry(path: str) -> Optional[bytes]:
-  """The cached bytes, or None when the entry is missing, unreadable or does not match its checksum."""
-  try:
-    with open(path, "rb") as f: data = f.read()
-  except OSError: return None
-  head = len(_CACHE_MAGIC)
-  if not data.startswith(_CACHE_MAGIC) or len(data) < head + 32: return None
-  digest, payload = data[head:head + 32], data[head + 32:]
-  return payload if hashlib.sha256(payload).digest() == digest else None
-
-
-def _write_entry(path: str, lib: bytes):
-  """Write to a temp file in the same folder, then rename over the entry: a reader in another process sees
-  either no entry or a whole one. The cache is an optimization, so a write that fails is dropped."""
-  tmp = None
-  try:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".part")
-    with os.fdopen(fd, "wb") as f: f.write(_CACHE_MAGIC + hashlib.sha256(lib).digest() + lib)
-    os.replace(tmp, path)
-    tmp = None
-  except OSError: pass
-  finally:
-    if tmp is not None:
-      try: os.unlink(tmp)
-      except OSError: pass
+    return cached(self.cache_key(src), lambda: self.compile_uncached(src))
 
 
 # ---------------------------------------------------------------------------------------------------------- programs

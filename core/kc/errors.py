@@ -46,3 +46,11 @@ class PluginError(KcError):
 
 class DTypeError(KcError, TypeError):
   """A dtype that does not exist, cannot be mapped, or cannot hold a value."""
+
+
+class ConfigError(KcError, ValueError):
+  """An environment variable or setting whose value kc cannot use; the message names the variable and the value."""
+
+
+class UnknownDeviceError(KcError, LookupError):
+  """A device name no installed plugin registers; the message lists the registered ones."""

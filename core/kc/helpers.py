@@ -22,10 +22,22 @@ def all_int(xs) -> bool:
   return all(isinstance(x, int) for x in xs)
 
 
+def env_value(key: str, default: T) -> T:
+  """The environment variable `key` read as the type of `default` (unset or blank: `default`), on every call.
+  A value that does not parse raises kc.errors.ConfigError naming the variable, never a bare ValueError."""
+  raw = os.getenv(key)
+  if raw is None or not raw.strip(): return default
+  try: return type(default)(raw.strip())
+  except (TypeError, ValueError):
+    from kc.errors import ConfigError
+    raise ConfigError(f"{key}={raw!r} is not a valid {type(default).__name__}: set it to a number like {default!r}, "
+                      f"or unset it for the default") from None
+
+
 @functools.cache
 def getenv(key: str, default=0):
   """An environment knob read once per process (knobs that change how kernels are built must not change midway)."""
-  return type(default)(os.getenv(key, default))
+  return env_value(key, default)
 
 
 def debug_level() -> int:

@@ -1,0 +1,185 @@
+"""The compile cache on disk: compiled binaries by key, in one sqlite database under $KC_CACHE_DIR.
+
+sqlite (stdlib) rather than a folder of files because it already solves what a cache shared by processes needs:
+writers in several processes at once (WAL mode, a busy timeout), atomic entries, and a cheap query for the least
+recently used entries when the cache is over its size limit ($KC_CACHE_MAX_MB).
+
+Each stored blob starts with the key it was stored under and a digest of its payload. An entry whose stored key or
+digest does not match (a copied, swapped or damaged row) is a miss: it is deleted and the caller's fresh result
+replaces it, so a bad entry never sticks. The cache is an optimization: a folder that cannot hold it (not
+writable, a file) gives one warning and compilation goes on without it."""
+from __future__ import annotations
+import hashlib, os, sqlite3, threading, warnings
+from typing import Optional
+from kc.helpers import env_value
+from kc.errors import ConfigError
+
+DEFAULT_MAX_MB = 512.0
+DB_NAME = "compile.db"
+BUSY_TIMEOUT_S = 60.0  # a writer waits this long for another process's transaction before the entry is dropped
+_KEY_LEN = 64          # keys are sha256 hex digests
+_DIGEST_LEN = 32
+# last_used is a logical clock kept by the database itself: one more than the newest use, so every process orders
+# uses the same way (wall clocks of two processes can tie or disagree)
+_NEXT_USE = "(SELECT COALESCE(MAX(last_used), 0) + 1 FROM entries)"
+
+
+class CacheWarning(UserWarning):
+  """The compile cache cannot be used; kc compiles without it."""
+
+
+def compile_cache_dir() -> Optional[str]:
+  """Where compiled programs are kept: $KC_CACHE_DIR, default ~/.cache/kc. KC_CACHE_DIR set to the empty
+  string turns the cache off."""
+  d = os.environ.get("KC_CACHE_DIR")
+  if d is None: return os.path.join(os.path.expanduser("~"), ".cache", "kc")
+  return d or None
+
+
+def cache_max_bytes() -> int:
+  """The size limit from $KC_CACHE_MAX_MB (megabytes, default 512); a bad value raises ConfigError."""
+  mb = env_value("KC_CACHE_MAX_MB", DEFAULT_MAX_MB)
+  if not mb > 0 or mb == float("inf"):
+    raise ConfigError(f"KC_CACHE_MAX_MB={os.environ.get('KC_CACHE_MAX_MB')!r} is not a size: give a number of megabytes > 0 "
+                      "(KC_CACHE_DIR= turns the cache off)")
+  return int(mb * 1024 * 1024)
+
+
+def _pack(key: str, payload: bytes) -> bytes:
+  return key.encode().ljust(_KEY_LEN, b"\0")[:_KEY_LEN] + hashlib.sha256(payload).digest() + payload
+
+
+def _unpack(key: str, blob: bytes) -> Optional[bytes]:
+  """The payload when `blob` was stored under `key` and is whole, else None."""
+  head = _KEY_LEN + _DIGEST_LEN
+  if not isinstance(blob, bytes) or len(blob) < head or blob[:_KEY_LEN] != key.encode().ljust(_KEY_LEN, b"\0")[:_KEY_LEN]: return None
+  payload = blob[head:]
+  return payload if hashlib.sha256(payload).digest() == blob[_KEY_LEN:head] else None
+
+
+class DiskCache:
+  """One sqlite database of key -> (blob, size, last_used). Safe to share between threads (one lock) and processes
+  (sqlite's locking); a process that forks opens its own connection."""
+
+  def __init__(self, root: str, max_bytes: int):
+    self.root, self.path, self.max_bytes = root, os.path.join(root, DB_NAME), max_bytes
+    self._lock = threading.Lock()
+    self._conn: Optional[sqlite3.Connection] = None
+    self._pid = -1
+
+  def _connection(self) -> sqlite3.Connection:
+    if self._conn is None or self._pid != os.getpid():
+      # a connection inherited through fork is never used (nor closed: sqlite forbids both); the child opens its own
+      os.makedirs(self.root, exist_ok=True)
+      conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+      try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent on a crash; losing the last entries only costs a compile
+        conn.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, blob BLOB NOT NULL, size INTEGER NOT NULL, "
+                     "last_used INTEGER NOT NULL)")
+        conn.execute("CREATE INDEX IF NOT EXISTS entries_by_use ON entries (last_used)")
+      except BaseException:
+        conn.close()
+        raise
+      self._conn, self._pid = conn, os.getpid()
+    return self._conn
+
+  def check(self):
+    """Open the database now: raises OSError or sqlite3.Error when the folder cannot hold it."""
+    with self._lock: self._connection()
+
+  def get(self, key: str) -> Optional[bytes]:
+    with self._lock:
+      conn = self._connection()
+      row = conn.execute("SELECT blob FROM entries WHERE key = ?", (key,)).fetchone()
+      if row is None: return None
+      if (payload := _unpack(key, bytes(row[0]))) is None:
+        conn.execute("DELETE FROM entries WHERE key = ?", (key,))
+        return None
+      conn.execute(f"UPDATE entries SET last_used = {_NEXT_USE} WHERE key = ?", (key,))
+      return payload
+
+  def put(self, key: str, payload: bytes):
+    blob = _pack(key, payload)
+    with self._lock:
+      conn = self._connection()
+      if len(blob) > self.max_bytes:  # it would evict everything and still not fit; an older value must not stay either
+        conn.execute("DELETE FROM entries WHERE key = ?", (key,))
+        return
+      conn.execute("BEGIN IMMEDIATE")
+      try:
+        conn.execute(f"INSERT OR REPLACE INTO entries (key, blob, size, last_used) VALUES (?, ?, ?, {_NEXT_USE})", (key, blob, len(blob)))
+        self._evict(conn)
+        conn.execute("COMMIT")
+      except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+  def _evict(self, conn: sqlite3.Connection):
+    """Delete least recently used entries until the total size is within the limit."""
+    total = conn.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()[0]
+    if total <= self.max_bytes: return
+    doomed = []
+    for key, size in conn.execute("SELECT key, size FROM entries ORDER BY last_used"):
+      if total <= self.max_bytes: break
+      doomed.append((key,))
+      total -= size
+    conn.executemany("DELETE FROM entries WHERE key = ?", doomed)
+
+  def keys(self) -> list[str]:
+    """Every key, least recently used first."""
+    with self._lock: return [k for (k,) in self._connection().execute("SELECT key FROM entries ORDER BY last_used")]
+
+  def total_bytes(self) -> int:
+    with self._lock: return self._connection().execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()[0]
+
+
+_caches: dict[str, DiskCache] = {}
+_unusable: dict[str, str] = {}
+_caches_lock = threading.Lock()
+
+
+def _warn_unusable(root: str, err: BaseException):
+  why = f"{type(err).__name__}: {err}"
+  with _caches_lock:
+    first = root not in _unusable
+    _unusable[root] = why
+  if first:
+    warnings.warn(f"the kc compile cache cannot use KC_CACHE_DIR={root!r} ({why}); compiling without a cache. Point KC_CACHE_DIR "
+                  "at a writable folder, or set it to the empty string to turn the cache off", CacheWarning, stacklevel=4)
+
+
+def compile_cache() -> Optional[DiskCache]:
+  """The cache of $KC_CACHE_DIR with the limit of $KC_CACHE_MAX_MB, or None when it is off or unusable (warned once)."""
+  if (root := compile_cache_dir()) is None: return None
+  limit = cache_max_bytes()
+  if root in _unusable: return None
+  with _caches_lock: cache = _caches.get(root)
+  if cache is None:
+    cache = DiskCache(root, limit)
+    try: cache.check()
+    except (OSError, sqlite3.Error) as e:
+      _warn_unusable(root, e)
+      return None
+    with _caches_lock: cache = _caches.setdefault(root, cache)
+  cache.max_bytes = limit
+  return cache
+
+
+def cached(key: str, make) -> bytes:
+  """The bytes stored under `key`, else `make()`, stored for next time. A cache that fails midway (a disk that fills up,
+  a database another program broke) is warned about once and bypassed; the result is always `make()`'s."""
+  cache = compile_cache()
+  if cache is None: return make()
+  try: hit = cache.get(key)
+  except (OSError, sqlite3.Error) as e:
+    _warn_unusable(cache.root, e)
+    hit = None
+  if hit is not None: return hit
+  out = make()
+  try: cache.put(key, out)
+  except (OSError, sqlite3.Error) as e: _warn_unusable(cache.root, e)
+  return out
+
+
+__all__ = ["CacheWarning", "DiskCache", "DEFAULT_MAX_MB", "cache_max_bytes", "cached", "compile_cache", "compile_cache_dir"]
