@@ -35,10 +35,14 @@ def test_explicit_opts_and_buffers():
 def test_symbolic_call():
   n = Variable("n", 1, 64)
   k = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)) * 2.0)), device="CLANG")
-  x = np.arange(10, dtype=np.float32)
-  out = np.zeros(10, np.float32)
+  x = np.arange(7, dtype=np.float32)
+  out = np.zeros(7, np.float32)
   k(out, x, n=7)
-  assert np.array_equal(out, np.where(np.arange(10) < 7, x * 2, 0))  # only n elements are written
+  assert np.array_equal(out, x * 2)
+  with pytest.raises(KcError, match=r"shape \(7,\).*got an array of shape \(10,\)"): k(np.zeros(10, np.float32), np.zeros(10, np.float32), n=7)
+  buf = kc.Buffer("CLANG", 10, dtypes.float32).allocate().copyin(np.zeros(10, np.float32))
+  k(buf, np.arange(7, dtype=np.float32), n=7)  # a kc.Buffer is flat: it only has to be big enough
+  assert np.array_equal(buf.numpy(), np.where(np.arange(10) < 7, np.arange(10) * 2, 0))
   with pytest.raises(SymbolicError, match="needs a value for Variable 'n'"): k(out, x)
   with pytest.raises(SymbolicError, match="must be an int in 1..64"): k(out, x, n=65)
   with pytest.raises(SymbolicError, match="no Variables"): k(out, x, n=3, m=2)
@@ -47,8 +51,8 @@ def test_symbolic_call():
 @pytest.mark.parametrize("args,match", [
   (lambda: (np.zeros(8, np.float32),), "takes 2 buffers"),
   (lambda: (np.zeros(8, np.float32), np.zeros(8, np.int32)), "must be float32"),
-  (lambda: (np.zeros(8, np.float32), np.zeros(4, np.float32)), "needs 8 elements"),
-  (lambda: (np.zeros(16, np.float32)[::2], np.zeros(8, np.float32)), "writeable C-contiguous"),
+  (lambda: (np.zeros(8, np.float32), np.zeros(4, np.float32)), r"must have shape \(8,\).*got an array of shape \(4,\)"),
+  (lambda: (np.zeros(16, np.float32)[::2], np.zeros(8, np.float32)), "not C-contiguous"),
   (lambda: (np.zeros(8, np.float32), [0.0] * 8), "numpy array or a kc.Buffer"),
 ])
 def test_bad_calls_are_typed_errors(args, match):

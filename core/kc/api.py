@@ -2,26 +2,35 @@
 from __future__ import annotations
 from typing import Optional, Sequence, Union
 import numpy as np
-from kc.device import Buffer, Device
+from kc.device import Device
 from kc.errors import KcError, SymbolicError
 from kc.helpers import debug_level
 from kc.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
-from kc.kernel.verify import st_arg
+from kc.arguments import ArgumentError, buffer_specs
 from kc.renderer import Program
-from kc.shape import ShapeTracker
-from kc.uop import Ops, UOp
+from kc.uop import UOp
 
-OptsArg = Union[str, Sequence[Opt], None]
+OptsArg = Union[str, Opt, Sequence[Opt], None]
 
 
 class CompiledKernel:
   """A kernel compiled for one device. Call it with its buffers in buffer-index order (numpy arrays or kc.Buffers)
-  and its Variables by name; numpy outputs are written back in place. Returns the kernel's run time in seconds."""
+  and its Variables by name; each argument is checked against the kernel's declared shape and dtype (see
+  kc.arguments). Numpy outputs are written in place: on a host-memory device a C-contiguous, aligned array is used
+  as the buffer itself, elsewhere it is copied in and back. Returns the kernel's run time in seconds (0.0 when
+  the call writes no element: nothing is launched)."""
 
   def __init__(self, ast: UOp, kernel: Kernel, program: Program, device: str, handle):
     self.ast, self.kernel, self.program, self.device, self._handle = ast, kernel, program, device, handle
-    self._needs = _buffer_needs(ast)
+    self.specs = buffer_specs(ast, program.name)
+    self._allocator = Device[device].allocator
+    self._outputs = [s for s in self.specs if s.output]
+    # without Variables the launch and the emptiness never change: decide them once
+    self._static = not kernel.vars
+    self._dims = program.launch_dims({}) if self._static else None
+    self._empty = all(s.elements_at({}) == 0 for s in self._outputs) if self._static else None
+    self._globals = tuple(program.globals)
 
   @property
   def name(self) -> str: return self.program.name
@@ -29,37 +38,36 @@ class CompiledKernel:
   def __repr__(self): return f"<CompiledKernel {self.name} on {self.device}>"
 
   def __call__(self, *args, **var_vals) -> float:
-    if len(args) != len(self._needs):
-      raise KcError(f"{self.name} takes {len(self._needs)} buffers (indices {sorted(self._needs)}), got {len(args)}")
-    vals = self._var_values(var_vals)
+    specs = self.specs
+    if len(args) != len(specs):
+      raise ArgumentError(f"{self.name} takes {len(specs)} buffers (indices 0..{len(specs) - 1}), got {len(args)}")
+    if self._static:
+      if var_vals: self._var_values(var_vals)  # raises: the kernel takes no Variables
+      vals, empty, (global_size, local_size) = {}, self._empty, self._dims
+    else:
+      vals = self._var_values(var_vals)
+      empty = all(s.elements_at(vals) == 0 for s in self._outputs)
+      global_size, local_size = self.program.launch_dims(vals)
+    if empty:  # nothing to write: check the arguments, launch nothing
+      for spec, arg in zip(specs, args): spec.check(arg, self.device, vals)
+      return 0.0
     bufs, copies = [], []
-    for i, arg in enumerate(args):
-      dtype, views = self._needs[i]
-      n = _elements(views, vals)
-      if isinstance(arg, Buffer):
-        if arg.dtype != dtype: raise KcError(f"buffer {i} of {self.name} must be {dtype.name}, got a Buffer of {arg.dtype.name}")
-        if arg.size < n: raise KcError(f"buffer {i} of {self.name} needs {n} elements, the Buffer has {arg.size}")
-        if arg.device != self.device: raise KcError(f"buffer {i} of {self.name} is on {arg.device}, the kernel runs on {self.device}")
-        bufs.append(arg if arg.is_allocated() else arg.allocate())
-        continue
-      if not isinstance(arg, np.ndarray): raise KcError(f"buffer {i} of {self.name} must be a numpy array or a kc.Buffer, got {type(arg).__name__}")
-      if arg.dtype != dtype.np: raise KcError(f"buffer {i} of {self.name} must be {dtype.np}, got {arg.dtype}; convert with .astype")
-      if arg.size < n: raise KcError(f"buffer {i} of {self.name} needs {n} elements, the array has {arg.size}")
-      buf = Buffer(self.device, arg.size, dtype).allocate().copyin(np.ascontiguousarray(arg).reshape(-1).view(np.uint8).data)
-      bufs.append(buf)
-      if i in self.program.outs:
-        if not (arg.flags.c_contiguous and arg.flags.writeable): raise KcError(f"output {i} of {self.name} must be a writeable C-contiguous array")
-        copies.append((arg, buf))
-    global_size, local_size = self.program.launch_dims(vals)
-    ordered = [vals[v.arg[0]] for v in self.program.vars]
-    seconds = self._handle(*[bufs[g] for g in self.program.globals], global_size=global_size, local_size=local_size, vals=ordered, wait=True)
+    for spec, arg in zip(specs, args):
+      handle, back = spec.handle(arg, vals, self.device, self._allocator)
+      bufs.append(handle)
+      if back is not None: copies.append((arg, back))
+    ordered = [vals[v.arg[0]] for v in self.program.vars] if vals else []
+    # `args` holds every array a handle borrows until the launch returns
+    seconds = self._handle(*[bufs[g] for g in self._globals], global_size=global_size, local_size=local_size, vals=ordered, wait=True)
     for arr, buf in copies: buf.copyout(arr.reshape(-1).view(np.uint8).data)
     seconds = float(seconds or 0.0)
-    if debug_level() >= 2:
-      ops = sym_infer(self.program.op_estimate, vals) if not isinstance(self.program.op_estimate, int) else self.program.op_estimate
-      mem = sym_infer(self.program.mem_estimate, vals) if not isinstance(self.program.mem_estimate, int) else self.program.mem_estimate
-      print(f"{self.device:8s} {self.name:40s} {seconds * 1e6:10.1f} us  {ops / max(seconds, 1e-9) / 1e9:8.2f} GFLOP/s  {mem / max(seconds, 1e-9) / 1e9:8.2f} GB/s")
+    if debug_level() >= 2: self._report(seconds, vals)
     return seconds
+
+  def _report(self, seconds: float, vals: dict[str, int]):
+    ops, mem = (sym_infer(x, vals) for x in (self.program.op_estimate, self.program.mem_estimate))
+    print(f"{self.device:8s} {self.name:40s} {seconds * 1e6:10.1f} us  {ops / max(seconds, 1e-9) / 1e9:8.2f} GFLOP/s  "
+          f"{mem / max(seconds, 1e-9) / 1e9:8.2f} GB/s")
 
   def _var_values(self, var_vals: dict) -> dict[str, int]:
     wanted = {v.arg[0]: v for v in self.kernel.vars}
@@ -75,41 +83,17 @@ class CompiledKernel:
     return vals
 
 
-def _eval(x, vals: dict) -> int:
-  from kc.symbolic import sym_infer
-  return sym_infer(x, vals)
-
-
-def _elements(views: list[ShapeTracker], vals: dict[str, int]) -> int:
-  """The elements a buffer must hold: the most any of its views reaches with the Variables at their values."""
-  most = 0
-  for st in views:
-    if st.vars():
-      subst = {v: UOp.const(v.dtype, vals[v.arg[0]]) for v in st.vars()}
-      st = ShapeTracker(tuple(view.substitute(subst) for view in st.views))
-    most = max(most, int(st.real_size()))
-  return most
-
-
-def _buffer_needs(ast: UOp) -> dict[int, tuple]:
-  """For each buffer index: its dtype and the views it is read and written through."""
-  needs: dict[int, tuple] = {}
-  for u in ast.toposort:
-    if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL:
-      i, dt = u.src[0].arg, u.src[0].dtype.base
-      if i in needs and needs[i][0] != dt: raise KcError(f"buffer {i} is used as {needs[i][0].name} and as {dt.name}")
-      needs.setdefault(i, (dt, []))[1].append(st_arg(u).unbind()[0])
-  if sorted(needs) != list(range(len(needs))):
-    raise KcError(f"buffer indices must be 0..{len(needs) - 1} with none missing, got {sorted(needs)}")
-  return needs
-
-
 def optimize(k: Kernel, opts: OptsArg) -> Kernel:
-  """Apply `opts` to a Kernel: "hand" (the hand-coded heuristics), "none" (only what the target requires), or a list
-  of kc.Opt."""
-  if opts is None or opts == "hand": return k.hand_coded_optimizations()
-  if opts == "none": return k.required_optimizations()  # what the target cannot do without (images: whole texels)
-  if isinstance(opts, str): raise KcError(f"opts must be 'hand', 'none' or a list of kc.Opt, got {opts!r}")
+  """Apply `opts` to a Kernel: "hand" (the hand-coded heuristics), "none" (only what the target requires), one
+  kc.Opt, or a list (or tuple) of kc.Opt."""
+  if opts is None: return k.hand_coded_optimizations()
+  if isinstance(opts, str):
+    if opts == "hand": return k.hand_coded_optimizations()
+    if opts == "none": return k.required_optimizations()  # what the target cannot do without (images: whole texels)
+    raise KcError(f"opts must be 'hand', 'none', a kc.Opt or a list of kc.Opt, got {opts!r}")
+  if isinstance(opts, Opt): opts = [opts]
+  if not isinstance(opts, (list, tuple)) or not all(isinstance(o, Opt) for o in opts):
+    raise KcError(f"opts must be 'hand', 'none', a kc.Opt or a list of kc.Opt, got {type(opts).__name__} {opts!r}")
   for o in opts: k.apply_opt(o)
   return k
 
@@ -125,18 +109,17 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = "hand") -> 
 
 
 def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, opts: OptsArg = "hand", **var_vals) -> dict[int, np.ndarray]:
-  """Compile and run once; the outputs are allocated here (shaped like each store's view) and returned by index."""
+  """Compile and run once; the outputs are allocated here (shaped like each store) and returned by index."""
   ck = compile(sink, device, opts)
+  vals = ck._var_values(var_vals)
   args: list = []
   outs: dict[int, np.ndarray] = {}
-  stores = {s.src[0].arg: s for s in sink.src}
-  for i in range(len(ck._needs)):
-    if i in stores:
-      st = st_arg(stores[i])
-      shape = tuple(int(_eval(s, var_vals)) if isinstance(s, UOp) else s for s in st.shape)
-      outs[i] = np.zeros(shape, dtype=ck._needs[i][0].np)
-      args.append(outs[i])
-    elif i in inputs: args.append(inputs[i])
-    else: raise KcError(f"kc.run needs an input for buffer {i}")
+  for spec in ck.specs:
+    if spec.output:
+      shape = spec.shape_at(vals)
+      outs[spec.index] = np.zeros(shape if shape is not None else spec.elements_at(vals), dtype=spec.dtype.np)
+      args.append(outs[spec.index])
+    elif spec.index in inputs: args.append(inputs[spec.index])
+    else: raise KcError(f"kc.run needs an input for buffer {spec.index}")
   ck(*args, **var_vals)
   return outs

@@ -7,7 +7,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 import hashlib, json, operator, os, threading
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
 from kc.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
@@ -48,6 +47,13 @@ class Allocator(ABC):
     """A handle to `nbytes` bytes starting `offset` bytes into `opaque`, sharing its memory."""
     raise KcError(f"{type(self).__name__} does not support buffer views: copy the data into a buffer of its own instead")
 
+  def from_numpy(self, arr: np.ndarray):
+    """A handle that uses `arr`'s memory in place, or None when the device cannot (then callers copy).
+
+    Only devices whose kernels read host memory can say yes; the default is no. A handle made here borrows the
+    array: the caller keeps the array alive for as long as the handle is used."""
+    return None
+
 
 class LRUAllocator(Allocator):
   """Keeps freed buffers and hands them back for the next allocation of the same size and options, because
@@ -78,11 +84,32 @@ class LRUAllocator(Allocator):
     self.cache.clear()
 
 
-@dataclass(frozen=True, eq=False)
 class HostMemory:
-  """Host memory: `array` is a uint8 numpy array over the bytes, `addr` the address of its first byte."""
-  array: np.ndarray
-  addr: int
+  """Host memory. `data` is a C-contiguous numpy array over exactly these bytes (any dtype and shape); `array` is
+  the same bytes as a flat uint8 array and `addr` the address of the first byte. `array` and `addr` are made on
+  first use, because a wrapped array (`HostAllocator.from_numpy`) is made on every kernel call and most runtimes
+  read only one of them."""
+  __slots__ = ("data", "_array", "_addr")
+
+  def __init__(self, data: np.ndarray, addr: Optional[int] = None):
+    self.data, self._array, self._addr = data, None, addr
+
+  @property
+  def array(self) -> np.ndarray:
+    if self._array is None:
+      data = self.data
+      self._array = data if data.dtype == np.uint8 and data.ndim == 1 else np.frombuffer(data, dtype=np.uint8) if data.size else np.empty(0, np.uint8)
+    return self._array
+
+  @property
+  def addr(self) -> int:
+    if self._addr is None: self._addr = self.data.ctypes.data
+    return self._addr
+
+  @property
+  def nbytes(self) -> int: return self.data.nbytes
+
+  def __repr__(self): return f"<HostMemory {self.nbytes} bytes at {self.addr:#x}>"
 
 
 class HostAllocator(LRUAllocator):
@@ -100,6 +127,12 @@ class HostAllocator(LRUAllocator):
 
   def offset(self, opaque: HostMemory, nbytes: int, offset: int) -> HostMemory:
     return HostMemory(opaque.array[offset:offset + nbytes], opaque.addr + offset)
+
+  def from_numpy(self, arr: np.ndarray) -> Optional[HostMemory]:
+    # kernels address host memory directly, so any C-contiguous array works whose address suits its element type
+    # (the C renderers align vector types to their scalar); anything else is copied by the caller
+    flags = arr.flags
+    return HostMemory(arr) if flags.c_contiguous and flags.aligned else None
 
 
 # ---------------------------------------------------------------------------------------------------------- buffers

@@ -7,7 +7,6 @@ from kc.device import HostMemory, int32_values, raw_buffers
 from kc import KcError
 
 
-
 _OPENMP_RUNTIME = None
 
 
@@ -64,12 +63,13 @@ class ClangProgram:
 
   def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> Optional[float]:
-    fn = self._function(len(bufs), len(vals))
-    ptrs = []
+    fn = self._fn if self._arity == (len(bufs), len(vals)) else self._function(len(bufs), len(vals))
+    # from_buffer points at the memory without asking numpy for its address (which costs more than the pointer)
+    from_buffer, ptrs = self._ffi.from_buffer, []
     for i, b in enumerate(raw_buffers(bufs)):
       if not isinstance(b, HostMemory): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not CLANG host memory")
-      ptrs.append(self._ffi.cast("void*", b.addr))
-    ints = int32_values(vals, self.name)
+      ptrs.append(from_buffer(b.data))
+    ints = int32_values(vals, self.name) if vals else ()
     start = time.perf_counter()
     fn(*ptrs, *ints)
     return time.perf_counter() - start if wait else None
