@@ -129,11 +129,9 @@ def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: lis
   deps: dict[UOp, set] = {item: set() for item in item_of.values()}
   for u in nodes:
     me = item_of[u]
-    for x in u.src:
+    # a node reads its sources, and every loop it sits in (this one and deeper ones) reads its bounds on entry
+    for x in itertools.chain(u.src, *(r.src for r in chain[u][depth:])):
       if (it := item_of.get(x)) is not None and it is not me: deps[me].add(it)
-  for r in blocks:
-    for b in r.src:
-      if (it := item_of.get(b)) is not None and it is not r: deps[r].add(it)
   first = {item: order[item] for item in deps if item not in blocks}
   for r, members in blocks.items(): first[r] = order[members[0]]  # members keep the toposort order
   # (first is unique per item: each node belongs to one item, so the heap never compares two UOps)

@@ -18,7 +18,7 @@ from kc.dtype import dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
 from kc.kernel.optimized_ast import KernelInfo
-from kc.kernel.verify import reduce_axes, st_arg, verify_ast
+from kc.kernel.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import fmt_shape
 from kc.symbolic import split_sum, sum_bounds
@@ -143,7 +143,8 @@ class Lowering:
   group_for_reduces: int = 0
   base: Env = ()          # the index of each axis outside every reduce (upcast axes hold 0 here)
   late: dict = field(default_factory=dict)  # grouped axis -> the loop over the group's partial results
-  depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> its loops' kind - 1 (one kind per depth and axes)
+  depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> how many reduces its value depends on
+  loop_kinds: dict = field(default_factory=dict)  # (depth, axes, the indices around) -> the kind of those loops
   memo: dict = field(default_factory=dict)
   acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
   launch_guard: Optional[UOp] = None  # false on launch indices beyond the kernel's dims (see get_grouped_dims)
@@ -184,12 +185,8 @@ class Lowering:
     self.base = tuple(idxs)
     for a in range(self.first_reduce, self.first_reduce + self.group_for_reduces):
       self.late[a] = UOp.range(dtypes.int32, 0, shape[a], (a, 1000))
-    # a reduce's loops are its own: two reduces share them only when they walk the same axes at the same depth of a
-    # chain (they then need the same loops around them too). Reduces with different axes sharing a loop would tie
-    # their nestings together (x.sum((0,1)) + x.sum(1) would reset one sum inside the other's loop).
-    signature = {r: (sum(1 for u in r.toposort if u is not r and u.op is Ops.REDUCE_AXIS), reduce_axes(r)) for r in reduce_ops}
-    kinds = {s: i + 1 for i, s in enumerate(sorted(set(signature.values())))}
-    for r in reduce_ops: self.depth[r] = kinds[signature[r]] - 1
+    for r in reduce_ops:
+      self.depth[r] = sum(1 for u in r.toposort if u is not r and u.op is Ops.REDUCE_AXIS)
 
   # ***** environments *****
 
@@ -382,7 +379,15 @@ class Lowering:
     src = u.src[0]
     loops = [a for a in axes if a < self.first_upcast]
     unrolled = self.upcast_axes(axes)
-    ranges = [self.late[a] if a in self.late else UOp.range(dtypes.int32, 0, self.full_shape[a], (a, self.depth[u] + 1)) for a in loops]
+    # a reduce's loops are its own: reduces share them only when they walk the same axes at the same depth of a chain
+    # under the same indices of the other axes (the lanes of an upcast axis do). A loop shared with a reduce in
+    # another place (x.sum((0,1)) + x.sum(1), or one reduce used inside two others) would tie their nestings together.
+    # (the first such set of loops at each depth has kind depth + 1, later ones kinds of their own above 1000)
+    around = tuple((i, e) for i, e in enumerate(env) if i not in axes and e.op is not Ops.CONST)
+    if (kind := self.loop_kinds.get(key := (self.depth[u], axes, around))) is None and loops:
+      same_depth = sum(1 for k in self.loop_kinds if k[0] == self.depth[u])
+      kind = self.loop_kinds[key] = self.depth[u] + 1 + 1001 * same_depth
+    ranges = [self.late[a] if a in self.late else UOp.range(dtypes.int32, 0, self.full_shape[a], (a, kind)) for a in loops]
     inner = self.with_axes(env, dict(zip(loops, ranges)))
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, inner, env, ranges)

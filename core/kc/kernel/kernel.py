@@ -305,6 +305,9 @@ class Kernel:
       check(not self.tensor_core, "can't group with tensor cores")
       all_axes = [i for r in self.reduceops for i in reduce_axes(r)]
       check(len(all_axes) == len(set(all_axes)), "can't group with parallel reduces")
+      # a chain of reduces over different axes (x.sum(0).sum(1)) would combine a group's partial results inside
+      # another reduce's loop, where only some threads run each step
+      check(len(self.reduceops) == 1, f"can't group a kernel with {len(self.reduceops)} reduces (a chain of reduces over different axes); only a single reduce is grouped")
       self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     elif opt.op is OptOps.UNROLL:
