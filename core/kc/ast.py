@@ -1,23 +1,33 @@
-"""kc.ast: a thin builder of kernel ASTs for embedding kc in frameworks and for tests.
+"""kc.ast: a builder of kernel ASTs that speaks numpy, for embedding kc in frameworks and for tests.
 
-One builder expression is one kernel. Movement ops become ShapeTracker views at the leaves (the loads and
-the shaped constants); a reduce keeps its reduced axes as 1; a reduce result may be expanded back along its
-reduced axes and used again (a fused reduce chain). Illegal combinations raise InvalidASTError here, at build
-time, not later in code generation.
+One builder expression is one kernel. Movement ops become ShapeTracker views at the leaves (the loads and the shaped
+constants); the operators, reduces, indexing and dtype rules are numpy 2's (docs/AST.md lists each op with its numpy
+namesake, and kc.ast_promotion holds the dtype tables). Illegal combinations raise InvalidASTError (or DTypeError for
+a dtype rule) here, at build time, not later in code generation.
+
+An expression has two shapes. Its *kernel shape* is what the kernel computes over: every shape in a kernel has one
+rank, and a reduce keeps its reduced axes as size 1. Its *logical shape* (`.shape`) is numpy's: the kernel shape
+without its hidden size-1 axes (the reduced axes of keepdims=False, the axes an int index or a reshape dropped). Storing
+writes the logical elements in order (the hidden axes have size 1, so the order is the same); combining two expressions
+broadcasts their logical shapes as numpy does and lines their hidden axes up in the kernel.
 
     a = A.arg(1, dtypes.float32, (M, K)); b = A.arg(2, dtypes.float32, (K, N))
-    c = (a.reshape(M, K, 1) * b.reshape(1, K, N)).sum(axis=1)
-    sink = A.sink(A.store(0, c))
+    sink = A.sink(A.store(0, a @ b))                # logical (M, N); the kernel reduces (M, K, N) over K
 """
 from __future__ import annotations
-from typing import Callable, Union
-from kc.dtype import DType, PtrDType, dtypes, least_upper_dtype, least_upper_float
-from kc.errors import InvalidASTError, KcError
+import builtins, math
+from typing import Optional, Union
+import numpy as np
+from kc import ast_promotion as P
+from kc.ast_movement import Move, extents, move
+from kc.dtype import DType, PtrDType, dtypes
+from kc.errors import DTypeError, InvalidASTError, KcError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
-from kc.uop import GroupOp, Ops, UOp, sint
+from kc.uop import Ops, UOp, sint
 
 Scalar = Union[bool, int, float]
+_SCALARS = (bool, int, float)
 
 
 def _shape(shape) -> tuple[sint, ...]:
@@ -32,188 +42,630 @@ def _shape(shape) -> tuple[sint, ...]:
 
 def _dtype(dtype) -> DType:
   if isinstance(dtype, DType) and not isinstance(dtype, PtrDType) and dtype.count == 1 and dtype != dtypes.void: return dtype
+  # numpy dtypes and scalar types too (np.float32, np.dtype("int8")); not names: "float" is float32 in kc, float64 in numpy
+  if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+    try: return dtypes.from_numpy(dtype)
+    except DTypeError: pass
   raise InvalidASTError(f"unknown dtype {dtype!r}: use one of kc.dtypes ({', '.join(dtypes.fields())})")
 
 
-class Expr:
-  """A value of the kernel: a UOp with a shape (its ShapeTracker views live at its leaves)."""
-  __slots__ = ("uop", "shape")
+def _size(shape) -> sint:
+  return math.prod(shape) if all(isinstance(s, int) for s in shape) else None
 
-  def __init__(self, uop: UOp, shape: tuple[sint, ...]):
-    self.uop, self.shape = uop, shape
+
+def _axes(axis, ndim: int, what: str) -> tuple[int, ...]:
+  axes = tuple(range(ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+  norm = []
+  for a in axes:
+    if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
+      raise InvalidASTError(f"{what} axis {a!r} out of range for {ndim} dims")
+    norm.append(a % ndim)
+  if len(set(norm)) != len(norm): raise InvalidASTError(f"repeated {what} axis in {axes}")
+  return tuple(norm)
+
+
+class Expr:
+  """A value of the kernel: a UOp, its kernel shape, which kernel axes are hidden (size 1, not part of numpy's shape),
+  and, for a reshape only a store can follow, the shape it was given."""
+  __slots__ = ("uop", "kshape", "hidden", "stored")
+
+  def __init__(self, uop: UOp, kshape: tuple[sint, ...], hidden: tuple[int, ...] = (), stored: Optional[tuple] = None):
+    self.uop, self.kshape, self.hidden, self.stored = uop, tuple(kshape), tuple(sorted(hidden)), stored
 
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
+  def shape(self) -> tuple[sint, ...]:
+    return self.stored if self.stored is not None else tuple(s for i, s in enumerate(self.kshape) if i not in self.hidden)
+  @property
   def ndim(self) -> int: return len(self.shape)
+  @property
+  def size(self): return _size(self.shape)
   def __repr__(self): return f"<kc.ast.Expr {self.dtype.name}{fmt_shape(self.shape)}>"
+  def __len__(self):
+    if not self.shape: raise InvalidASTError("len() of a 0-d kc.ast expression")
+    return self.shape[0]
+
+  # == and != build comparisons as in numpy, so an Expr hashes by identity (object's hash): Exprs still work as dict
+  # keys and set members, and a lookup finds the same object (Python checks identity before ==)
+  __hash__ = object.__hash__
+
+  def __bool__(self):
+    raise InvalidASTError("the truth value of a kc.ast expression is not known until the kernel runs; compare with "
+                          "A.store outputs instead, or use .where")
+
+  def _live(self) -> "Expr":
+    if self.stored is not None:
+      raise InvalidASTError(f"a reduce result reshaped to {fmt_shape(self.stored)} can only be stored: the kernel computes it "
+                            f"as {fmt_shape(self.kshape)}; reshape before the reduce to compute with that shape")
+    return self
+
+  @property
+  def _logical(self) -> list[int]:
+    """The kernel axis of each logical axis."""
+    return [i for i in range(len(self.kshape)) if i not in self.hidden]
+
+  def _with(self, mv: Move, hidden: Optional[tuple[int, ...]] = None) -> "Expr":
+    new = mv.apply(ShapeTracker.from_shape(self.kshape)).shape
+    return Expr(move(self.uop, mv, self.kshape), new, self.hidden if hidden is None else hidden)
+
+  def _kernel_move(self, kind: str, arg, what: str) -> "Expr":
+    try: return self._with(Move(kind, arg))
+    except InvalidASTError: raise
+    except KcError as e: raise InvalidASTError(f"{what} of {fmt_shape(self.shape)}: {e}") from e
 
   # ***** movement: pushed to the leaves *****
 
-  def _move(self, name: str, fxn: Callable[[ShapeTracker], ShapeTracker]) -> "Expr":
-    try:
-      new_shape = fxn(ShapeTracker.from_shape(self.shape)).shape
-      return Expr(_push_view(self.uop, name, fxn, self.shape, new_shape), new_shape)
-    except InvalidASTError: raise
-    except KcError as e: raise InvalidASTError(str(e)) from e
-
   def reshape(self, *shape) -> "Expr":
-    shape = _shape(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, UOp)) else shape)
-    return self._move("reshape", lambda st: st.reshape(shape))
+    shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, UOp)) else shape
+    shape = self._infer(tuple(shape))
+    if shape == self.shape and self.stored is None: return self
+    if self.size is not None and _size(shape) != self.size:
+      raise InvalidASTError(f"reshape: cannot reshape {fmt_shape(self.shape)} ({self.size} elements) to {fmt_shape(shape)}")
+    if self.stored is None and [s for s in shape if s != 1] == [s for s in self.shape if s != 1]: return self._regroup(shape)
+    try:
+      if self.stored is not None: raise InvalidASTError("stored only")
+      return self._kernel_move("reshape", shape, "reshape")
+    except InvalidASTError:
+      # a reshape that cannot move the reduce's input: the stored output is contiguous, so the value can still be stored
+      if _size(shape) is None: raise
+      return Expr(self.uop, self.kshape, self.hidden, shape)
+
+  def _infer(self, shape: tuple) -> tuple[sint, ...]:
+    if builtins.sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise InvalidASTError(f"reshape: at most one -1 in {shape}")
+    if -1 in [s for s in shape if isinstance(s, int)]:
+      known = _size([s for s in shape if not (isinstance(s, int) and s == -1)])
+      if known is None or self.size is None or known == 0 or self.size % known:
+        raise InvalidASTError(f"reshape: cannot infer -1 in {shape} for {fmt_shape(self.shape)}")
+      shape = tuple(self.size // known if isinstance(s, int) and s == -1 else s for s in shape)
+    return _shape(shape)
+
+  def _regroup(self, shape: tuple) -> "Expr":
+    """A reshape that only adds or removes size-1 axes: removed axes become hidden, new ones are inserted."""
+    old, logical = self.kshape, set(self._logical)
+    entries: list[Optional[int]] = []
+    hidden_new: list[int] = []
+    k = 0
+    for s in shape:
+      if s == 1:
+        while k < len(old) and k not in logical: hidden_new.append(len(entries)); entries.append(k); k += 1
+        if k < len(old) and old[k] == 1: entries.append(k); k += 1
+        else: entries.append(None)
+        continue
+      while old[k] == 1 or k not in logical: hidden_new.append(len(entries)); entries.append(k); k += 1
+      entries.append(k); k += 1
+    while k < len(old): hidden_new.append(len(entries)); entries.append(k); k += 1
+    if None not in entries: return Expr(self.uop, old, tuple(hidden_new))
+    return self._with(Move("insert", tuple(entries)), tuple(hidden_new))
+
+  def _insert(self, entries: list, hidden: tuple[int, ...]) -> "Expr":
+    if entries == list(range(len(self.kshape))): return Expr(self.uop, self.kshape, hidden)
+    return self._with(Move("insert", tuple(entries)), hidden)
 
   def permute(self, *order) -> "Expr":
     order = tuple(order[0]) if len(order) == 1 and not isinstance(order[0], int) else order
-    return self._move("permute", lambda st: st.permute(order))
+    if sorted(a % self.ndim if isinstance(a, int) and -self.ndim <= a < self.ndim else a for a in order) != list(range(self.ndim)):
+      raise InvalidASTError(f"permute: {order} is not an order of the {self.ndim} axes of {fmt_shape(self.shape)}")
+    lg, korder = self._live()._logical, list(range(len(self.kshape)))
+    for j, a in enumerate(order): korder[lg[j]] = lg[a % self.ndim]
+    return self._kernel_move("permute", tuple(korder), "permute")
+
+  @property
+  def T(self) -> "Expr": return self.permute(tuple(reversed(range(self.ndim))))
+  def transpose(self, *order) -> "Expr": return self.permute(*order) if order else self.T
+
+  def _per_axis(self, arg, hidden_value, what: str) -> tuple:
+    arg = tuple(arg)
+    if len(arg) != self.ndim: raise InvalidASTError(f"{what}: {arg!r} has {len(arg)} entries for the {self.ndim} axes of {fmt_shape(self.shape)}")
+    out, lg = [hidden_value] * len(self.kshape), self._live()._logical
+    for j, a in enumerate(arg): out[lg[j]] = tuple(a) if isinstance(a, (tuple, list)) else a
+    return tuple(out)
+
+  def pad(self, arg) -> "Expr": return self._kernel_move("pad", self._per_axis(arg, (0, 0), "pad"), "pad")
+  def shrink(self, arg) -> "Expr": return self._kernel_move("shrink", self._per_axis(arg, (0, 1), "shrink"), "shrink")
+
+  def flip(self, axes) -> "Expr":
+    axes = _axes(axes, self._live().ndim, "flip")
+    return self._kernel_move("flip", tuple(self._logical[a] for a in axes), "flip")
 
   def expand(self, *shape) -> "Expr":
+    """numpy's broadcast_to. A reduce result may also be expanded in its kept-axes form (x.max(1).expand(x.shape))."""
     shape = _shape(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, UOp)) else shape)
-    return self._move("expand", lambda st: st.expand(shape))
+    try: return self._broadcast_to(shape)
+    except InvalidASTError:
+      if not self.hidden or len(shape) != len(self.kshape): raise
+      return Expr(self.uop, self.kshape)._broadcast_to(shape)
 
-  def pad(self, arg) -> "Expr": return self._move("pad", lambda st: st.pad(tuple(arg)))
-  def shrink(self, arg) -> "Expr": return self._move("shrink", lambda st: st.shrink(tuple(arg)))
-  def flip(self, axes) -> "Expr": return self._move("flip", lambda st: st.flip(tuple(axes) if not isinstance(axes, int) else (axes,)))
+  def _broadcast_to(self, shape: tuple) -> "Expr":
+    me = self._live()
+    if len(shape) < me.ndim or any(o != 1 and o != n for o, n in zip(me.shape, shape[len(shape) - me.ndim:])):
+      raise InvalidASTError(f"expand: {fmt_shape(me.shape)} does not broadcast to {fmt_shape(shape)}")
+    me = me._lead(len(shape))
+    target = list(me.kshape)
+    for j, k in enumerate(me._logical): target[k] = shape[j]
+    return me if tuple(target) == me.kshape else me._kernel_move("expand", tuple(target), "expand")
+
+  def _lead(self, ndim: int) -> "Expr":
+    """Leading size-1 logical axes up to `ndim` (numpy's broadcasting aligns shapes on the right)."""
+    extra = ndim - self.ndim
+    if extra <= 0: return self
+    return self._insert([None] * extra + list(range(len(self.kshape))), tuple(h + extra for h in self.hidden))
 
   def windows(self, axis: int, size: int) -> "Expr":
     """`axis` (length n) replaced by (size, n - size + 1) sliding windows: out[..., i, j, ...] = self[..., i + j, ...]."""
-    return self._move("windows", lambda st: st.windows(axis, size))
+    k = self._live()._logical[_axes(axis, self.ndim, "windows")[0]]
+    try: return self._with(Move("windows", (k, size)), tuple(h + (h > k) for h in self.hidden))
+    except InvalidASTError: raise
+    except KcError as e: raise InvalidASTError(f"windows of {fmt_shape(self.shape)}: {e}") from e
+
+  def __getitem__(self, idx) -> "Expr":
+    """numpy basic indexing: ints, slices (any step), None and one Ellipsis."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if builtins.sum(1 for i in idx if i is Ellipsis) > 1: raise InvalidASTError("an index can only have a single ellipsis")
+    real = [i for i in idx if i is not None and i is not Ellipsis]
+    for i in real:
+      if isinstance(i, bool) or not isinstance(i, (int, slice)):
+        raise InvalidASTError(f"kc.ast indexes with ints, slices, None and ..., got {type(i).__name__} {i!r}")
+    if len(real) > self.ndim: raise InvalidASTError(f"too many indices for {fmt_shape(self.shape)}: {len(real)}")
+    if Ellipsis in idx:
+      at = idx.index(Ellipsis)
+      idx = idx[:at] + (slice(None),) * (self.ndim - len(real)) + idx[at + 1:]
+    else: idx = idx + (slice(None),) * (self.ndim - len(real))
+    x, shrink, flips, steps, out_shape = self, [], [], [], []
+    for i in idx:
+      if i is None: out_shape.append(1); continue
+      axis, n = len(shrink), self.shape[len(shrink)]
+      if not isinstance(n, int): raise InvalidASTError(f"indexing a symbolic axis of {fmt_shape(self.shape)}")
+      if isinstance(i, int):
+        if not -n <= i < n: raise InvalidASTError(f"index {i} is out of bounds for axis {axis} with size {n}")
+        shrink.append((i % n, i % n + 1)); steps.append(1)
+        continue
+      r = range(*i.indices(n))
+      if len(r) == 0: raise InvalidASTError(f"the slice {i} of axis {axis} (size {n}) is empty; kc kernels have no empty axes")
+      first, step = r[0], r.step
+      if step < 0: flips.append(axis); first, step = n - 1 - first, -step
+      shrink.append((first, first + (len(r) - 1) * step + 1)); steps.append(step); out_shape.append(len(r))
+    if flips: x = x.flip(flips)
+    if any(s != (0, n) for s, n in zip(shrink, self.shape)): x = x.shrink(shrink)
+    if any(s != 1 for s in steps): x = x._kernel_move("stride", x._per_axis(steps, 1, "stride"), "a stepped slice")
+    return x.reshape(tuple(out_shape))
 
   # ***** elementwise *****
 
-  def _lift(self, x) -> "Expr":
-    if isinstance(x, Expr): return x
-    if isinstance(x, (bool, int, float)): return Expr(UOp.const(self.dtype, x), self.shape)
-    raise InvalidASTError(f"cannot combine {self!r} with {type(x).__name__} {x!r}")
+  def _binary(self, op: Ops, other, reverse: bool = False, dtype_rule=None) -> "Expr":
+    return _elementwise(op, *((other, self) if reverse else (self, other)), dtype_rule=dtype_rule)
 
-  def _binary(self, op: Ops, other, reverse: bool = False) -> "Expr":
-    a, b = _broadcast_together(op.name, *((self._lift(other), self) if reverse else (self, self._lift(other))))
-    dt = least_upper_dtype(a.dtype, b.dtype)
-    if op in GroupOp.FloatOnly: dt = least_upper_float(dt)
-    return Expr(_alu(op, a.uop.cast(dt), b.uop.cast(dt)), a.shape)
-
-  def __add__(self, x): return self._binary(Ops.ADD, x)
-  def __radd__(self, x): return self._binary(Ops.ADD, x, True)
-  def __sub__(self, x): return self + (-self._lift(x))
-  def __rsub__(self, x): return self._lift(x) + (-self)
-  def __mul__(self, x): return self._binary(Ops.MUL, x)
-  def __rmul__(self, x): return self._binary(Ops.MUL, x, True)
-  def __truediv__(self, x): return self._binary(Ops.FDIV, x)
-  def __rtruediv__(self, x): return self._binary(Ops.FDIV, x, True)
-  def __floordiv__(self, x): return self._int_binary(Ops.IDIV, x)
-  def __mod__(self, x): return self._int_binary(Ops.MOD, x)
-  def __and__(self, x): return self._int_binary(Ops.AND, x)
-  def __or__(self, x): return self._int_binary(Ops.OR, x)
-  def __xor__(self, x): return self._int_binary(Ops.XOR, x)
-  def __lt__(self, x): return self._binary(Ops.CMPLT, x)
-  def __gt__(self, x): return self._binary(Ops.CMPLT, x, True)
-  def __le__(self, x): return (self > x).logical_not()
-  def __ge__(self, x): return (self < x).logical_not()
-  def ne(self, x) -> "Expr": return self._binary(Ops.CMPNE, x)
-  def eq(self, x) -> "Expr": return self.ne(x).logical_not()
-  def maximum(self, x) -> "Expr": return self._binary(Ops.MAX, x)
-  def minimum(self, x) -> "Expr": return -((-self).maximum(-self._lift(x))) if not dtypes.is_unsigned(self.dtype) else (self < x).where(self, x)
-
-  def _int_binary(self, op: Ops, x) -> "Expr":
-    other = self._lift(x)
-    ok = dtypes.is_int if op in (Ops.IDIV, Ops.MOD) else (lambda d: dtypes.is_int(d) or dtypes.is_bool(d))
-    if not (ok(self.dtype) and ok(other.dtype)): raise InvalidASTError(f"{op.name} needs integer operands, got {self.dtype.name} and {other.dtype.name}")
-    return self._binary(op, other)
-
-  def __neg__(self) -> "Expr":
+  def __add__(self, x): return _add(self, x)
+  def __radd__(self, x): return _add(x, self)
+  def __sub__(self, x): return _sub(self, x)
+  def __rsub__(self, x): return _sub(x, self)
+  def __mul__(self, x): return _mul(self, x)
+  def __rmul__(self, x): return _mul(x, self)
+  def __truediv__(self, x): return _elementwise(Ops.FDIV, self, x, dtype_rule=P.divide_float)
+  def __rtruediv__(self, x): return _elementwise(Ops.FDIV, x, self, dtype_rule=P.divide_float)
+  def __floordiv__(self, x): return _floordiv(self, x)
+  def __rfloordiv__(self, x): return _floordiv(x, self)
+  def __mod__(self, x): return _mod(self, x)
+  def __rmod__(self, x): return _mod(x, self)
+  def __and__(self, x): return _bitwise(Ops.AND, self, x)
+  def __rand__(self, x): return _bitwise(Ops.AND, x, self)
+  def __or__(self, x): return _bitwise(Ops.OR, self, x)
+  def __ror__(self, x): return _bitwise(Ops.OR, x, self)
+  def __xor__(self, x): return _bitwise(Ops.XOR, self, x)
+  def __rxor__(self, x): return _bitwise(Ops.XOR, x, self)
+  def __lt__(self, x): return _compare("<", self, x)
+  def __gt__(self, x): return _compare(">", self, x)
+  def __le__(self, x): return _compare("<=", self, x)
+  def __ge__(self, x): return _compare(">=", self, x)
+  def __eq__(self, x): return _compare("==", self, x)  # type: ignore[override]
+  def __ne__(self, x): return _compare("!=", self, x)  # type: ignore[override]
+  def __pow__(self, x): return _pow(self, x)
+  def __rpow__(self, x): return _pow(x, self)
+  def __matmul__(self, x): return matmul(self, x)
+  def __rmatmul__(self, x): return matmul(x, self)
+  def __neg__(self) -> "Expr": return _neg(self)
+  def __pos__(self) -> "Expr": return self
+  def __abs__(self) -> "Expr": return self.abs()
+  def __invert__(self) -> "Expr":
+    if dtypes.is_float(self.dtype): raise DTypeError(f"~ (bitwise not) needs bool or int, got {self.dtype.name}")
     if dtypes.is_bool(self.dtype): return self.logical_not()
-    return Expr(self.uop * -1 if dtypes.is_int(self.dtype) else _alu(Ops.NEG, self.uop), self.shape)
+    return _unary_uop(self, lambda u: u.alu(Ops.XOR, UOp.const(u.dtype, dtypes.max(u.dtype) if dtypes.is_unsigned(u.dtype) else -1)))
 
-  def logical_not(self) -> "Expr":
-    if not dtypes.is_bool(self.dtype): raise InvalidASTError(f"logical_not needs bool, got {self.dtype.name}")
-    return self.ne(True)
+  def ne(self, x) -> "Expr": return self != x
+  def eq(self, x) -> "Expr": return self == x
+  def maximum(self, x) -> "Expr": return maximum(self, x)
+  def minimum(self, x) -> "Expr": return minimum(self, x)
+  def clip(self, lo=None, hi=None) -> "Expr": return clip(self, lo, hi)
+  def logical_not(self) -> "Expr": return _unary_uop(_truth(self), lambda u: u.alu(Ops.CMPNE, UOp.const(dtypes.bool, True)))
+  def where(self, a, b) -> "Expr": return where(self, a, b)
 
-  def where(self, a, b) -> "Expr":
-    if not dtypes.is_bool(self.dtype): raise InvalidASTError(f"where needs a bool condition, got {self.dtype.name}")
-    a = a if isinstance(a, Expr) else (b._lift(a) if isinstance(b, Expr) else const(a, dtypes.from_py(a), self.shape))
-    c, a, b = _broadcast_together("where", self, a, a._lift(b))
-    dt = least_upper_dtype(a.dtype, b.dtype)
-    return Expr(_alu(Ops.WHERE, c.uop, a.uop.cast(dt), b.uop.cast(dt)), c.shape)
+  def _float_unary(self, fn) -> "Expr":
+    dt = P.unary_float(self.dtype)
+    return _unary_uop(self, lambda u: fn(u.cast(dt)))
 
-  def _unary(self, op: Ops) -> "Expr":
-    dt = least_upper_float(self.dtype) if op in GroupOp.FloatOnly else self.dtype
-    return Expr(_alu(op, self.uop.cast(dt)), self.shape)
+  def exp2(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.EXP2))
+  def log2(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.LOG2))
+  def exp(self) -> "Expr": return self._float_unary(lambda u: (u * UOp.const(u.dtype, 1 / math.log(2))).alu(Ops.EXP2))
+  def log(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.LOG2) * UOp.const(u.dtype, math.log(2)))
+  def sin(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.SIN))
+  def cos(self) -> "Expr": return self._float_unary(lambda u: (UOp.const(u.dtype, math.pi / 2) - u).alu(Ops.SIN))
+  def sqrt(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.SQRT))
+  def recip(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.RECIP))
+  reciprocal = recip
 
-  def exp2(self) -> "Expr": return self._unary(Ops.EXP2)
-  def log2(self) -> "Expr": return self._unary(Ops.LOG2)
-  def sin(self) -> "Expr": return self._unary(Ops.SIN)
-  def sqrt(self) -> "Expr": return self._unary(Ops.SQRT)
-  def recip(self) -> "Expr": return self._unary(Ops.RECIP)
+  def abs(self) -> "Expr":
+    if dtypes.is_bool(self.dtype) or dtypes.is_unsigned(self.dtype): return self
+    return _unary_uop(self, lambda u: u.alu(Ops.CMPLT, UOp.const(u.dtype, 0)).where(_neg_uop(u), u))
 
-  def cast(self, dtype: DType) -> "Expr": return Expr(self.uop.cast(_dtype(dtype)), self.shape)
+  def square(self) -> "Expr": return self * self
 
-  def bitcast(self, dtype: DType) -> "Expr":
+  def cast(self, dtype) -> "Expr": return _unary_uop(self, lambda u: u.cast(_dtype(dtype)))
+  def astype(self, dtype) -> "Expr": return self.cast(dtype)
+
+  def bitcast(self, dtype) -> "Expr":
     dtype = _dtype(dtype)
     if dtype.itemsize != self.dtype.itemsize: raise InvalidASTError(f"bitcast needs equal sizes: {self.dtype.name} -> {dtype.name}")
-    return Expr(self.uop.bitcast(dtype), self.shape)
+    return _unary_uop(self, lambda u: u.bitcast(dtype))
 
-  # ***** reduces *****
+  # ***** reduces: numpy's axis and keepdims (default False) *****
 
-  def _reduce(self, op: Ops, axis) -> "Expr":
-    axes = tuple(range(self.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
-    norm = []
-    for a in axes:
-      if not isinstance(a, int) or not -self.ndim <= a < self.ndim: raise InvalidASTError(f"reduce axis {a!r} out of range for shape {fmt_shape(self.shape)}")
-      norm.append(a % self.ndim)
-    if len(set(norm)) != len(norm): raise InvalidASTError(f"repeated reduce axis in {axes}")
-    if dtypes.is_bool(self.dtype) and op is Ops.ADD: return self.cast(dtypes.int32)._reduce(op, tuple(norm))
-    new_shape = tuple(1 if i in norm else s for i, s in enumerate(self.shape))
-    return Expr(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, tuple(sorted(norm)))), new_shape)
+  def _reduce(self, op: Ops, axis, keepdims: bool, acc: Optional[DType] = None) -> "Expr":
+    me = self._live()
+    axes = _axes(axis, me.ndim, "reduce")
+    kaxes = tuple(sorted(me._logical[a] for a in axes))
+    src = me.uop if acc is None else me.uop.cast(acc)
+    uop = UOp(Ops.REDUCE_AXIS, src.dtype, (src,), (op, kaxes))
+    kshape = tuple(1 if i in kaxes else s for i, s in enumerate(me.kshape))
+    return Expr(uop, kshape, me.hidden if keepdims else me.hidden + kaxes)
 
-  def sum(self, axis=None) -> "Expr": return self._reduce(Ops.ADD, axis)
-  def max(self, axis=None) -> "Expr": return self._reduce(Ops.MAX, axis)
-  def prod(self, axis=None) -> "Expr": return self._reduce(Ops.MUL, axis)
+  def sum(self, axis=None, keepdims: bool = False, dtype=None) -> "Expr":
+    """numpy's sum: small ints widen to int64/uint64 unless `dtype` is given; half sums accumulate in float32."""
+    out = P.sum_dtype(self.dtype) if dtype is None else _dtype(dtype)
+    return self._reduce(Ops.ADD, axis, keepdims, P.ACCUMULATE.get(out, out)).cast(out)
+
+  def prod(self, axis=None, keepdims: bool = False, dtype=None) -> "Expr":
+    out = P.sum_dtype(self.dtype) if dtype is None else _dtype(dtype)
+    return self._reduce(Ops.MUL, axis, keepdims, P.ACCUMULATE.get(out, out)).cast(out)
+
+  def max(self, axis=None, keepdims: bool = False) -> "Expr":
+    if dtypes.is_bool(self.dtype): return self.cast(dtypes.uint8)._reduce(Ops.MAX, axis, keepdims).cast(dtypes.bool)
+    return self._reduce(Ops.MAX, axis, keepdims)
+
+  def min(self, axis=None, keepdims: bool = False) -> "Expr":
+    # the order-reversing map of each kind turns a max into a min exactly: not for bools, ~ for ints, - for floats
+    flip = (lambda x: x.logical_not()) if dtypes.is_bool(self.dtype) else (lambda x: ~x) if dtypes.is_int(self.dtype) else (lambda x: -x)
+    return flip(flip(self).max(axis, keepdims))
+
+  def mean(self, axis=None, keepdims: bool = False) -> "Expr":
+    out = P.divide_float(self.dtype)
+    n = _size([self._live().shape[a] for a in _axes(axis, self.ndim, "mean")])
+    if n is None: raise InvalidASTError(f"mean over a symbolic axis of {fmt_shape(self.shape)}: the count is not known when building")
+    acc = P.ACCUMULATE.get(out, out)
+    s = self.cast(out)._reduce(Ops.ADD, axis, keepdims, acc)
+    return (s / n).cast(out)
+
+  def any(self, axis=None, keepdims: bool = False) -> "Expr": return _truth(self).max(axis, keepdims)
+  def all(self, axis=None, keepdims: bool = False) -> "Expr": return _truth(self).min(axis, keepdims)
 
 
-def _broadcast_together(name: str, *xs: Expr) -> tuple[Expr, ...]:
-  """numpy broadcasting: shapes are aligned on the right and size-1 dims are expanded to the common size."""
-  ndim = max(x.ndim for x in xs)
+# ***** combining expressions *****
+
+def _broadcast_shape(shapes: list[tuple]) -> Optional[tuple]:
+  ndim = builtins.max(len(s) for s in shapes)
   out = []
   for i in range(ndim):
-    dims = {x.shape[i - ndim + x.ndim] for x in xs if i - ndim + x.ndim >= 0} - {1}
-    if len(dims) > 1: raise InvalidASTError(f"{name}: shapes {', '.join(fmt_shape(x.shape) for x in xs)} do not broadcast (dim {i})")
+    dims = {s[i - ndim + len(s)] for s in shapes if i - ndim + len(s) >= 0} - {1}
+    if len(dims) > 1: return None
     out.append(dims.pop() if dims else 1)
-  shape = tuple(out)
-  return tuple(x if x.shape == shape else x.reshape((1,) * (ndim - x.ndim) + x.shape).expand(shape) if x.ndim < ndim else x.expand(shape) for x in xs)
+  return tuple(out)
 
 
-def _alu(op: Ops, *src: UOp) -> UOp:
-  return src[0].alu(op, *src[1:])
+def _align(name: str, xs: list[Expr]) -> list[Expr]:
+  """numpy broadcasting of the logical shapes, with the hidden axes of every operand lined up in one kernel shape.
+  Operands whose hidden axes sit in the same place over the same sizes share them (x.sum(1) + y.sum(1)); others
+  get their own kernel axes. Where numpy's rule fails but the kept-axes form of a reduce result broadcasts
+  (x - x.max(1) on a non-square x), that form is used: it is what reduces meant before keepdims existed."""
+  xs = [x._live() for x in xs]
+  shape = _broadcast_shape([x.shape for x in xs])
+  if shape is None and any(x.hidden for x in xs):
+    kept = [Expr(x.uop, x.kshape) if x.hidden else x for x in xs]
+    if (kshape := _broadcast_shape([x.shape for x in kept])) is not None: xs, shape = kept, kshape
+  if shape is None: raise InvalidASTError(f"{name}: shapes {', '.join(fmt_shape(x.shape) for x in xs)} do not broadcast")
+  xs = [x._lead(len(shape)) for x in xs]
+  if all(x.kshape == xs[0].kshape and x.hidden == xs[0].hidden for x in xs): layout = None
+  else: layout = _gaps(xs, len(shape))
+  out = []
+  for i, x in enumerate(xs):
+    if layout is not None:
+      gaps, entries, hidden = _gap_axes(x), [], []
+      for g, slots in enumerate(layout):
+        for owner, pos in slots:
+          mine = gaps[g][pos] if (owner == i or (owner is None and gaps[g])) else None
+          hidden.append(len(entries)); entries.append(mine)
+        if g < len(shape): entries.append(x._logical[g])
+      x = x._insert(entries, tuple(hidden))
+    out.append(x._broadcast_to(shape))
+  return out
 
 
-def _push_view(u: UOp, name: str, fxn: Callable[[ShapeTracker], ShapeTracker], old_shape, new_shape) -> UOp:
-  """Apply a movement op to every leaf view under u (elementwise ops commute with movement)."""
-  memo: dict[UOp, UOp] = {}
-
-  def walk(x: UOp) -> UOp:
-    if x in memo: return memo[x]
-    if x.op is Ops.LOAD: ret = x.replace(src=(x.src[0], fxn(x.src[1].arg).to_uop()))
-    elif x.op is Ops.VALID: ret = x.replace(src=(fxn(x.src[0].arg).to_uop(),))
-    elif x.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): ret = x
-    elif x.op in (Ops.REDUCE_AXIS, Ops.VIEW):
-      ret = _broadcast(x, name, fxn, old_shape, new_shape)
-    else: ret = x.replace(src=tuple(walk(s) for s in x.src))
-    memo[x] = ret
-    return ret
-  return walk(u)
+def _gap_axes(x: Expr) -> list[list[int]]:
+  """The hidden kernel axes of x before each logical axis, and after the last."""
+  gaps: list[list[int]] = [[] for _ in range(x.ndim + 1)]
+  j = 0
+  for k in range(len(x.kshape)):
+    if k in x.hidden: gaps[j].append(k)
+    else: j += 1
+  return gaps
 
 
-def _broadcast(x: UOp, name: str, fxn, old_shape, new_shape) -> UOp:
-  """Movement above a reduce: only an expand of its size-1 dims, which broadcasts the result (a fused chain)."""
-  if name != "expand" or len(old_shape) != len(new_shape) or any(o != n and o != 1 for o, n in zip(old_shape, new_shape)):
-    raise InvalidASTError(f"{name} of a reduce result {fmt_shape(old_shape)} -> {fmt_shape(new_shape)}: only an expand of its reduced "
-                          "axes can follow a reduce in the same kernel; movement belongs before the reduce")
-  base = x.src[0] if x.op is Ops.VIEW else x
-  return UOp(Ops.VIEW, x.dtype, (base,), ShapeTracker.from_shape(old_shape if x.op is not Ops.VIEW else _reduced_shape(x)).expand(new_shape))
+def _gaps(xs: list[Expr], ndim: int) -> list[list[tuple[Optional[int], int]]]:
+  """The hidden slots of the common kernel shape in each gap: (None, pos) shared by every operand that has hidden axes
+  there (same count, same sizes), or (operand, pos) owned by one operand."""
+  gaps = [_gap_axes(x) for x in xs]
+  ext = [extents(x.uop) if any(gaps[i]) else () for i, x in enumerate(xs)]
+  layout = []
+  for g in range(ndim + 1):
+    having = [i for i in range(len(xs)) if gaps[i][g]]
+    sizes = [tuple(ext[i][k] if k < len(ext[i]) else 1 for k in gaps[i][g]) for i in having]
+    if having and all(len(s) == len(sizes[0]) for s in sizes) and \
+       all(len({d for d in dims if d != 1}) <= 1 for dims in zip(*sizes)):
+      layout.append([(None, p) for p in range(len(sizes[0]))])
+    else: layout.append([(i, p) for i in having for p in range(len(gaps[i][g]))])
+  return layout
 
 
-def _reduced_shape(view: UOp) -> tuple[sint, ...]:
-  st: ShapeTracker = view.arg
-  strides = st.real_strides()
-  return tuple(1 if strides[i] == 0 else s for i, s in enumerate(st.shape))
+def _operands(name: str, xs) -> tuple[list, Optional[Expr]]:
+  for x in xs:
+    if not isinstance(x, (Expr,) + _SCALARS): raise InvalidASTError(f"{name}: cannot combine a kc.ast expression with {type(x).__name__} {x!r}")
+  exprs = [x for x in xs if isinstance(x, Expr)]
+  if not exprs: raise InvalidASTError(f"{name} needs at least one kc.ast expression")
+  aligned = iter(_align(name, exprs) if len(exprs) > 1 else [exprs[0]._live()])
+  return [next(aligned) if isinstance(x, Expr) else x for x in xs], None
+
+
+def _result_dtype(xs) -> DType:
+  return P.result_dtype([x.dtype for x in xs if isinstance(x, Expr)], [x for x in xs if not isinstance(x, Expr)])
+
+
+def _build(name: str, xs, fn, dtype: Optional[DType] = None) -> Expr:
+  """fn over the operands' UOps, each cast to `dtype` (default: numpy's result dtype of the operands)."""
+  dt = _result_dtype(xs) if dtype is None else dtype
+  ops, _ = _operands(name, xs)
+  base = next(x for x in ops if isinstance(x, Expr))
+  uops = [x.uop.cast(dt) if isinstance(x, Expr) else UOp.const(dt, x) for x in ops]
+  return Expr(fn(*uops), base.kshape, base.hidden)
+
+
+def _elementwise(op: Ops, *xs, dtype_rule=None) -> Expr:
+  dt = _result_dtype(xs)
+  return _build(op.name, xs, lambda *u: u[0].alu(op, *u[1:]), dt if dtype_rule is None else dtype_rule(dt))
+
+
+def _unary_uop(x: Expr, fn) -> Expr:
+  x = x._live()
+  return Expr(fn(x.uop), x.kshape, x.hidden)
+
+
+def _add(a, b) -> Expr:
+  if _result_dtype((a, b)) == dtypes.bool: return _elementwise(Ops.OR, a, b)  # numpy: bool + bool is or
+  return _elementwise(Ops.ADD, a, b)
+
+
+def _mul(a, b) -> Expr:
+  if _result_dtype((a, b)) == dtypes.bool: return _elementwise(Ops.AND, a, b)
+  return _elementwise(Ops.MUL, a, b)
+
+
+def _sub(a, b) -> Expr:
+  if _result_dtype((a, b)) == dtypes.bool: raise DTypeError("numpy boolean subtract, the - operator, is not supported; use ^ or logical_xor")
+  return _elementwise(Ops.SUB, a, b)
+
+
+def _neg_uop(u: UOp) -> UOp:
+  if dtypes.is_float(u.dtype): return u.alu(Ops.NEG)
+  return UOp.const(u.dtype, 0).alu(Ops.SUB, u)  # ints wrap: -INT_MIN is INT_MIN, -1 as uint8 is 255, as in numpy
+
+
+def _neg(x: Expr) -> Expr:
+  if dtypes.is_bool(x.dtype): raise DTypeError("numpy boolean negative, the - operator, is not supported; use ~ or logical_not")
+  return _unary_uop(x, _neg_uop)
+
+
+def _floor(u: UOp) -> UOp:
+  """floor of a float: the truncation minus one where it rounded up. Beyond 2**mantissa every float is an integer (and
+  the int64 conversion could overflow), so those, infs and NaNs pass through."""
+  big = UOp.const(u.dtype, 2.0 ** dtypes.finfo(u.dtype)[1])
+  t = u.cast(dtypes.int64).cast(u.dtype)
+  fl = u.alu(Ops.CMPLT, t).where(t - UOp.const(u.dtype, 1), t)
+  a = u.alu(Ops.CMPLT, UOp.const(u.dtype, 0)).where(u.alu(Ops.NEG), u)
+  return a.alu(Ops.CMPLT, big).where(fl, u)
+
+
+def _floordiv(a, b) -> Expr:
+  dt = _result_dtype((a, b))
+  if dtypes.is_float(dt): return _build("floordiv", (a, b), lambda x, y: _floor(x.alu(Ops.FDIV, y)), dt)
+  if dt == dtypes.bool: dt = dtypes.int8  # numpy: bool // bool is int8
+  return _build("floordiv", (a, b), lambda x, y: x.alu(Ops.IDIV, y), dt)
+
+
+def _mod(a, b) -> Expr:
+  dt = _result_dtype((a, b))
+  if dtypes.is_float(dt): return _build("mod", (a, b), lambda x, y: x - _floor(x.alu(Ops.FDIV, y)) * y, dt)
+  if dt == dtypes.bool: dt = dtypes.int8
+  return _build("mod", (a, b), lambda x, y: x.alu(Ops.MOD, y), dt)
+
+
+def _bitwise(op: Ops, a, b) -> Expr:
+  dt = _result_dtype((a, b))
+  if dtypes.is_float(dt): raise DTypeError(f"{op.name.lower()} needs bool or int operands, got {dt.name}")
+  return _elementwise(op, a, b)
+
+
+_FLIPPED = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _compare(cmp: str, a, b) -> Expr:
+  if not isinstance(a, Expr): a, b, cmp = b, a, _FLIPPED[cmp]
+  if isinstance(b, int) and not isinstance(b, bool) and dtypes.is_int(a.dtype) and not P.fits(b, a.dtype):
+    # numpy 2 compares an int array with an out-of-range Python int by value: the answer is the same everywhere
+    above = b > dtypes.max(a.dtype)
+    value = {"<": above, "<=": above, ">": not above, ">=": not above, "==": False, "!=": True}[cmp]
+    return _unary_uop(a, lambda u: u.alu(Ops.CMPNE, u)) if value is False else _unary_uop(a, lambda u: u.alu(Ops.CMPNE, u).alu(Ops.CMPNE, UOp.const(dtypes.bool, True)))
+  dt = _result_dtype((a, b))
+  def fn(x: UOp, y: UOp) -> UOp:
+    if cmp == "<": return x.alu(Ops.CMPLT, y)
+    if cmp == ">": return y.alu(Ops.CMPLT, x)
+    if cmp == "<=": return y.alu(Ops.CMPLT, x).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+    if cmp == ">=": return x.alu(Ops.CMPLT, y).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+    if cmp == "!=": return x.alu(Ops.CMPNE, y)
+    return x.alu(Ops.CMPNE, y).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+  return _build(cmp, (a, b), fn, dt)
+
+
+def _truth(x: Expr) -> Expr:
+  """numpy's truth of any dtype: nonzero."""
+  return x if dtypes.is_bool(x.dtype) else x != 0
+
+
+def _pow(a, b) -> Expr:
+  """numpy's power. An int exponent is repeated multiplication (by squaring); a float exponent is exp2(b * log2|a|)
+  with numpy's signs: a negative base gives a negative result for an odd integer exponent, NaN for a non-integer one."""
+  if isinstance(b, int) and not isinstance(b, bool) and isinstance(a, Expr):
+    dt = a.dtype if not dtypes.is_bool(a.dtype) else dtypes.int8  # numpy: bool ** int is int8
+    P.check_fits(b, dt) if dtypes.is_int(dt) else None
+    if b < 0 and not dtypes.is_float(dt): raise DTypeError(f"integers to negative integer powers are not allowed ({dt.name} ** {b})")
+    x = a.cast(dt)
+    out = _ones_like(x) if b == 0 else _power_by_squaring(x, builtins.abs(b))
+    return out.recip() if b < 0 else out
+  if isinstance(b, float) and isinstance(a, Expr) and b == int(b) and builtins.abs(b) <= 64:
+    return _pow(a.cast(P.result_dtype([a.dtype], [b])), int(b))
+  dt = _result_dtype((a, b))
+  if not dtypes.is_float(dt):
+    raise InvalidASTError(f"integer ** integer array ({dt.name}) needs a loop per element kc cannot express in one kernel; "
+                          "cast the base to a float dtype")
+  def fn(x: UOp, y: UOp) -> UOp:
+    ax = x.alu(Ops.CMPLT, UOp.const(dt, 0)).where(x.alu(Ops.NEG), x)
+    mag = (y * ax.alu(Ops.LOG2)).alu(Ops.EXP2)
+    yi = y.cast(dtypes.int64)
+    integral = yi.cast(dt).alu(Ops.CMPNE, y).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+    odd = yi.alu(Ops.AND, UOp.const(dtypes.int64, 1)).alu(Ops.CMPNE, UOp.const(dtypes.int64, 0))
+    neg = integral.where(odd.where(mag.alu(Ops.NEG), mag), UOp.const(dt, math.nan))
+    one = y.alu(Ops.CMPNE, UOp.const(dt, 0)).where(x.alu(Ops.CMPLT, UOp.const(dt, 0)).where(neg, mag), UOp.const(dt, 1))
+    return one
+  return _build("power", (a, b), fn, dt)
+
+
+def _ones_like(x: Expr) -> Expr: return _unary_uop(x, lambda u: u.alu(Ops.CMPNE, u).where(UOp.const(u.dtype, 0), UOp.const(u.dtype, 1)))
+
+
+def _power_by_squaring(x: Expr, n: int) -> Expr:
+  out, sq = None, x
+  while n:
+    if n & 1: out = sq if out is None else out * sq
+    n >>= 1
+    if n: sq = sq * sq
+  return out
+
+
+# ***** numpy's module functions *****
+
+def where(cond, a, b) -> Expr:
+  """numpy.where(cond, a, b): cond is true where nonzero; a and b promote as numpy's operands do."""
+  if not isinstance(cond, Expr): raise InvalidASTError(f"where needs a kc.ast expression as the condition, got {type(cond).__name__}")
+  cond = _truth(cond)
+  dt = _result_dtype((a, b))
+  ops, _ = _operands("where", (cond, a, b))
+  c, a, b = ops
+  u = [x.uop.cast(dt) if isinstance(x, Expr) else UOp.const(dt, x) for x in (a, b)]
+  return Expr(c.uop.alu(Ops.WHERE, *u), c.kshape, c.hidden)
+
+
+def maximum(a, b) -> Expr:
+  if _result_dtype((a, b)) == dtypes.bool: return _elementwise(Ops.OR, a, b)
+  return _elementwise(Ops.MAX, a, b)
+
+
+def minimum(a, b) -> Expr:
+  dt = _result_dtype((a, b))
+  if dt == dtypes.bool: return _elementwise(Ops.AND, a, b)
+  rev = (lambda u: u.alu(Ops.NEG)) if dtypes.is_float(dt) else \
+        (lambda u: u.alu(Ops.XOR, UOp.const(dt, dtypes.max(dt) if dtypes.is_unsigned(dt) else -1)))
+  return _build("minimum", (a, b), lambda x, y: rev(rev(x).alu(Ops.MAX, rev(y))), dt)
+
+
+def clip(x: Expr, lo=None, hi=None) -> Expr:
+  """numpy.clip: minimum(maximum(x, lo), hi)."""
+  if lo is None and hi is None: raise InvalidASTError("clip needs lo or hi")
+  out = x if lo is None else maximum(x, lo)
+  return out if hi is None else minimum(out, hi)
+
+
+def logical_not(x: Expr) -> Expr: return x.logical_not() if isinstance(x, Expr) else _no_expr("logical_not", x)
+def logical_and(a, b) -> Expr: return _elementwise(Ops.AND, *_truths(a, b))
+def logical_or(a, b) -> Expr: return _elementwise(Ops.OR, *_truths(a, b))
+def logical_xor(a, b) -> Expr: return _elementwise(Ops.CMPNE, *_truths(a, b))
+
+
+def _truths(*xs):
+  return [_truth(x) if isinstance(x, Expr) else bool(x) if isinstance(x, _SCALARS) else x for x in xs]
+
+
+def _no_expr(name: str, x):
+  raise InvalidASTError(f"{name} needs a kc.ast expression, got {type(x).__name__} {x!r}")
+
+
+def matmul(a, b) -> Expr:
+  """numpy.matmul: 2-D, batched (batch dims broadcast) and 1-D operands (a vector loses its axis in the result)."""
+  if not (isinstance(a, Expr) and isinstance(b, Expr)): raise InvalidASTError("matmul needs two kc.ast expressions")
+  if a.ndim == 0 or b.ndim == 0: raise InvalidASTError("matmul: 0-d operands are not allowed (use *)")
+  va, vb = a.ndim == 1, b.ndim == 1
+  x = a.reshape((1,) + a.shape) if va else a
+  y = b.reshape(b.shape + (1,)) if vb else b
+  if x.shape[-1] != y.shape[-2]:
+    raise InvalidASTError(f"matmul: {fmt_shape(a.shape)} @ {fmt_shape(b.shape)}: the contracted dims {x.shape[-1]} and {y.shape[-2]} differ")
+  dt = _result_dtype((a, b))
+  x, y = x.cast(dt).reshape(x.shape[:-1] + (x.shape[-1], 1)), y.cast(dt).reshape(y.shape[:-2] + (1,) + y.shape[-2:])
+  if dt == dtypes.bool: out = (x & y).max(-2)
+  else: out = (x * y)._reduce(Ops.ADD, -2, False, P.ACCUMULATE.get(dt, dt)).cast(dt)
+  shape = out.shape
+  if va: shape = shape[:-2] + shape[-1:]
+  if vb: shape = shape[:-1]
+  return out.reshape(shape)
+
+
+def _method(name: str):
+  def fn(x, *args, **kw):
+    if not isinstance(x, Expr): _no_expr(name, x)
+    return getattr(x, name)(*args, **kw)
+  fn.__name__, fn.__doc__ = name, f"numpy.{name} as a function: x.{name}(...)"
+  return fn
+
+
+exp, log, exp2, log2, sqrt, sin, cos = (_method(n) for n in ("exp", "log", "exp2", "log2", "sqrt", "sin", "cos"))
+# numpy's names; they shadow the builtins inside this module, which therefore calls builtins.max etc. explicitly
+abs, sum, prod, mean = (_method(n) for n in ("abs", "sum", "prod", "mean"))  # noqa: A001
+amax, amin = _method("max"), _method("min")
+max, min = amax, amin  # noqa: A001
 
 
 # ***** leaves and outputs *****
@@ -227,20 +679,23 @@ def arg(idx: int, dtype: DType, shape) -> Expr:
 
 
 def const(value: Scalar, dtype: DType, shape) -> Expr:
-  """A constant of `shape`: every element is `value`."""
+  """A constant of `shape`: every element is `value`. It is VALID(view).where(value, 0), so a pad of it is 0 outside."""
   dtype, shape = _dtype(dtype), _shape(shape)
-  if not isinstance(value, (bool, int, float)): raise InvalidASTError(f"a constant is a bool, int or float, got {value!r}")
+  if not isinstance(value, _SCALARS) and not isinstance(value, np.generic): raise InvalidASTError(f"a constant is a bool, int or float, got {value!r}")
+  value = value.item() if isinstance(value, np.generic) else value
+  P.check_fits(value, dtype)
   st = ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
   valid = UOp(Ops.VALID, dtypes.bool, (st.to_uop(),))
   return Expr(valid.where(UOp.const(dtype, value), UOp.const(dtype, 0)), shape)
 
 
 def store(idx: int, expr: Expr) -> UOp:
-  """Write `expr` to buffer argument `idx` as a contiguous array of its shape."""
+  """Write `expr` to buffer argument `idx`: its logical elements, contiguous, in order (the kernel view is its kernel
+  shape, which differs from the logical one only by size-1 axes or, for a stored-only reshape, by a contiguous reshape)."""
   if not isinstance(expr, Expr): raise InvalidASTError(f"store takes a kc.ast expression, got {type(expr).__name__}")
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
   buf = UOp(Ops.DEFINE_GLOBAL, expr.dtype.ptr(), (), idx)
-  return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.shape).to_uop(), expr.uop))
+  return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.kshape).to_uop(), expr.uop))
 
 
 def sink(*stores: UOp) -> UOp:
@@ -248,6 +703,10 @@ def sink(*stores: UOp) -> UOp:
   if not stores or not all(isinstance(s, UOp) and s.op is Ops.STORE for s in stores): raise InvalidASTError("sink takes one or more A.store(...)")
   idxs = [s.src[0].arg for s in stores]
   if len(set(idxs)) != len(idxs): raise InvalidASTError(f"two stores to the same buffer index: {idxs}")
+  ranks = {len(s.src[1].arg.shape) for s in stores}
+  if len(ranks) > 1:
+    raise InvalidASTError(f"the outputs of one kernel need one kernel rank, got {sorted(ranks)}: add size-1 axes (reshape) "
+                          "so that every stored value has the same number of axes")
   from kc.kernel.verify import verify_ast
   out = UOp(Ops.SINK, dtypes.void, tuple(stores))
   verify_ast(out)
