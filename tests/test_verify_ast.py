@@ -42,10 +42,10 @@ def test_malformed_asts(build, match):
 def test_builder_rejects_illegal_combinations():
   x = F(1, 4, 8)
   with pytest.raises(InvalidASTError, match="do not broadcast"): x + F(2, 3, 8)
-  with pytest.raises(InvalidASTError, match="only an expand of its reduced"): x.sum(1).reshape(2, 2)
+  with pytest.raises(InvalidASTError, match="can only be stored"): x.sum(1).reshape(2, 2) + 1.0
   with pytest.raises(InvalidASTError, match="unknown dtype"): A.arg(1, "float", (4,))
   with pytest.raises(InvalidASTError, match="out of range"): x.sum(2)
-  with pytest.raises(InvalidASTError, match="integer operands"): x // 2
+  with pytest.raises(TypeError, match="bool or int"): x & 2
   with pytest.raises(InvalidASTError, match="same buffer index"): A.sink(A.store(0, x), A.store(0, x))
   with pytest.raises(InvalidASTError): x.reshape(5, 7)
 
