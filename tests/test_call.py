@@ -246,3 +246,13 @@ def test_device_memory_is_not_host_memory_by_default():
 def test_specs_record_declared_shapes_and_outputs():
   specs = buffer_specs(A.sink(A.store(0, F(1, 3, 4).permute(1, 0).flip(0) + F(2, 4, 3))), "k")
   assert [(s.index, s.output, s.shape, s.elements) for s in specs] == [(0, True, (4, 3), 12), (1, False, (3, 4), 12), (2, False, (4, 3), 12)]
+
+
+@pytest.mark.parametrize("device", HOST)
+def test_an_output_that_overlaps_an_input_is_right(device):
+  # in place, the transpose would read elements it already overwrote; the output is written to a copy instead
+  k = kc.compile(A.sink(A.store(0, F(1, M, M).permute(1, 0) + 0.0)), device=device)
+  x = rand(M, M)
+  keep = x.copy()
+  k(x, x)
+  assert np.array_equal(x, keep.T)

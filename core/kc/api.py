@@ -30,7 +30,8 @@ class CompiledKernel:
     self._static = not kernel.vars
     self._dims = program.launch_dims({}) if self._static else None
     self._empty = all(s.elements_at({}) == 0 for s in self._outputs) if self._static else None
-    self._globals = tuple(program.globals)
+    # the launch takes buffers in the program's order; most programs use index order, which needs no reordering
+    self._order = None if list(program.globals) == list(range(len(self.specs))) else tuple(program.globals)
 
   @property
   def name(self) -> str: return self.program.name
@@ -52,13 +53,14 @@ class CompiledKernel:
       for spec, arg in zip(specs, args): spec.check(arg, self.device, vals)
       return 0.0
     bufs, copies = [], []
-    for spec, arg in zip(specs, args):
-      handle, back = spec.handle(arg, vals, self.device, self._allocator)
+    for i, (spec, arg) in enumerate(zip(specs, args)):
+      handle, back = spec.handle(arg, vals, self.device, self._allocator, not (spec.output and _overlaps(i, args)))
       bufs.append(handle)
       if back is not None: copies.append((arg, back))
     ordered = [vals[v.arg[0]] for v in self.program.vars] if vals else []
     # `args` holds every array a handle borrows until the launch returns
-    seconds = self._handle(*[bufs[g] for g in self._globals], global_size=global_size, local_size=local_size, vals=ordered, wait=True)
+    if self._order is not None: bufs = [bufs[g] for g in self._order]
+    seconds = self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=True)
     for arr, buf in copies: buf.copyout(arr.reshape(-1).view(np.uint8).data)
     seconds = float(seconds or 0.0)
     if debug_level() >= 2: self._report(seconds, vals)
@@ -81,6 +83,13 @@ class CompiledKernel:
         raise SymbolicError(f"Variable {name!r} of {self.name} must be an int in {v.arg[1]}..{v.arg[2]}, got {val!r}")
       vals[name] = val
     return vals
+
+
+def _overlaps(i: int, args: tuple) -> bool:
+  """Whether the array given for output `i` shares memory with another argument (the same array included). Such an output is written to a copy
+  and copied back after the launch: written in place, the kernel could read what it already overwrote."""
+  out = args[i]
+  return isinstance(out, np.ndarray) and any(j != i and isinstance(a, np.ndarray) and np.may_share_memory(a, out) for j, a in enumerate(args))
 
 
 def optimize(k: Kernel, opts: OptsArg) -> Kernel:

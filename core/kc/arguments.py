@@ -132,12 +132,13 @@ class BufferSpec:
     elif isinstance(arg, Buffer): self.check_buffer(arg, device, vals)
     else: raise ArgumentError(f"{self._name()} must be a numpy array or a kc.Buffer, got {type(arg).__name__}")
 
-  def handle(self, arg: Union[np.ndarray, Buffer], vals: dict[str, int], device: str, allocator: Allocator):
+  def handle(self, arg: Union[np.ndarray, Buffer], vals: dict[str, int], device: str, allocator: Allocator, in_place: bool = True):
     """Check `arg` and return what the program is launched with, and the Buffer to copy back into `arg` (None
-    when the array is used in place or is only read)."""
+    when the array is used in place or is only read). `in_place=False` copies even where the device could use
+    the array itself."""
     self.check(arg, device, vals)
     if isinstance(arg, Buffer): return arg.allocate(), None
-    if (opaque := allocator.from_numpy(arg)) is not None: return opaque, None  # the caller keeps arg alive for the call
+    if in_place and (opaque := allocator.from_numpy(arg)) is not None: return opaque, None  # the caller keeps arg alive
     buf = Buffer(device, arg.size, self.dtype).allocate().copyin(np.ascontiguousarray(arg))
     return buf, (buf if self.output else None)
 
