@@ -172,3 +172,17 @@ def test_float_division_by_zero_is_ieee(device, dt):
     want = a / b
   # the sign of a zero divisor counts (1/-0 is -inf; assert_array_equal tells inf from -inf); a NaN's sign means nothing
   assert np.array_equal(np.signbit(out[0])[~np.isnan(want)], np.signbit(want)[~np.isnan(want)])
+
+
+# ---------------------------------------------------------------------------------------------------------- half
+
+def test_half_single_ops_round_once_as_in_numpy(device):
+  # one op on half inputs is exact in float and rounded once to half, natively or through float (OPENCL without
+  # cl_khr_fp16): every backend gives numpy's bits
+  rng = np.random.default_rng(5)
+  x, y = (rng.standard_normal(N) * 300).astype(np.float16), (rng.standard_normal(N) * 300).astype(np.float16)
+  x[:3], y[:3] = [60000, -60000, 1], [60000, -60000, 0]  # overflow to +-inf, and a division by zero
+  a, b = A.arg(4, dtypes.float16, (N,)), A.arg(5, dtypes.float16, (N,))
+  out = kc.run(A.sink(A.store(0, a + b), A.store(1, a * b), A.store(2, a / b), A.store(3, a.maximum(b))), {4: x, 5: y}, device=device)
+  with np.errstate(all="ignore"): want = [x + y, x * y, x / y, np.maximum(x, y)]
+  for i, w in enumerate(want): np.testing.assert_array_equal(out[i], w, err_msg=f"{device} output {i}")
