@@ -30,9 +30,10 @@ def edge_values(rng, dt, n: int = N) -> np.ndarray:
   return rng.permutation(np.concatenate([edges, rest])).astype(dt.np)
 
 
-def shl(a: A.Expr, b: A.Expr) -> A.Expr:
-  """a << b: the builder has no shift operator, the IR has SHL."""
-  return A.Expr(a.uop.alu(Ops.SHL, b.uop), a.shape)
+def alu(op: Ops, a: A.Expr, b: A.Expr) -> A.Expr:
+  """The IR op itself on two same-shaped args, whatever the builder's operator for it means (a numpy-style // may
+  floor; IDIV truncates)."""
+  return A.Expr(a.uop.alu(op, b.uop), a.kshape, a.hidden)
 
 
 def trunc_div(a: np.ndarray, b: np.ndarray, dt) -> tuple[np.ndarray, np.ndarray]:
@@ -68,7 +69,7 @@ def test_arithmetic_wraps_as_in_numpy(device, dt):
   a_shl = a if dtypes.is_unsigned(dt) else np.abs(a.astype(np.int64)).clip(0, np.iinfo(dt.np).max).astype(dt.np)
   x, y, z, w = (A.arg(i, dt, (N,)) for i in (10, 11, 12, 13))
   k = A.const(100, dt, (N,))
-  exprs = [x + y, x - y, x * y, -x, shl(w, z), x + y < k, k < x * y, (x - y).maximum(x * y), (x + y < k).where(x * y, x - y), (x * y).ne(k)]
+  exprs = [x + y, x - y, x * y, -x, alu(Ops.SHL, w, z), x + y < k, k < x * y, (x - y).maximum(x * y), (x + y < k).where(x * y, x - y), (x * y).ne(k)]
   want = [a + b, a - b, a * b, -a, a_shl << s, a + b < 100, 100 < a * b, np.maximum(a - b, a * b), np.where(a + b < 100, a * b, a - b), a * b != 100]
   with np.errstate(over="ignore"):
     out = kc.run(A.sink(*(A.store(i, e) for i, e in enumerate(exprs))), {10: a, 11: b, 12: s, 13: a_shl}, device=device)
@@ -80,7 +81,8 @@ def test_arithmetic_wraps_as_in_numpy(device, dt):
 def test_narrow_reduce_wraps_in_its_dtype(device, dt, opts):
   a = edge_values(np.random.default_rng(2), dt, 16 * 64).reshape(16, 64)
   x = A.arg(1, dt, (16, 64))
-  out = kc.run(A.sink(A.store(0, x.sum(1)), A.store(2, (x * x).max(1)), A.store(3, x.prod(1))), {1: a}, device=device, opts=opts)
+  out = kc.run(A.sink(A.store(0, x.sum(1, keepdims=True, dtype=dt)), A.store(2, (x * x).max(1, keepdims=True)),
+                      A.store(3, x.prod(1, keepdims=True, dtype=dt))), {1: a}, device=device, opts=opts)
   np.testing.assert_array_equal(out[0], np.add.reduce(a, axis=1, dtype=dt.np, keepdims=True))
   with np.errstate(over="ignore"):
     np.testing.assert_array_equal(out[2], (a * a).max(1, keepdims=True))
@@ -95,7 +97,7 @@ def test_narrow_add_then_compare_any_inputs(dt, data):
   a, b = np.array(data.draw(vals), dt.np), np.array(data.draw(vals), dt.np)
   c = data.draw(st.integers(int(info.min), int(info.max)))
   x, y = A.arg(1, dt, (8,)), A.arg(2, dt, (8,))
-  sink = A.sink(A.store(0, (x + y) < A.const(c, dt, (8,))), A.store(3, (x * y) // A.const(7, dt, (8,))))
+  sink = A.sink(A.store(0, (x + y) < A.const(c, dt, (8,))), A.store(3, alu(Ops.IDIV, x * y, A.const(7, dt, (8,)))))
   with np.errstate(over="ignore"): want_lt, prod = (a + b) < dt.np.type(c), a * b
   for device in ("CLANG", "EMU"):
     out = kc.run(sink, {1: a, 2: b}, device=device)
@@ -113,7 +115,7 @@ def test_division_by_zero_is_zero_and_min_by_minus_one_wraps(device, dt):
   b[::4] = 0  # plenty of zero divisors, and -1 under MIN where the type is signed
   if not dtypes.is_unsigned(dt): a[1::8], b[1::8] = np.iinfo(dt.np).min, -1
   x, y = A.arg(2, dt, (N,)), A.arg(3, dt, (N,))
-  out = kc.run(A.sink(A.store(0, x // y), A.store(1, x % y)), {2: a, 3: b}, device=device)
+  out = kc.run(A.sink(A.store(0, alu(Ops.IDIV, x, y)), A.store(1, alu(Ops.MOD, x, y))), {2: a, 3: b}, device=device)
   q, r = trunc_div(a, b, dt)
   np.testing.assert_array_equal(out[0], q)
   np.testing.assert_array_equal(out[1], r)
@@ -128,8 +130,9 @@ def test_division_by_constant_zero_and_minus_one(device):
   a = edge_values(np.random.default_rng(4), dtypes.int32)
   x = A.arg(1, dtypes.int32, (N,))
   zero, m1 = A.const(0, dtypes.int32, (N,)), A.const(-1, dtypes.int32, (N,))
-  out = kc.run(A.sink(A.store(0, x // zero), A.store(2, x % zero), A.store(3, x // m1), A.store(4, x % m1),
-                      A.store(5, A.const(7, dtypes.int32, (N,)) // zero)), {1: a}, device=device)
+  div, mod = lambda p, q: alu(Ops.IDIV, p, q), lambda p, q: alu(Ops.MOD, p, q)  # noqa: E731
+  out = kc.run(A.sink(A.store(0, div(x, zero)), A.store(2, mod(x, zero)), A.store(3, div(x, m1)), A.store(4, mod(x, m1)),
+                      A.store(5, div(A.const(7, dtypes.int32, (N,)), zero))), {1: a}, device=device)
   for i in (0, 2, 4, 5): np.testing.assert_array_equal(out[i], np.zeros(N, np.int32))
   np.testing.assert_array_equal(out[3], -a)  # numpy's negation wraps MIN to MIN
 
@@ -147,13 +150,14 @@ def test_division_keeps_the_plain_operator_where_the_divisor_cannot_be_zero():
   from kc_clang.renderer import ClangRenderer
   x = A.arg(1, dtypes.int32, (N,))
   def src(e): return kc.Kernel(A.sink(A.store(0, e)), opts=ClangRenderer()).to_program().src
-  plain = src(x // 3 + x % 5)
+  def div(dt, q=None): return alu(Ops.IDIV, A.arg(1, dt, (N,)), A.arg(2, dt, (N,)) if q is None else A.const(q, dt, (N,)))
+  plain = src(div(dtypes.int32, 3) + alu(Ops.MOD, x, A.const(5, dtypes.int32, (N,))))
   assert "==0" not in plain and "==-1" not in plain and "/3" in plain and "%5" in plain
-  guarded = src(x // A.arg(2, dtypes.int32, (N,)))
+  guarded = src(div(dtypes.int32))
   assert "==0?0:" in guarded and "==-1?" in guarded  # any int32 divisor may be 0 or -1
-  unsigned = src(A.arg(1, dtypes.uint32, (N,)) // A.arg(2, dtypes.uint32, (N,)))
+  unsigned = src(div(dtypes.uint32))
   assert "==0?0:" in unsigned and "==-1" not in unsigned  # an unsigned divisor is never -1
-  narrow = src(A.arg(1, dtypes.int8, (N,)) // A.arg(2, dtypes.int8, (N,)))
+  narrow = src(div(dtypes.int8))
   assert "==-1" not in narrow  # int8 is divided in int, where MIN / -1 cannot trap; the cast wraps it
 
 
