@@ -334,7 +334,9 @@ class Expr:
     axes = _axes(axis, me.ndim, "reduce")
     kaxes = tuple(sorted(me._logical[a] for a in axes))
     src = me.uop if acc is None else me.uop.cast(acc)
-    uop = UOp(Ops.REDUCE_AXIS, src.dtype, (src,), (op, kaxes))
+    # a reduce over size-1 axes is the value itself: no REDUCE_AXIS, whose loop the Kernel would have nothing to put in
+    live = tuple(k for k in kaxes if not (isinstance(me.kshape[k], int) and me.kshape[k] == 1))
+    uop = UOp(Ops.REDUCE_AXIS, src.dtype, (src,), (op, live)) if live else src
     kshape = tuple(1 if i in kaxes else s for i, s in enumerate(me.kshape))
     return Expr(uop, kshape, me.hidden if keepdims else me.hidden + kaxes)
 
@@ -477,7 +479,10 @@ def _mul(a, b) -> Expr:
 
 
 def _sub(a, b) -> Expr:
-  if _result_dtype((a, b)) == dtypes.bool: raise DTypeError("numpy boolean subtract, the - operator, is not supported; use ^ or logical_xor")
+  dt = _result_dtype((a, b))
+  if dt == dtypes.bool: raise DTypeError("numpy boolean subtract, the - operator, is not supported; use ^ or logical_xor")
+  # a scalar subtrahend is added negated (exact in floats, the same wrap-around in ints): x + -c folds like any sum
+  if isinstance(b, _SCALARS): return _build("subtract", (a, b), lambda x, y: x + UOp.const(dt, -y.arg), dt)
   return _elementwise(Ops.SUB, a, b)
 
 
@@ -553,7 +558,7 @@ def _pow(a, b) -> Expr:
   if isinstance(b, int) and not isinstance(b, bool) and isinstance(a, Expr):
     dt = a.dtype if not dtypes.is_bool(a.dtype) else dtypes.int8  # numpy: bool ** int is int8
     P.check_fits(b, dt) if dtypes.is_int(dt) else None
-    if b < 0 and not dtypes.is_float(dt): raise DTypeError(f"integers to negative integer powers are not allowed ({dt.name} ** {b})")
+    if b < 0 and not dtypes.is_float(dt): raise InvalidASTError(f"integers to negative integer powers are not allowed ({dt.name} ** {b})")
     x = a.cast(dt)
     out = _ones_like(x) if b == 0 else _power_by_squaring(x, builtins.abs(b))
     return out.recip() if b < 0 else out
