@@ -9,6 +9,7 @@ import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
 from .case import BASIC, Setup, arg, bf16_round, c_div, case, ints, nonzero, single, uniform
+from .tolerance import Tolerance
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise
@@ -463,3 +464,199 @@ def float4_access(rng):
   a, b = uniform(rng, (8, 16)), uniform(rng, (1, 16))
   out = arg(1, (8, 16)) * arg(2, (1, 16)).expand(8, 16) + 1.0
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: a * b + np.float32(1.0)})
+
+
+# ----------------------------------------------------------------------------------------------------- numpy's surface of kc.ast
+# Each op kc.ast adds on top of the IR's own (docs/AST.md), built as a user writes it and compared with numpy's answer,
+# so that every backend is certified on the ASTs the builder makes: exp/log through exp2/log2 and a constant, cos
+# through sin, powers, means, mins, numpy-shaped reduces and indexing, @, and the dtype rules of weak scalars.
+
+# exp and log go through exp2/log2 and a multiply: the rounding of x * log2(e) adds up to |x| ulp to the ulp bound
+_VIA_EXP2 = {"float32": Tolerance(ulp=8, atol=1e-6), "float16": Tolerance(ulp=3, atol=2e-3)}
+
+
+def _float_unary(rng, build, ref, lo, hi, dt=dtypes.float32, shape=(6, 9)) -> Setup:
+  a = uniform(rng, shape, lo, hi, dt.np)
+  want = ref(a.astype(np.float64)).astype(dt.np)
+  return single(A.sink(A.store(0, build(arg(1, shape, dt)))), {1: a}, {0: want})
+
+
+@case("transcendental", "numpy", specs=BASIC, tolerance=_VIA_EXP2)
+def np_exp(rng): return _float_unary(rng, lambda x: x.exp(), np.exp, -3.0, 3.0)
+
+
+@case("transcendental", "numpy", specs=BASIC, tolerance=_VIA_EXP2)
+def np_exp_f16(rng): return _float_unary(rng, lambda x: A.exp(x), np.exp, -2.0, 2.0, dtypes.float16)
+
+
+@case("transcendental", "numpy", specs=BASIC, tolerance=_VIA_EXP2)
+def np_log(rng): return _float_unary(rng, lambda x: x.log(), np.log, 0.01, 50.0)
+
+
+@case("transcendental", "numpy", specs=BASIC, tolerance={"float32": Tolerance(ulp=4, atol=2e-6)})
+def np_cos(rng): return _float_unary(rng, lambda x: x.cos(), np.cos, -6.0, 6.0)
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_abs_neg(rng):
+  a, i = uniform(rng, (5, 8)), ints(rng, (5, 8), -100, 100, np.int32)
+  x, y = arg(1, (5, 8)), arg(2, (5, 8), dtypes.int32)
+  return single(A.sink(A.store(0, abs(x) - x), A.store(3, abs(y) + -y)), {1: a, 2: i}, {0: np.abs(a) - a, 3: np.abs(i) + -i})
+
+
+@case("arith", "numpy", specs=BASIC)
+def np_pow_int(rng):
+  a = uniform(rng, (6, 7), 0.5, 2.0)
+  x = arg(1, (6, 7))
+  want = (a.astype(np.float64) ** 5 + a.astype(np.float64) ** -2).astype(np.float32)
+  return single(A.sink(A.store(0, x ** 5 + x ** -2)), {1: a}, {0: want})
+
+
+@case("transcendental", "numpy", specs=BASIC, tolerance={"float32": Tolerance(ulp=16, atol=1e-6)})
+def np_pow_float(rng):
+  # exp2(y * log2|x|) with numpy's signs: a negative base to a non-integer power is NaN, to an odd integer negative
+  a = uniform(rng, (6, 8), -2.0, 2.0)
+  e = np.tile(np.array([1.5, 3.0, 2.0, 0.5], np.float32), (6, 2))
+  x, y = arg(1, (6, 8)), arg(2, (6, 8))
+  with np.errstate(invalid="ignore"): want = (a.astype(np.float64) ** e.astype(np.float64)).astype(np.float32)
+  return single(A.sink(A.store(0, x ** y)), {1: a, 2: e}, {0: want})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_mean_min(rng):
+  a = uniform(rng, (5, 6, 7))
+  x = arg(1, (5, 6, 7))
+  sink = A.sink(A.store(0, x.min(1).reshape(5, 1, 7) + x.mean(1, keepdims=True)))
+  return single(sink, {1: a}, {0: (a.min(1, keepdims=True) + a.astype(np.float64).mean(1, keepdims=True)).astype(np.float32)})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_mean_axes(rng):
+  a = uniform(rng, (5, 6, 7))
+  return single(A.sink(A.store(0, arg(1, (5, 6, 7)).mean((0, 2)))), {1: a}, {0: a.astype(np.float64).mean((0, 2)).astype(np.float32)})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_min_ints(rng):
+  a, u = ints(rng, (6, 9), -128, 127, np.int8), ints(rng, (6, 9), 0, 255, np.uint8)
+  x, y = arg(1, (6, 9), dtypes.int8), arg(2, (6, 9), dtypes.uint8)
+  return single(A.sink(A.store(0, x.min(1)), A.store(3, y.min(1).cast(dtypes.int8))), {1: a, 2: u},
+                {0: a.min(1), 3: u.min(1).astype(np.int8)})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_sum_widens_ints(rng):
+  # numpy's sum of int8 is int64: 200 values near 127 do not wrap
+  a = ints(rng, (3, 200), 100, 127, np.int8)
+  return single(A.sink(A.store(0, arg(1, (3, 200), dtypes.int8).sum(1))), {1: a}, {0: a.sum(1)})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_half_sum_in_float32(rng):
+  # a half accumulator stalls at 2048 (2048 + 1 rounds to 2048); numpy's float32 accumulation reaches 3000
+  a = np.ones((2, 3000), np.float16)
+  x = arg(1, (2, 3000), dtypes.float16)
+  return single(A.sink(A.store(0, x.sum(1)), A.store(2, x.mean(1))), {1: a}, {0: a.sum(1), 2: a.mean(1)})
+
+
+@case("reduce", "numpy")
+def np_matmul(rng):
+  a, b = uniform(rng, (7, 9)), uniform(rng, (9, 5))
+  want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+  return single(A.sink(A.store(0, arg(1, (7, 9)) @ arg(2, (9, 5)))), {1: a, 2: b}, {0: want})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_matmul_batched_broadcast(rng):
+  a, b = uniform(rng, (2, 1, 4, 6)), uniform(rng, (3, 6, 5))
+  want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+  return single(A.sink(A.store(0, arg(1, (2, 1, 4, 6)) @ arg(2, (3, 6, 5)))), {1: a, 2: b}, {0: want})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_matvec(rng):
+  a, v = uniform(rng, (8, 6)), uniform(rng, (6,))
+  want = (a.astype(np.float64) @ v.astype(np.float64)).astype(np.float32)
+  return single(A.sink(A.store(0, arg(1, (8, 6)) @ arg(2, (6,)))), {1: a, 2: v}, {0: want})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_getitem(rng):
+  a = uniform(rng, (5, 6, 7))
+  x = arg(1, (5, 6, 7))
+  return single(A.sink(A.store(0, x[1:, ::-2, None, 3] * 2.0)), {1: a}, {0: a[1:, ::-2, None, 3] * np.float32(2.0)})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_getitem_steps(rng):
+  a = uniform(rng, (5, 6, 7))
+  return single(A.sink(A.store(0, arg(1, (5, 6, 7))[-1, 1::3, ::2] + 1.0)), {1: a}, {0: a[-1, 1::3, ::2] + np.float32(1.0)})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_reduce_reshape(rng):
+  a = uniform(rng, (4, 6, 5))
+  x = arg(1, (4, 6, 5))
+  s = a.astype(np.float64).sum(1)
+  sink = A.sink(A.store(0, x.sum(1).reshape(20)), A.store(2, (x.sum(1) * 2.0).reshape(2, 10)))
+  return single(sink, {1: a}, {0: s.reshape(20).astype(np.float32), 2: (s * 2).astype(np.float32).reshape(2, 10)})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_weak_scalars(rng):
+  i, u = ints(rng, (4, 6), -50, 50, np.int32), ints(rng, (4, 6), 0, 255, np.uint8)
+  x, y = arg(1, (4, 6), dtypes.int32), arg(2, (4, 6), dtypes.uint8)
+  sink = A.sink(A.store(0, x * 2.5), A.store(3, x // 2.5), A.store(4, y + 200), A.store(5, y < 300))
+  with np.errstate(over="ignore"): wrapped = u + 200
+  return single(sink, {1: i, 2: u}, {0: i * 2.5, 3: i // 2.5, 4: wrapped, 5: u < 300})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_compare_where_clip(rng):
+  a, b = ints(rng, (6, 6), -3, 3, np.int32).astype(np.float32), uniform(rng, (6, 6))
+  x, y = arg(1, (6, 6)), arg(2, (6, 6))
+  sink = A.sink(A.store(0, (x == 0).where(y, x)), A.store(3, A.where(x != y, x.clip(-1, 1), A.maximum(y, 0.5))),
+                A.store(4, A.minimum(x, y)), A.store(5, A.logical_and(x > 0, ~(y > 0)) | A.logical_xor(x == 1, y < 0)))
+  want = {0: np.where(a == 0, b, a), 3: np.where(a != b, np.clip(a, -1, 1), np.maximum(b, np.float32(0.5))), 4: np.minimum(a, b),
+          5: np.logical_and(a > 0, ~(b > 0)) | np.logical_xor(a == 1, b < 0)}
+  return single(sink, {1: a, 2: b}, want)
+
+
+@case("arith", "numpy", specs=BASIC)
+def np_floordiv_mod_float(rng):
+  a = uniform(rng, (5, 9), -10.0, 10.0)
+  x = arg(1, (5, 9))
+  # the divisor 0.75 is exact in binary: numpy's floor and kc's agree to the last bit away from the jumps
+  return single(A.sink(A.store(0, x // 0.75), A.store(2, x % 0.75)), {1: a}, {0: a // np.float32(0.75), 2: a % np.float32(0.75)})
+
+
+@case("exact", "numpy", specs=BASIC)
+def np_astype(rng):
+  a = uniform(rng, (4, 7), -100.0, 100.0)
+  x = arg(1, (4, 7))
+  return single(A.sink(A.store(0, x.astype(np.int16)), A.store(2, x.astype(dtypes.float16).astype(dtypes.float64))), {1: a},
+                {0: a.astype(np.int16), 2: a.astype(np.float16).astype(np.float64)})
+
+
+@case("transcendental", "numpy", specs=BASIC)
+def np_pad_of_computed(rng):
+  # the pad of exp2(x) is 0, not exp2(0) = 1: the builder masks a padded value where the pad is applied
+  a = uniform(rng, (5, 6))
+  x = arg(1, (5, 6))
+  sink = A.sink(A.store(0, x.exp2().pad(((1, 2), (0, 1)))))
+  return single(sink, {1: a}, {0: np.pad(np.exp2(a.astype(np.float64)), ((1, 2), (0, 1))).astype(np.float32)})
+
+
+@case("reduce", "numpy", specs=BASIC)
+def np_pad_of_reduce(rng):
+  a = uniform(rng, (5, 6))
+  s = (a.astype(np.float64) + 1).sum(1)
+  return single(A.sink(A.store(0, (arg(1, (5, 6)) + 1.0).sum(1).pad(((2, 0),)))), {1: a}, {0: np.pad(s, (2, 0)).astype(np.float32)})
+
+
+@case("reduce", "numpy")
+def np_reduce_broadcast_kept_axis(rng):
+  # a reduce result broadcast along an axis it kept: computed per row below the reduce
+  a, b = uniform(rng, (1, 9)), uniform(rng, (6, 1))
+  want = (a.astype(np.float64).sum(1) * b).astype(np.float32)
+  return single(A.sink(A.store(0, arg(1, (1, 9)).sum(1) * arg(2, (6, 1)))), {1: a, 2: b}, {0: want})

@@ -148,7 +148,7 @@ class Expr:
     k = 0
     for s in shape:
       if s == 1:
-        while k < len(old) and k not in logical: hidden_new.append(len(entries)); entries.append(k); k += 1
+        # the next kernel axis, hidden or not, serves when it has size 1 (x.sum(1).reshape(M, 1) is the keepdims form)
         if k < len(old) and old[k] == 1: entries.append(k); k += 1
         else: entries.append(None)
         continue
