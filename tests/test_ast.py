@@ -241,3 +241,13 @@ def test_astype_and_module_functions(device):
   same(run(A.where(x > 0, x, 0), {1: a}, device), np.where(a > 0, a, 0).astype(np.float32))
   same(run(A.exp(x) + A.log(A.abs(x) + 1.0), {1: a}, device), np.exp(a) + np.log(np.abs(a) + 1), rtol=1e-5)
   same(run(A.sum(x) + A.mean(x), {1: a}, device), np.sum(a) + np.mean(a), rtol=1e-5)
+
+
+def test_docs_table_is_the_builders_table():
+  import pathlib, re
+  doc = (pathlib.Path(__file__).parent.parent / "docs" / "AST.md").read_text()
+  table = doc.split("<!-- weak-scalar-table -->")[1].split("<!-- /weak-scalar-table -->")[0]
+  rows = [r for r in re.findall(r"^\| (\w+) \| (\w+) \| (\w+) \|$", table, re.M) if r[0] != "array"]
+  names = {v: k for k, v in P.KIND_NAMES.items()}
+  documented = {(names[a], names[s]): (r if r == "array" else getattr(dtypes, r)) for a, s, r in rows}
+  assert documented == P.WEAK_SCALAR
