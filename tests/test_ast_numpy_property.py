@@ -8,6 +8,7 @@ Draws stay clear of what other parts of kc do not promise yet: one reduce per ke
 reduces over different axes, are code-generation limits), no integer // or % (kc keeps C's truncation), and narrow
 ints only in ops that cannot overflow (their wrap-around inside a kernel is C's, not numpy's, for now)."""
 from __future__ import annotations
+import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -31,8 +32,7 @@ class Chain:
   def __repr__(self): return " -> ".join(self.steps)
 
   def set(self, x, a, loose=False):
-    import inspect
-    self.steps.append(f"{inspect.stack()[1].code_context[0].strip()} {x!r}")
+    self.steps.append(f"{sys._getframe(1).f_code.co_name}: {x!r}")  # the reproducer hypothesis prints
     self.x, self.a = x, np.asarray(a)
     self.loose |= loose
     return self
