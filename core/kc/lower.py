@@ -379,6 +379,9 @@ class Lowering:
     src = u.src[0]
     loops = [a for a in axes if a < self.first_upcast]
     unrolled = self.upcast_axes(axes)
+    # an empty reduce is its identity; its input must not be lowered (a load hoisted out of a loop that never runs
+    # would still read the empty buffer)
+    if any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes): return UOp.const(u.dtype, identity_element(op, u.dtype))
     # a reduce's loops are its own: reduces share them only when they walk the same axes at the same depth of a chain
     # under the same indices of the other axes (the lanes of an upcast axis do). A loop shared with a reduce in
     # another place (x.sum((0,1)) + x.sum(1), or one reduce used inside two others) would tie their nestings together.
@@ -442,4 +445,7 @@ def _index(buf: UOp, idx: UOp, valid: UOp) -> UOp:
 def lower(ast: UOp, renderer) -> UOp:
   """The lowered SINK of an optimized kernel AST for `renderer` (its has_local, global_max, local_max)."""
   lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max)
+  if any(isinstance(s, int) and s == 0 for s in st_arg(ast.src[0]).shape):
+    # no output elements: zero-size work: a program that takes the kernel's buffers and does nothing (no load may touch an empty buffer)
+    return UOp(Ops.SINK, dtypes.void, tuple(sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg)))
   return lw.lower(ast, lw.base)

@@ -36,6 +36,7 @@ def _try(k: "Kernel", opt: Opt) -> bool:
 
 def hand_coded_optimizations(k: "Kernel") -> None:
   required_optimizations(k)
+  if any(isinstance(s, int) and s == 0 for s in k.full_shape): return  # no work (or an empty reduce): nothing to speed up
   if _matvec(k): return
   if k.opts.has_local and k.opts.has_shared and all_int(k.sts[0].shape[:k.first_reduce]):
     _group_small_output_reduce(k)
@@ -54,7 +55,7 @@ def _matvec(k: "Kernel") -> bool:
   block, threads, rows = _knob("MV_BLOCKSIZE", 4), _knob("MV_THREADS_PER_ROW", 8), _knob("MV_ROWS_PER_THREAD", 4)
   r = k.reduceop
   if not (k.opts.has_local and _knob("MV", 1) != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
-          and len(k.full_shape) >= 2 and k.opts.has_shared and (mul := r.src[0]).op is Ops.MUL
+          and len(k.full_shape) >= 2 and k.first_reduce < k.first_upcast and k.opts.has_shared and (mul := r.src[0]).op is Ops.MUL
           and mul.src[0].op is Ops.LOAD and mul.src[1].op is Ops.LOAD):
     return False
   st0, st1 = k.sts[k.bufs.index(mul.src[0])], k.sts[k.bufs.index(mul.src[1])]

@@ -281,9 +281,11 @@ class Kernel:
       amt: Any = opt.amt
     elif opt.amt is not None:
       check(isinstance(opt.amt, int) and opt.amt >= 0, f"amt must be a non-negative int, got {opt.amt!r}")
-      amt = opt.amt if opt.amt != 0 else self.full_shape[axis]
-      check(isinstance(amt, int) and amt != 1, "shift/padto of amt 1 or a symbolic amt is meaningless")
-      if opt.op is not OptOps.PADTO: check(self.full_shape[axis] % amt == 0, "no longer valid shift")
+      size = self.full_shape[axis]
+      check(not (isinstance(size, int) and size == 0), f"axis {axis} has size 0 (the kernel does no work): nothing to {opt.op.name}")
+      amt = opt.amt if opt.amt != 0 else size
+      check(isinstance(amt, int) and amt != 1, f"{opt.op.name} by {amt if isinstance(amt, int) else amt.render()} is meaningless (1 or a symbolic amount)")
+      if opt.op is not OptOps.PADTO: check(resolve(size % amt == 0, False), f"{amt} does not divide {size if isinstance(size, int) else size.render()} (axis {axis})")
     else: amt = -1
 
     if self.reduceop is not None and (opt.op in (OptOps.GROUP, OptOps.GROUPTOP) or
@@ -363,8 +365,20 @@ class Kernel:
           padded = True
       check(padded, "nothing was padded")
 
+    if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCASTMID): self._check_work_group()
     if append_opt: self.applied_opts.append(opt)
     if self.simplify_ones() and self.tensor_core_opts: self.tensor_core_opts.fix_axes(axis)
+
+  def _check_work_group(self) -> None:
+    """The local dims (and grouped reduce dims) are one work-group's threads: each within the renderer's local_max,
+    and all of them together within its max_work_group_size, or the launch fails on the device."""
+    dims = self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]
+    if not all_int(dims): return
+    if (limits := self.opts.local_max) is not None:
+      for i, (d, m) in enumerate(zip(dims, limits)):
+        check(d <= m, f"local dim {i} of size {d} exceeds the renderer's local_max {m} (local dims {dims})")
+    if (most := getattr(self.opts, "max_work_group_size", None)) is not None:
+      check(prod(dims) <= most, f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the device's max work-group size {most}")
 
   # ***** tensor cores *****
 

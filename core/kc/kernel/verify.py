@@ -59,6 +59,24 @@ def _is_broadcast(src: ShapeTracker, view: ShapeTracker, optimized: bool) -> boo
   return all(s == v or (s == 1 and strides[i] == 0) for i, (s, v) in enumerate(zip(src.shape, view.shape)))
 
 
+def _check_buffers(ast: UOp, optimized: bool) -> None:
+  """One dtype per buffer index; a buffer that is written is read (if at all) through the view it is written with,
+  so each element is read by the lane that writes it, before it writes it (any other view races with the stores)."""
+  dtypes_of: dict[int, object] = {}
+  for u in ast.toposort:
+    if u.op is Ops.DEFINE_GLOBAL:
+      if dtypes_of.setdefault(u.arg, u.dtype) != u.dtype:
+        raise InvalidASTError(f"DEFINE_GLOBAL: buffer {u.arg} is used as {dtypes_of[u.arg].base.name} and as {u.dtype.base.name}; one buffer has one dtype")
+  if optimized: return  # the Kernel moves every view together: what held before it still holds
+  stored = {x.src[0].arg: st_arg(x) for x in ast.src if x.src[0].op is Ops.DEFINE_GLOBAL}
+  for u in ast.toposort:
+    if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL and (st := stored.get(u.src[0].arg)) is not None:
+      ld = st_arg(u)
+      if ld != st and ld.simplify() != st.simplify():
+        raise InvalidASTError(f"LOAD: buffer {u.src[0].arg} is written through the view {fmt_shape(st.shape)} and read through a different one "
+                              f"{fmt_shape(ld.shape)}; threads would race on its elements (read it through the view it is stored with, or use another buffer)")
+
+
 def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
   """Check the kernel AST rules and return the ShapeTracker of every node with a shape. Every violation is an
   InvalidASTError naming the op and the shapes involved. `optimized`: the AST came from get_optimized_ast."""
@@ -68,7 +86,13 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
   out_sizes = [st_arg(x).size for x in ast.src]
   if not all_same(out_sizes):
     raise InvalidASTError(f"SINK: all outputs must have one size, got {[fmt_shape(st_arg(x).shape) for x in ast.src]}")
+  # the Kernel maps every output onto one full shape: outputs that keep different axes (x.sum(1) and x.sum(0)) are two kernels
+  if not all_same([st_arg(x).shape for x in ast.src]):
+    raise InvalidASTError(f"SINK: all outputs must have one shape (outputs that reduce different axes are separate kernels), "
+                          f"got {', '.join(fmt_shape(st_arg(x).shape) for x in ast.src)}")
+  _check_buffers(ast, optimized)
   sts: dict[UOp, ShapeTracker] = {}
+  reduced: dict[UOp, frozenset[int]] = {}  # the dims a value is 1 in because a reduce below it reduced them
   for u in ast.toposort:
     if u.op in SHAPELESS or u.op is Ops.SINK or u.op is Ops.NOOP: continue
     if u.op is Ops.VIEW and not u.src:
@@ -102,6 +126,7 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
       if not all(isinstance(a, int) and 0 <= a < len(sts[src].shape) for a in axes) or len(set(axes)) != len(axes):
         raise _shape_error(u, f"axes {axes} are not distinct axes of the shape {fmt_shape(sts[src].shape)}")
       sts[u] = ShapeTracker.from_shape(sts[src].reduce(axes))
+      reduced[u] = frozenset(axes) | reduced.get(src, frozenset())
       continue
     if u.op is Ops.VIEW:
       # the keepdim-expand of a computed value (a reduce result) broadcast back along its size-1 dims
@@ -110,6 +135,13 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
       if not isinstance(u.arg, ShapeTracker) or not _is_broadcast(src_st, u.arg, optimized):
         raise _shape_error(u, f"a VIEW of a computed value may only expand its size-1 dims: {fmt_shape(src_st.shape)} -> "
                               f"{fmt_shape(u.arg.shape) if isinstance(u.arg, ShapeTracker) else u.arg!r}; other movement belongs at the loads")
+      if not optimized:
+        # a reduce's inputs span the kernel's full shape: a dim that is 1 there because the input is 1 (not because
+        # it was reduced) cannot be broadcast afterwards; that expand belongs below the reduce, at its loads
+        grown = [i for i, (s, v) in enumerate(zip(src_st.shape, u.arg.shape)) if s != v and i not in reduced.get(u.src[0], ())]
+        if grown:
+          raise _shape_error(u, f"expands {fmt_shape(src_st.shape)} -> {fmt_shape(u.arg.shape)} along dims {grown} that no reduce below "
+                                "it reduced; expand the reduce's input instead")
       sts[u] = u.arg
       continue
     # everything else (ALU, CAST, BITCAST, ASSIGN, CONTRACT, EXPAND, ...) keeps its sources' common shape
@@ -120,6 +152,8 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
       kind = "an implicit reshape" if all_same([s.size for s in src_sts]) else "an implicit expand"
       raise _shape_error(u, f"sources have the shapes {', '.join(fmt_shape(s) for s in shapes)} ({kind}); make them equal with views at the loads")
     sts[u] = src_sts[0]
+    # the dims every shaped source has reduced (a loaded size-1 dim was never reduced)
+    reduced[u] = frozenset.intersection(*[reduced.get(s, frozenset()) for s in u.src if s in sts])
   # in each dim, every shape is 1 or the same n
   for i, dims in enumerate(zip(*[st.shape for st in sts.values()])):
     distinct = [d for d in dedup(dims) if not (isinstance(d, int) and d == 1)]
