@@ -393,7 +393,7 @@ class Lowering:
     ranges = [self.late[a] if a in self.late else UOp.range(dtypes.int32, 0, self.full_shape[a], (a, kind)) for a in loops]
     inner = self.with_axes(env, dict(zip(loops, ranges)))
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
-      return self.lower_wmma_reduce(u, src, inner, env, ranges)
+      return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
     if not ranges: return _tree(op, parts)
     # few output lanes: an accumulator per unrolled lane too, so the loop is not bound by the latency of one add
@@ -410,8 +410,9 @@ class Lowering:
     acc = UOp(Ops.DEFINE_ACC, dtype, (UOp.const(dtype, identity_element(op, dtype)), *ranges), (acc_id,))
     return UOp(Ops.ASSIGN, dtype, (acc, acc.alu(op, value)))
 
-  def lower_wmma_reduce(self, u: UOp, expand: UOp, inner: Env, env: Env, ranges: list[UOp]) -> UOp:
-    """sum over loops of a tensor-core product: one accumulator per output lane, fed back as the WMMA's C."""
+  def lower_wmma_reduce(self, u: UOp, expand: UOp, inners: list[Env], env: Env, ranges: list[UOp]) -> UOp:
+    """sum over loops of a tensor-core product: one accumulator per output lane, fed back as the WMMA's C. `inners`:
+    one environment per lane of the reduce's unrolled axes; each lane's WMMA adds onto the previous one's result."""
     wmma = expand.src[0]
     # one set of accumulators for all lanes: the WMMA does not depend on its own axes, only on the other ones
     key = ("wmma-acc", u, self.with_axes(env, {a: 0 for a in self.wmma_axes(wmma) | {a for a, _ in expand.arg}}))
@@ -419,9 +420,10 @@ class Lowering:
       n = wmma.dtype.count
       ids = [self.acc_ids.setdefault((key, lane), len(self.acc_ids)) for lane in range(n)]
       accs = [UOp(Ops.DEFINE_ACC, wmma.dtype.scalar(), (UOp.const(wmma.dtype.scalar(), 0.0), *ranges), (i,)) for i in ids]
-      e = self.with_axes(inner, {a: 0 for a in self.wmma_axes(wmma)})
-      a, b = self.lower(wmma.src[0], e), self.lower(wmma.src[1], e)
-      fused = UOp(Ops.WMMA, wmma.dtype, (a, b, UOp(Ops.VECTORIZE, wmma.dtype, tuple(accs))), wmma.arg)
+      fused = UOp(Ops.VECTORIZE, wmma.dtype, tuple(accs))
+      for inner in inners:
+        e = self.with_axes(inner, {a: 0 for a in self.wmma_axes(wmma)})
+        fused = UOp(Ops.WMMA, wmma.dtype, (self.lower(wmma.src[0], e), self.lower(wmma.src[1], e), fused), wmma.arg)
       assigns = self.memo[key] = [UOp(Ops.ASSIGN, acc.dtype, (acc, UOp(Ops.GEP, acc.dtype, (fused,), (i,)))) for i, acc in enumerate(accs)]
     return assigns[_lane_of(env, expand.arg)]
 
