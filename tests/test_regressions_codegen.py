@@ -221,9 +221,19 @@ def test_work_group_beyond_the_device_limit_is_refused():
   with pytest.raises(KernelOptError, match=r"work-group of 128 threads \(local dims \(16, 8\)\) exceeds the device's max work-group size 64"):
     k.apply_opt(Opt(OptOps.LOCAL, 0, 8))
   k.apply_opt(Opt(OptOps.LOCAL, 0, 4))
-  with pytest.raises(KernelOptError, match="local dim 0 of size 128 exceeds the renderer's local_max 100"):
-    Kernel(A.sink(A.store(0, X(128, 4) * 2.0)), _SmallGroups()).apply_opt(Opt(OptOps.LOCAL, 0, 128))
+  small = _SmallGroups()
+  small.local_max, small.max_work_group_size = (4, 4, 2), None
+  with pytest.raises(KernelOptError, match=r"work-group of 64 threads \(local dims \(64,\)\) exceeds the renderer's local_max \(4, 4, 2\) \(32 threads\)"):
+    Kernel(A.sink(A.store(0, X(64, 4) * 2.0)), small).apply_opt(Opt(OptOps.LOCAL, 0, 64))
 
 
 def test_opt_errors_say_why_in_numbers():
   with pytest.raises(KernelOptError, match=r"3 does not divide 16 \(axis 0\)"): Kernel(A.sink(A.store(0, X(16) * 2.0)), kc.Device["EMU"].renderer).apply_opt(Opt(OptOps.UPCAST, 0, 3))
+
+
+@pytest.mark.skipif(_opencl_reason() is not None, reason="no OpenCL device")
+def test_opencl_local_beyond_the_max_work_group_size_is_refused():
+  ren = kc.Device["OPENCL"].renderer
+  n = ren.max_work_group_size * 2
+  with pytest.raises(KernelOptError, match=f"work-group of {n} threads .* max work-group size {ren.max_work_group_size}"):
+    Kernel(A.sink(A.store(0, X(n, 2).permute(1, 0) * 2.0)), ren).apply_opt(Opt(OptOps.LOCAL, 1, n))

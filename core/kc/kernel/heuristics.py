@@ -159,8 +159,7 @@ def _locals(k: "Kernel") -> None:
   for axis, sz in sorted(to_local[:3]):
     axis -= deleted
     whole = sz == k.full_shape[axis]
-    k.apply_opt(Opt(OptOps.LOCAL, axis, sz))
-    if whole: deleted += 1
+    if _try(k, Opt(OptOps.LOCAL, axis, sz)) and whole: deleted += 1  # refused: the work-group would be too large
 
 
 def _positive(stride) -> int: return int(isinstance(stride, int) and stride > 0 or not isinstance(stride, int))

@@ -370,13 +370,13 @@ class Kernel:
     if self.simplify_ones() and self.tensor_core_opts: self.tensor_core_opts.fix_axes(axis)
 
   def _check_work_group(self) -> None:
-    """The local dims (and grouped reduce dims) are one work-group's threads: each within the renderer's local_max,
-    and all of them together within its max_work_group_size, or the launch fails on the device."""
+    """The local dims (and grouped reduce dims) are one work-group's threads: all of them together within what the
+    launch axes hold (the product of local_max; a dim may be split across axes) and within the renderer's
+    max_work_group_size, or the launch fails on the device."""
     dims = self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]
     if not all_int(dims): return
     if (limits := self.opts.local_max) is not None:
-      for i, (d, m) in enumerate(zip(dims, limits)):
-        check(d <= m, f"local dim {i} of size {d} exceeds the renderer's local_max {m} (local dims {dims})")
+      check(prod(dims) <= prod(limits), f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the renderer's local_max {limits} ({prod(limits)} threads)")
     if (most := getattr(self.opts, "max_work_group_size", None)) is not None:
       check(prod(dims) <= most, f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the device's max work-group size {most}")
 
