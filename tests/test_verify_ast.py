@@ -88,3 +88,10 @@ def test_grouped_reduce_goes_through_local_memory(gpu):
   reduces = [u for u in ast.toposort if u.op is Ops.REDUCE_AXIS]
   assert len(local) == 1 and local[0].arg == ("temp1", 16) and len(reduces) == 2
   assert ast.arg.local_dims == 0 and ast.arg.upcasted == 0
+
+
+def test_one_buffer_declared_with_two_sizes_is_refused():
+  from kc import ast as A
+  a, b = A.arg(1, dtypes.float32, (4,)), A.arg(1, dtypes.float32, (8,))[:4]
+  with pytest.raises(InvalidASTError, match="buffer 1 is declared with 4 and with 8 elements"): A.sink(A.store(0, a + b))
+  A.sink(A.store(0, a + A.arg(1, dtypes.float32, (2, 2)).reshape(4)))  # one size, two shapes: the same buffer

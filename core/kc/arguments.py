@@ -72,10 +72,11 @@ class BufferSpec:
   """One buffer of a kernel: its index, dtype, whether the kernel writes it, its declared shape (None where the
   AST does not say) and the views it is reached through. What does not depend on Variables is computed once here,
   so that a call only compares."""
-  __slots__ = ("index", "dtype", "np_dtype", "output", "shape", "views", "symbolic", "elements", "squeezed", "kernel")
+  __slots__ = ("index", "dtype", "np_dtype", "output", "shape", "views", "symbolic", "elements", "squeezed", "kernel", "declared")
 
   def __init__(self, kernel: str, index: int, dtype: DType, output: bool, shape: Optional[tuple[sint, ...]],
-               views: tuple[ShapeTracker, ...]):
+               views: tuple[ShapeTracker, ...], declared: int = -1):
+    self.declared = declared  # the element count the buffer's pointer declares, -1 when it does not
     self.kernel, self.index, self.dtype, self.np_dtype, self.output = kernel, index, dtype, dtype.np, output
     self.shape, self.views = shape, views
     self.symbolic = any(st.vars() for st in views) or any(isinstance(d, UOp) for d in shape or ())
@@ -105,6 +106,8 @@ class BufferSpec:
         raise ArgumentError(f"{self._name()} is {self.dtype.name}, which numpy has no dtype for: pass a kc.Buffer")
       raise ArgumentError(f"{self._name()} must be {self.np_dtype}, got an array of {arr.dtype}; convert it with .astype(np.{self.np_dtype})")
     if self.shape is None:
+      if self.declared != -1 and arr.size != self.declared:
+        raise ArgumentError(f"{self._name()} is declared with {self.declared} elements, got an array of shape {arr.shape} ({arr.size} elements)")
       if arr.size < (n := self.elements_at(vals)):
         raise ArgumentError(f"{self._name()} needs {n} elements, got an array of shape {arr.shape} ({arr.size} elements)")
     else:
@@ -146,11 +149,13 @@ class BufferSpec:
 def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
   """One BufferSpec per buffer index of a kernel AST, in index order."""
   found: dict[int, tuple[DType, list[ShapeTracker], list[ShapeTracker]]] = {}  # index: dtype, load views, store views
+  sizes: dict[int, int] = {}  # index: the element count its pointer declares
   for u in ast.toposort:
     if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL:
       i, dt = u.src[0].arg, u.src[0].dtype.base
       if i in found and found[i][0] != dt: raise KcError(f"buffer {i} is used as {found[i][0].name} and as {dt.name}")
       found.setdefault(i, (dt, [], []))[1 if u.op is Ops.LOAD else 2].append(st_arg(u).unbind()[0])
+      if u.src[0].dtype.size != -1: sizes[i] = u.src[0].dtype.size
   if sorted(found) != list(range(len(found))):
     raise KcError(f"buffer indices must be 0..{len(found) - 1} with none missing, got {sorted(found)}")
   specs = []
@@ -159,8 +164,12 @@ def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
     # a store's shape is the output's shape; the loads of an input each suggest one, and only agreement counts
     known = [s for s in ([st.shape for st in stores if st.contiguous] if stores else map(declared_shape, loads)) if s is not None]
     shape = known[0] if len({_squeezed(s) for s in known}) == 1 else None
+    # the pointer says how many elements were declared (kc.ast records it): a view that covers fewer (an index, a
+    # slice from 0) is not the declared shape, and the count is all that can be checked
+    declared = sizes.get(i, -1)
+    if shape is not None and declared != -1 and all(isinstance(d, int) for d in shape) and prod(shape) != declared: shape = None
     views = tuple(stores + loads)
     if shape is not None and all(isinstance(d, int) for d in shape) and not any(st.vars() for st in views) and prod(shape) < _reached(views, {}):
       shape = None  # another view reaches past it: the shape said too little
-    specs.append(BufferSpec(kernel, i, dt, bool(stores), shape, views))
+    specs.append(BufferSpec(kernel, i, dt, bool(stores), shape, views, declared))
   return specs

@@ -679,8 +679,14 @@ def arg(idx: int, dtype: DType, shape) -> Expr:
   """Buffer argument `idx`, read as a contiguous array of `shape`."""
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
   dtype, shape = _dtype(dtype), _shape(shape)
-  buf = UOp(Ops.DEFINE_GLOBAL, dtype.ptr(), (), idx)
+  buf = UOp(Ops.DEFINE_GLOBAL, _pointer(dtype, shape), (), idx)
   return Expr(UOp(Ops.LOAD, dtype, (buf, ShapeTracker.from_shape(shape).to_uop())), shape)
+
+
+def _pointer(dtype: DType, shape) -> DType:
+  """The pointer type of a buffer argument, with the element count it was declared with where that is a number: a
+  view of it (an index, a slice) cannot tell a call's checks how large the buffer is, the pointer can."""
+  return dtype.ptr() if (n := _size(shape)) is None else dtype.ptr(size=n)
 
 
 def const(value: Scalar, dtype: DType, shape) -> Expr:
@@ -699,7 +705,7 @@ def store(idx: int, expr: Expr) -> UOp:
   shape, which differs from the logical one only by size-1 axes or, for a stored-only reshape, by a contiguous reshape)."""
   if not isinstance(expr, Expr): raise InvalidASTError(f"store takes a kc.ast expression, got {type(expr).__name__}")
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
-  buf = UOp(Ops.DEFINE_GLOBAL, expr.dtype.ptr(), (), idx)
+  buf = UOp(Ops.DEFINE_GLOBAL, _pointer(expr.dtype, expr.kshape), (), idx)
   return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.kshape).to_uop(), expr.uop))
 
 

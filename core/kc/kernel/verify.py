@@ -59,14 +59,20 @@ def _is_broadcast(src: ShapeTracker, view: ShapeTracker, optimized: bool) -> boo
   return all(s == v or (s == 1 and strides[i] == 0) for i, (s, v) in enumerate(zip(src.shape, view.shape)))
 
 
+def _count(ptr) -> str: return "an unknown number of" if ptr.size == -1 else str(ptr.size)
+
+
 def _check_buffers(ast: UOp, optimized: bool) -> None:
   """One dtype per buffer index; a buffer that is written is read (if at all) through the view it is written with,
   so each element is read by the lane that writes it, before it writes it (any other view races with the stores)."""
   dtypes_of: dict[int, object] = {}
   for u in ast.toposort:
     if u.op is Ops.DEFINE_GLOBAL:
-      if dtypes_of.setdefault(u.arg, u.dtype) != u.dtype:
-        raise InvalidASTError(f"DEFINE_GLOBAL: buffer {u.arg} is used as {dtypes_of[u.arg].base.name} and as {u.dtype.base.name}; one buffer has one dtype")
+      if (seen := dtypes_of.setdefault(u.arg, u.dtype)) != u.dtype:
+        if seen.base != u.dtype.base:
+          raise InvalidASTError(f"DEFINE_GLOBAL: buffer {u.arg} is used as {seen.base.name} and as {u.dtype.base.name}; one buffer has one dtype")
+        raise InvalidASTError(f"DEFINE_GLOBAL: buffer {u.arg} is declared with {_count(seen)} and with {_count(u.dtype)} elements; "
+                              "one buffer has one size")
   if optimized: return  # the Kernel moves every view together: what held before it still holds
   stored = {x.src[0].arg: st_arg(x) for x in ast.src if x.src[0].op is Ops.DEFINE_GLOBAL}
   for u in ast.toposort:
