@@ -190,3 +190,14 @@ def test_half_single_ops_round_once_as_in_numpy(device):
   out = kc.run(A.sink(A.store(0, a + b), A.store(1, a * b), A.store(2, a / b), A.store(3, a.maximum(b))), {4: x, 5: y}, device=device)
   with np.errstate(all="ignore"): want = [x + y, x * y, x / y, np.maximum(x, y)]
   for i, w in enumerate(want): np.testing.assert_array_equal(out[i], w, err_msg=f"{device} output {i}")
+
+
+@pytest.mark.parametrize("dt,c", [(dtypes.float32, -1.0), (dtypes.int32, -2)])
+def test_subtracting_a_negative_constant_renders_as_c(device, dt, c):
+  # `a - -1` spelled `a--1` would be C's decrement operator
+  from kc.ast import Expr
+  x = A.arg(1, dt, (4,))
+  e = Expr(x.uop.alu(Ops.SUB, UOp.const(dt, c)), x.shape)
+  a = np.arange(4).astype(dt.np)
+  out = kc.run(A.sink(A.store(0, e)), {1: a}, device=device)[0]
+  assert np.array_equal(out.reshape(-1), a - np.array(c, dt.np))

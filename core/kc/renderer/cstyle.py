@@ -32,6 +32,11 @@ def _strip_parens(s: str) -> str:
   return s[1:-1]
 
 
+def _operand(x: str) -> str:
+  """A right operand of '-': a negative literal gets parentheses, since '--' is C's decrement."""
+  return f"({x})" if x.startswith("-") else x
+
+
 class CStyleLanguage(Renderer):
   kernel_prefix: str = ""                 # before "void": "__kernel ", 'extern "C" __global__ ', "kernel "
   buffer_prefix: str = ""                 # address space of buffer arguments: "__global ", "device "
@@ -48,10 +53,10 @@ class CStyleLanguage(Renderer):
   infinity: str = "INFINITY"
   nan: str = "NAN"
   code_for_op: dict[Ops, Callable[..., str]] = {
-    Ops.SQRT: lambda x, dt: f"sqrt({x})", Ops.RECIP: lambda x, dt: f"(1/{x})", Ops.NEG: lambda x, dt: f"(-{x})",
+    Ops.SQRT: lambda x, dt: f"sqrt({x})", Ops.RECIP: lambda x, dt: f"(1/{x})", Ops.NEG: lambda x, dt: f"(-{_operand(x)})",
     Ops.EXP2: lambda x, dt: f"exp2({x})", Ops.LOG2: lambda x, dt: f"log2({x})", Ops.SIN: lambda x, dt: f"sin({x})",
     Ops.AND: lambda a, b, dt: f"({a}&{b})", Ops.XOR: lambda a, b, dt: f"({a}^{b})", Ops.OR: lambda a, b, dt: f"({a}|{b})",
-    Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.SUB: lambda a, b, dt: f"({a}-{b})", Ops.MUL: lambda a, b, dt: f"({a}*{b})",
+    Ops.ADD: lambda a, b, dt: f"({a}+{b})", Ops.SUB: lambda a, b, dt: f"({a}-{_operand(b)})", Ops.MUL: lambda a, b, dt: f"({a}*{b})",
     Ops.MOD: lambda a, b, dt: f"({a}%{b})", Ops.IDIV: lambda a, b, dt: f"({a}/{b})", Ops.FDIV: lambda a, b, dt: f"({a}/{b})",
     Ops.CMPNE: lambda a, b, dt: f"({a}!={b})", Ops.CMPLT: lambda a, b, dt: f"({a}<{b})",
     Ops.SHR: lambda a, b, dt: f"({a}>>{b})", Ops.SHL: lambda a, b, dt: f"({a}<<{b})",
