@@ -196,3 +196,39 @@ def test_the_schema_is_the_one_reports_claim():
   s = schema()
   assert s["properties"]["schema_version"]["const"] == 1
   assert set(s["properties"]["tests"]["items"]["properties"]["outcome"]["enum"]) == {"pass", "fail", "crash", "skip", "xfail", "xpass", "error"}
+
+
+# ---------------------------------------------------------------------------------------------------------- failure groups
+
+def test_failures_are_grouped_by_cause_with_an_example_and_a_rerun_command(wrong_add):
+  (_, doc, out), tmp = wrong_add
+  fails = [t["id"] for t in doc["tests"] if t["outcome"] == "fail"]
+  (g,) = [g for g in doc["failure_groups"] if g["cause"] == "WrongResult"]  # the other: the expectation file's error
+  assert len(doc["failure_groups"]) == 2 and g["count"] == len(fails) and sorted(g["tests"]) == sorted(fails)
+  ex = g["example"]
+  assert "-" in ex["source"] and ex["errors"][0]["ok"] is False and ex["mismatches"]
+  for m in ex["mismatches"]: assert abs(m["expected"] - m["actual"]) > 1e-6 * (1 + abs(m["expected"]))
+  assert ex["command"] == f"kc conformance --device WRONGADD --expect {tmp / 'expect.json'} -k '{ex['nodeid'].split('::')[-1]}'"
+  assert "failures by cause (2)" in out and ex["command"] in out
+  assert "Failures by cause" in (tmp / "report.html").read_text()
+
+
+def test_an_unknown_device_is_one_setup_error_not_one_per_test(tmp_path):
+  rc, doc, out = run_suite(tmp_path, "NOSUCHDEVICE")
+  assert rc != 0 and doc["summary"]["total"] == 1 and doc["summary"]["errors"] == 1
+  assert out.count("unknown device 'NOSUCHDEVICE'") <= 4  # the error line, the summary, the setup error and its group
+
+
+def test_the_report_is_complete_under_xdist(wrong_add):
+  pytest.importorskip("xdist")
+  (_, doc, _), tmp = wrong_add
+  rc, par, _ = run_suite(tmp, "WRONGADD", "-n", "2", "-k", "add_f32 or cmplt_f32 or add_i32", f"--kc-expect={tmp / 'expect.json'}", name="xdist")
+  assert outcomes(par) == outcomes(doc) and par["summary"] == doc["summary"] and rc != 0
+  assert [g["tests"].__len__() for g in par["failure_groups"]] == [g["count"] for g in doc["failure_groups"]]
+
+
+def test_kc_conformance_says_an_unknown_device_once_and_exits_2(capsys):
+  from kc.cli import main
+  assert main(["conformance", "--device", "NOPE"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("unknown device 'NOPE'") == 1 and "EMU" in err

@@ -1,7 +1,11 @@
 """The pytest plugin (entry point `pytest11`): options, tier selection, expectations, and the report.
 
 It is inert in any pytest run that does not collect the suite (kc_conformance.test_suite): installing kc-conformance
-changes nothing for other test suites. `pytest --pyargs kc_conformance --kc-device=NAME` runs it."""
+changes nothing for other test suites. `pytest --pyargs kc_conformance --kc-device=NAME` runs it.
+
+Under pytest-xdist (`-n N`) the workers collect and run the tests and the controller writes the report: everything
+the report needs travels in each test report's user_properties (its conformance id and tier, the recorded details),
+which xdist hands to the controller's pytest_runtest_logreport. Workers write no report."""
 from __future__ import annotations
 import datetime
 from typing import Optional
@@ -62,17 +66,20 @@ class ConformanceRun:
     for path in paths: write(doc, path)
 
   def pytest_runtest_logreport(self, report):
-    """Registered as a plugin of its own (pytest_configure): every phase of every test adds to its record."""
-    if not self.active: return
+    """Registered as a plugin of its own (pytest_configure): every phase of every test adds to its record. A test
+    belongs to the suite when it carries a kc_id (set at collection, so also on reports from xdist workers)."""
     props = dict(report.user_properties)
+    if "kc_id" not in props: return
+    self.active = True
+    if "kc_setup_error" in props and self.setup_error is None: self.setup_error = props["kc_setup_error"]
     rec = self.records.get(report.nodeid)
-    if rec is None:
-      tier, test_id = self.ids.get(report.nodeid, ("setup", report.nodeid.split("::")[-1]))
-      rec = self.records[report.nodeid] = TestRecord(test_id, report.nodeid, tier)
+    if rec is None: rec = self.records[report.nodeid] = TestRecord(props["kc_id"], report.nodeid, props.get("kc_tier", "setup"))
     rec.duration += report.duration
     if "kc_link" in props: rec.link = props["kc_link"]
-    for key, name in (("kc_errors", "errors"), ("kc_program", "program"), ("kc_refused", "refused_opts")):
+    for key, name in (("kc_errors", "errors"), ("kc_program", "program"), ("kc_refused", "refused_opts"), ("kc_mismatches", "mismatches")):
       if key in props: rec.extra[name] = props[key]
+    if "kc_cause" in props: rec.cause = tuple(props["kc_cause"])
+    if "kc_source" in props: rec.source = props["kc_source"]
     xfail = hasattr(report, "wasxfail")
     if report.when == "setup":
       if report.failed: rec.outcome, rec.reason = "error", props.get("kc_reason") or _reason(report)
@@ -104,18 +111,28 @@ def conformance_id(item) -> str:
   return f"{tier}/{item.callspec.id}"
 
 
-class ExpectationProblem(pytest.Item):
-  """An expectation-file problem as a test that errors in setup, so the run, its exit status and its report show it."""
+def is_xdist_worker(config) -> bool: return hasattr(config, "workerinput")
+
+
+class SetupProblem(pytest.Item):
+  """A problem that stops the run before any test (an unknown device), as one test that errors in setup: the run
+  says it once, its exit status and its report show it."""
+  error = pytest.UsageError
 
   def __init__(self, *, message: str, **kw):
     super().__init__(**kw)
     self.message = message
-    self.user_properties.append(("kc_reason", message))
+    self.user_properties += [("kc_id", self.name), ("kc_tier", "setup"), ("kc_reason", message)]
 
-  def setup(self): raise expect.ExpectationError(self.message)
+  def setup(self): raise self.error(self.message)
   def runtest(self): pass
   def reportinfo(self): return self.path, None, self.name
   def repr_failure(self, excinfo, style=None): return str(excinfo.value)
+
+
+class ExpectationProblem(SetupProblem):
+  """An expectation-file problem (a bad file, an entry that matches no test)."""
+  error = expect.ExpectationError
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: an expectation problem is shown whatever is selected
@@ -125,14 +142,22 @@ def pytest_collection_modifyitems(session, config, items):
   if not suite: return
   run.active = True
   run.make_target()
-  for it in suite: run.ids[it.nodeid] = (it.get_closest_marker("kc_tier").args[0], conformance_id(it))
+  for it in suite:
+    tier = it.get_closest_marker("kc_tier").args[0]
+    run.ids[it.nodeid] = (tier, conformance_id(it))
+    it.user_properties += [("kc_id", conformance_id(it)), ("kc_tier", tier)]
   keep, drop = [], []
   for it in items:
-    if _is_suite(it) and it.get_closest_marker("kc_tier").args[0] not in run.tiers: drop.append(it)
+    # without a target no test can run: they all go, and the one SetupProblem below says why
+    if _is_suite(it) and (run.target is None or it.get_closest_marker("kc_tier").args[0] not in run.tiers): drop.append(it)
     else: keep.append(it)
   if drop:
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
+  if run.target is None:
+    problem = SetupProblem.from_parent(session, name="setup", message=f"kc-conformance could not set up: {run.setup_error}")
+    problem.user_properties.append(("kc_setup_error", run.setup_error))
+    items.append(problem)
   if (path := config.getoption("kc_expect")):
     from .test_suite import ALL_IDS
     try: run.expectations = expect.load(path)
@@ -191,19 +216,25 @@ def _reason(report) -> Optional[str]:
 
 def pytest_sessionfinish(session, exitstatus):
   run: ConformanceRun = session.config.stash[RUN_KEY]
+  if is_xdist_worker(session.config): return  # the controller writes the report from the workers' test reports
   if not run.active and not session.config.getoption("kc_device"): return
+  if run.target is None and run.setup_error is None: run.make_target()  # under xdist only the workers made one
   if run.setup_error is not None and exitstatus == 0: session.exitstatus = pytest.ExitCode.TESTS_FAILED
   run.write_reports()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
   run: ConformanceRun = config.stash[RUN_KEY]
-  if not run.active: return
-  from .report import summarize
+  if not run.active or is_xdist_worker(config): return
+  from .report import failure_groups, summarize, summary_lines
   s = summarize(list(run.records.values()))
   dev = run.target.device if run.target is not None else config.getoption("kc_device")
   terminalreporter.write_sep("=", f"kc conformance {dev}: {s['passed']} passed, {s['failed']} failed, {s['crashed']} crashed, "
                                    f"{s['errors']} errors, {s['xfailed']} xfailed, {s['xpassed']} xpassed, {s['skipped']} skipped "
                                    f"({', '.join(f'{k} {v}' for k, v in sorted(s['skipped_by_reason'].items())) or 'none'})")
   if run.setup_error: terminalreporter.write_line(f"setup error: {run.setup_error}", red=True)
+  groups = failure_groups(list(run.records.values()), dev, config.getoption("kc_expect"))
+  if groups:
+    terminalreporter.write_line(f"failures by cause ({len(groups)}):")
+    for line in summary_lines(groups): terminalreporter.write_line(line)
   for path in config.getoption("kc_report"): terminalreporter.write_line(f"report: {path}")

@@ -1,10 +1,14 @@
 """The conformance report: one JSON document per run (validated against report.schema.json before it is written),
 the same as an HTML page a person reads (a capability matrix and a table of failures).
 
+Failures are also grouped by cause (the same exception type and the same message once numbers are taken out), so a
+backend author sees "one bug, 40 tests" rather than 40 rows: each group has its count, its test ids, and one
+failing case in full (kernel source, mismatching elements, errors against the tolerance, the command that reruns it).
+
 Outcomes are kept apart: pass, fail, crash (the kernel ended the worker), error (the test could not be set up),
 skip (with its reason's category: capability, not applicable, unavailable, expected), xfail, xpass."""
 from __future__ import annotations
-import html, json, math, os, platform
+import html, json, math, os, platform, re, shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -12,6 +16,7 @@ from typing import Any, Optional
 from . import REPORT_SCHEMA_VERSION, SUITE_VERSION, TIERS
 
 OUTCOMES = ("pass", "fail", "crash", "error", "skip", "xfail", "xpass")
+FAILED = ("fail", "crash", "error")
 
 
 def schema() -> dict:
@@ -34,12 +39,59 @@ class TestRecord:
   duration: float = 0.0
   link: Optional[str] = None
   extra: dict = field(default_factory=dict)
+  cause: Optional[tuple[str, str]] = None  # (type, message) as the test stated it, for grouping
+  source: Optional[str] = None             # the kernel source of a failing test (only in its group's example)
 
   def to_json(self) -> dict:
     out = {"id": self.id, "nodeid": self.nodeid, "tier": self.tier, "outcome": self.outcome, "reason": self.reason,
            "duration": round(self.duration, 6), **self.extra}
     if self.link: out["link"] = self.link
+    if self.outcome in FAILED: out["cause"] = cause_of(self)[0]
     return out
+
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan)(?![\w])")
+_TYPE_PREFIX = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Crash|Failed))\s*:\s*(.*)$", re.S)
+
+
+def normalize(message: str) -> str:
+  """The first line of `message` with every number replaced by N: what stays the same across the tests one bug fails."""
+  first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+  return _NUMBER.sub("N", first).strip()
+
+
+def cause_of(t: TestRecord) -> tuple[str, str]:
+  """(type, normalized message) of a failed test: the cause the test recorded, else read off its reason."""
+  if t.cause is not None: return t.cause[0], normalize(t.cause[1])
+  reason = t.reason or ""
+  if (m := _TYPE_PREFIX.match(reason.strip())) is not None: return m.group(1).rsplit(".", 1)[-1], normalize(m.group(2))
+  return {"crash": "Crash", "error": "SetupError"}.get(t.outcome, "Failure"), normalize(reason)
+
+
+def rerun_command(t: TestRecord, device: Optional[str], expectations: Optional[str]) -> str:
+  """The one command that runs test `t` again on `device`."""
+  name = t.nodeid.split("::")[-1]
+  parts = ["kc", "conformance", "--device", device or "DEVICE"]
+  if expectations: parts += ["--expect", expectations]
+  # a setup problem (an unknown device, a bad expectation file) is not a test to select: the whole run shows it again
+  return " ".join(shlex.quote(p) for p in parts + ([] if t.tier == "setup" else ["-k", name]))
+
+
+def failure_groups(tests: list[TestRecord], device: Optional[str], expectations: Optional[str] = None) -> list[dict]:
+  """The failed, crashed and errored tests grouped by cause, biggest group first; each with one example in full."""
+  groups: dict[tuple[str, str], list[TestRecord]] = {}
+  for t in tests:
+    if t.outcome in FAILED: groups.setdefault(cause_of(t), []).append(t)
+  out = []
+  for (kind, message), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    # the example: a test that kept its source when one did, so the author sees the kernel
+    ex = next((t for t in members if t.source), members[0])
+    example = {"id": ex.id, "nodeid": ex.nodeid, "outcome": ex.outcome, "reason": ex.reason, "source": ex.source,
+               "errors": [e for e in ex.extra.get("errors", []) if not e.get("ok", True)], "mismatches": ex.extra.get("mismatches", []),
+               "command": rerun_command(ex, device, expectations)}
+    out.append({"cause": kind, "message": message, "count": len(members), "outcomes": dict(Counter(t.outcome for t in members)),
+                "tests": [t.id for t in members], "example": example})
+  return out
 
 
 def summarize(tests: list[TestRecord]) -> dict:
@@ -65,7 +117,18 @@ def build(*, device: dict, tests: list[TestRecord], tiers: list[str], seed: int,
   return _finite({"schema_version": REPORT_SCHEMA_VERSION, "suite_version": SUITE_VERSION, "kc_version": kc_version,
                   "python": platform.python_version(), "started": started, "finished": finished, "tiers": tiers, "seed": seed,
                   "device": device, "setup_error": setup_error, "expectations": expectations, "summary": summarize(tests),
+                  "failure_groups": failure_groups(tests, device.get("name"), expectations),
                   "tests": [t.to_json() for t in tests]})
+
+
+def summary_lines(groups: list[dict], limit: int = 10) -> list[str]:
+  """The failure groups for the end of a terminal run: count, cause, and how to rerun one."""
+  lines = []
+  for g in groups[:limit]:
+    lines.append(f"{g['count']:5d} x {g['cause']}: {g['message']}")
+    lines.append(f"        e.g. {g['example']['id']}: {g['example']['command']}")
+  if len(groups) > limit: lines.append(f"        ... and {len(groups) - limit} more causes (see the report)")
+  return lines
 
 
 def validate(doc: dict) -> None:
@@ -87,7 +150,7 @@ def write(doc: dict, path: str) -> None:
 _STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}th{background:#f3f3f3}
 .yes{background:#e6f4e6}.no{background:#f8e8e8}.fail,.crash,.error{color:#a00;font-weight:bold}.pass{color:#070}
-code{font-size:90%}"""
+code{font-size:90%}pre{background:#f6f6f6;padding:.5em;overflow:auto}"""
 
 
 def _e(x: Any) -> str: return html.escape("" if x is None else str(x))
@@ -112,6 +175,29 @@ def _capability_rows(doc: dict) -> list[str]:
           for name, ok, n in rows]
 
 
+def _group_html(groups: list[dict]) -> list[str]:
+  out = [f"<h2>Failures by cause ({len(groups)})</h2>"]
+  if not groups: return out + ["<p class=pass>none</p>"]
+  for n, g in enumerate(groups):
+    ex = g["example"]
+    out.append(f"<h3 id=cause-{n}>{g['count']} &times; <span class=fail>{_e(g['cause'])}</span>: <code>{_e(g['message'])}</code></h3>")
+    out.append(f"<details><summary>{g['count']} tests</summary><p>" + ", ".join(f"<code>{_e(t)}</code>" for t in g["tests"]) + "</p></details>")
+    out.append(f"<p>example <code>{_e(ex['id'])}</code> ({ex['outcome']}): {_e(ex['reason'])}</p>")
+    out.append(f"<p>rerun: <code>{_e(ex['command'])}</code></p>")
+    if ex["errors"]:
+      out.append("<table><tr><th>output</th><th>dtype</th><th>mismatches</th><th>max abs error</th><th>max rel error</th><th>tolerance</th></tr>")
+      out += [f"<tr><td>{c['output']}</td><td>{_e(c['dtype'])}</td><td>{c['mismatches']} of {c['elements']}</td><td>{_e(c['max_abs'])}</td>"
+              f"<td>{_e(c['max_rel'])}</td><td>{_e(c['tolerance'])}</td></tr>" for c in ex["errors"]]
+      out.append("</table>")
+    if ex["mismatches"]:
+      out.append("<table><tr><th>output</th><th>index</th><th>expected</th><th>actual</th></tr>")
+      out += [f"<tr><td>{m['output']}</td><td>{_e(tuple(m['index']))}</td><td>{_e(m['expected'])}</td><td>{_e(m['actual'])}</td></tr>"
+              for m in ex["mismatches"]]
+      out.append("</table>")
+    if ex["source"]: out.append(f"<details><summary>kernel source</summary><pre>{_e(ex['source'])}</pre></details>")
+  return out
+
+
 def to_html(doc: dict) -> str:
   dev, s = doc["device"], doc["summary"]
   bad = [t for t in doc["tests"] if t["outcome"] in ("fail", "crash", "error", "xpass")]
@@ -132,6 +218,7 @@ def to_html(doc: dict) -> str:
   out += _capability_rows(doc)
   caps = dev.get("capabilities") or {}
   out.append("</table><p>" + ", ".join(f"{k} <code>{_e(caps.get(k))}</code>" for k in ("global_max", "local_max", "shared_max")) + "</p>")
+  out += _group_html(doc.get("failure_groups", []))
   out.append(f"<h2>Failures ({len(bad)})</h2>")
   if bad:
     out.append("<table><tr><th>test</th><th>tier</th><th>outcome</th><th>reason</th><th>max abs / rel error</th></tr>")

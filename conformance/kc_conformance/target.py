@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+import numpy as np
 import pytest
 import kc
 from kc import KcError, Kernel, KernelOptError, Opt, OptOps, Ops
@@ -14,6 +15,7 @@ from .case import Case, Setup
 from .checks import judge, limit_violations, needs_of, render
 from .corpus import CASES, setup_of
 from .specs import CANDIDATES, SPECS, NotApplicable, Spec, opt_id, tc_level
+from .tolerance import compare, tolerance
 from .worker import Crash, Raised, Worker, in_process_call
 
 
@@ -84,16 +86,16 @@ class Target:
       pytest.skip(f"capability: needs {', '.join(lacking)}, which {self.device} does not declare")
     return case, spec, setup
 
-  def program(self, case: Case, spec: Spec):
+  def program(self, case: Case, spec: Spec, record):
     """(setup, Program), computed once per case and spec and shared by the tiers; a refused spec skips."""
     key = (case.name, spec.name)
     if key not in self._programs:
       try: self._programs[key] = render(case, spec, self.renderer)
       except NotApplicable as e: self._programs[key] = e
-      except KcError as e: self._programs[key] = _Failed(f"{type(e).__name__}: {e}")
+      except KcError as e: self._programs[key] = _Failed(type(e).__name__, str(e))
     got = self._programs[key]
     if isinstance(got, NotApplicable): pytest.skip(f"not applicable: {got}")
-    if isinstance(got, _Failed): pytest.fail(f"rendering failed: {got.message}", pytrace=False)
+    if isinstance(got, _Failed): fail(record, got.type, got.message, f"rendering failed: {got.type}: {got.message}")
     return got
 
   def _needs_device(self, tier: str):
@@ -103,34 +105,38 @@ class Target:
 
   def render_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
-    setup, prg = self.program(case, spec)
+    setup, prg = self.program(case, spec, record)
     record("kc_program", {"name": prg.name, "global_size": _dims(prg.global_size), "local_size": _dims(prg.local_size)})
-    if bad := limit_violations(prg, self.renderer): pytest.fail("; ".join(bad), pytrace=False)
+    if bad := limit_violations(prg, self.renderer): fail(record, "LimitViolation", "; ".join(bad), source=prg.src)
     if case.vector_access and spec.opt is not None and spec.opt.op is OptOps.UPCAST and spec.opt.axis == 1 and spec.opt.amt == 4:
       widths = {u.op.name: u.dtype.count for u in prg.uops if u.op in (Ops.LOAD, Ops.STORE) and u.dtype.count > 1}
       if not widths and not any(u.op is Ops.STORE and u.src[1].dtype.count > 1 for u in prg.uops):
-        pytest.fail("the renderer declares float4, but an UPCAST of the contiguous last axis by 4 gave no vector loads or stores", pytrace=False)
+        fail(record, "NoVectorAccess", "the renderer declares float4, but an UPCAST of the contiguous last axis by 4 gave no vector loads or "
+             "stores", source=prg.src)
 
   def compile_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
     self._needs_device("compile")
-    _, prg = self.program(case, spec)
-    self._outcome(self._call("compile", self.device, prg.src), record, "compiling")
+    _, prg = self.program(case, spec, record)
+    self._outcome(self._call("compile", self.device, prg.src), record, "compiling", prg.src)
 
   def run_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
     self._needs_device("run")
-    setup, prg = self.program(case, spec)
-    outs = self._outcome(self._call("run", self.device, prg, setup), record, "running")
+    setup, prg = self.program(case, spec, record)
+    outs = self._outcome(self._call("run", self.device, prg, setup), record, "running", prg.src)
     verdict = judge(case, setup, outs)
     record("kc_errors", [c.to_json() for c in verdict.comparisons])
-    if not verdict.ok: pytest.fail(f"wrong result: {verdict.reason}", pytrace=False)
+    if not verdict.ok:
+      record("kc_mismatches", mismatch_sample(case, setup, outs))
+      fail(record, "WrongResult", verdict.reason, f"wrong result: {verdict.reason}", source=prg.src)
 
-  def _outcome(self, result, record, doing: str):
+  def _outcome(self, result, record, doing: str, src: str):
     if isinstance(result, Crash):
       record("kc_crash", result.reason)
-      pytest.fail(f"{doing} the kernel ended the worker ({result.reason}); the run continues with a fresh worker", pytrace=False)
-    if isinstance(result, Raised): pytest.fail(f"{doing} raised {result.type}: {result.message}", pytrace=False)
+      fail(record, "Crash", result.reason, f"{doing} the kernel ended the worker ({result.reason}); the run continues with a fresh worker",
+           source=src)
+    if isinstance(result, Raised): fail(record, result.type, result.message, f"{doing} raised {result.type}: {result.message}", source=src)
     return result
 
   def opt_errors(self, case_name: str, record) -> None:
@@ -157,18 +163,55 @@ class Target:
         except KernelOptError:
           refused += 1
           if (after := _snapshot(trial)) != before:
-            pytest.fail(f"{opt_id(o)} was refused on the {start} kernel but changed it: {before} -> {after}", pytrace=False)
+            fail(record, "OptContract", f"{opt_id(o)} was refused on the {start} kernel but changed it: {before} -> {after}")
           # the first refused trial renders exactly what the untouched Kernel renders (once: lowering is not cheap)
           if not source_checked and (source_checked := True) and _source(trial) != _source(k):
-            pytest.fail(f"{opt_id(o)} was refused on the {start} kernel but changed the program it lowers to", pytrace=False)
+            fail(record, "OptContract", f"{opt_id(o)} was refused on the {start} kernel but changed the program it lowers to")
         except KcError as e:
-          pytest.fail(f"{opt_id(o)} on the {start} kernel raised {type(e).__name__}, not KernelOptError: {e}", pytrace=False)
+          fail(record, "OptContract", f"{opt_id(o)} on the {start} kernel raised {type(e).__name__}, not KernelOptError: {e}")
     record("kc_refused", refused)
-    if refused == 0: pytest.fail("no opt was refused: the illegal ones (an axis past the shape) must be", pytrace=False)
+    if refused == 0: fail(record, "OptContract", "no opt was refused: the illegal ones (an axis past the shape) must be")
 
 
+@dataclass
 class _Failed:
-  def __init__(self, message: str): self.message = message
+  type: str
+  message: str
+
+
+def fail(record, kind: str, message: str, text: Optional[str] = None, source: Optional[str] = None):
+  """Fail the test with `text` (default: the message), recording its cause (kind, message) for the report's grouping
+  and, when there is one, the kernel source it failed on."""
+  record("kc_cause", [kind, message])
+  if source is not None: record("kc_source", source)
+  pytest.fail(text if text is not None else message, pytrace=False)
+
+
+def _plain(x) -> Any:
+  """A numpy scalar as a plain Python value (reports and xdist carry only those)."""
+  x = x.item() if hasattr(x, "item") else x
+  return x if isinstance(x, (bool, int)) else float(x)
+
+
+def mismatch_sample(case: Case, setup: Setup, outs: dict, limit: int = 5) -> list[dict]:
+  """Up to `limit` elements per output that are outside the tolerance, worst first: their index, numpy's value and
+  the device's. Candidates are the elements with the largest absolute and relative errors; each is judged by the
+  same comparison the test uses."""
+  out = []
+  for i, want in setup.expected.items():
+    got, dt = np.asarray(outs[i]), setup.dtypes[i]
+    if got.shape != want.shape: continue  # the comparison already says so; there are no matching indices
+    tol = tolerance(dt, case.kind, case.tolerance)
+    g, w = got.reshape(-1), np.asarray(want).reshape(-1)
+    with np.errstate(all="ignore"):
+      diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+      diff = np.where(np.isnan(diff), np.inf, diff)
+      rel = diff / np.maximum(np.abs(w.astype(np.float64)), np.finfo(np.float64).tiny)
+    candidates = dict.fromkeys([*np.argsort(-diff, kind="stable")[:8 * limit].tolist(), *np.argsort(-rel, kind="stable")[:8 * limit].tolist()])
+    bad = [j for j in candidates if not compare(i, g[j:j + 1], w[j:j + 1], dt, tol).ok][:limit]
+    out += [{"output": i, "index": [int(x) for x in np.unravel_index(j, want.shape)], "expected": _plain(w[j]), "actual": _plain(g[j])}
+            for j in bad]
+  return out
 
 
 def _dims(d) -> Optional[list]: return None if d is None else [x if isinstance(x, int) else x.render() for x in d]

@@ -1,6 +1,6 @@
 """The `kc` command."""
 from __future__ import annotations
-import argparse, ast, json, os, sys
+import argparse, ast, json, os, sys, warnings
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
@@ -59,8 +59,18 @@ def _renderer_summary(r) -> dict:
           "locals": r.has_local, "tensor_cores": [str(tc) for tc in r.tensor_cores]}
 
 
+def _plugin_errors() -> dict[str, str]:
+  """Device.errors(), without the PluginWarnings of discovery: the commands that call this print the errors themselves."""
+  from kc.device import Device
+  from kc.plugins import PluginWarning
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", PluginWarning)
+    return Device.errors()
+
+
 def cmd_devices(args) -> int:
   from kc.device import Device
+  _plugin_errors()
   rows = []
   for name in Device.names():
     spec = Device.spec(name)
@@ -81,7 +91,17 @@ def cmd_devices(args) -> int:
             f"locals={r['locals']} tensor_cores={r['tensor_cores'] or 'none'}")
   for name, err in Device.errors().items(): print(f"plugin error {name}: {err}")
   print(f"default device: {_default_or_none()}")
+  if (problem := _kc_device_problem()) is not None: print(problem)
   return 0
+
+
+def _kc_device_problem() -> Optional[str]:
+  """What is wrong with $KC_DEVICE (an unknown name), or None."""
+  from kc.device import Device
+  if not (chosen := os.environ.get("KC_DEVICE")): return None
+  try: Device.spec(chosen)
+  except KcError as e: return f"KC_DEVICE={chosen}: {e}"
+  return None
 
 
 def _default_or_none():
@@ -107,8 +127,11 @@ def cmd_doctor(args) -> int:
   from kc.device import Device
   print(f"kc {kc.__version__}")
   problems = 0
-  for name, err in Device.errors().items():
+  for name, err in _plugin_errors().items():
     print(f"plugin error {name}: {err}")
+    problems += 1
+  if (problem := _kc_device_problem()) is not None:
+    print(problem)
     problems += 1
   for name in Device.names():
     reason = Device.unavailable_reason(name)
@@ -120,9 +143,10 @@ def cmd_doctor(args) -> int:
       ok = err == 0.0
       print(f"{name}: {'ok' if ok else 'WRONG RESULT'} (add of 65536 floats, max error {err:g}, {seconds * 1e6:.0f} us)")
       problems += not ok
-    except KcError as e:
+    except Exception as e:  # the doctor reports a broken backend, whatever it raises, and goes on to the next one
       print(f"{name}: FAILED ({type(e).__name__}: {e})")
       problems += 1
+  print("no problems found" if not problems else f"{problems} problem{'s' if problems > 1 else ''} found")
   return 1 if problems else 0
 
 
@@ -193,9 +217,15 @@ def cmd_conformance(args) -> int:
   import importlib.util, subprocess
   from kc.device import Device
   if importlib.util.find_spec("kc_conformance") is None:
-    print("kc: error: the conformance suite is not installed: pip install kc-conformance", file=sys.stderr)
-    return 2
-  devices = args.device or [Device.DEFAULT]
+    raise UsageError("the conformance suite is not installed: pip install kc-conformance")
+  if args.numprocesses is not None:
+    if importlib.util.find_spec("xdist") is None:
+      raise UsageError(f"-n {args.numprocesses} runs the suite in parallel with pytest-xdist, which is not installed: "
+                       "pip install pytest-xdist (or kc-conformance[parallel])")
+    if args.numprocesses not in ("auto", "logical") and not (args.numprocesses.isdigit()):
+      raise UsageError(f"-n takes a number of processes or 'auto', got {args.numprocesses!r}")
+  # every device is checked before any run starts: a typo fails once, here, not once per test
+  devices = [Device.spec(d).name for d in args.device] or [Device.DEFAULT]
   status = 0
   for dev in devices:
     several = len(devices) > 1
@@ -204,6 +234,7 @@ def cmd_conformance(args) -> int:
     argv += [f"--kc-report={_per_device(r, dev, several)}" for r in args.report]
     if args.expect: argv.append(f"--kc-expect={args.expect}")
     if args.k: argv += ["-k", args.k]
+    if args.numprocesses is not None: argv += ["-n", args.numprocesses]
     if args.junitxml: argv.append(f"--junitxml={_per_device(args.junitxml, dev, several)}")
     print("+ " + " ".join(argv), flush=True)
     rc = subprocess.call(argv)
@@ -211,8 +242,19 @@ def cmd_conformance(args) -> int:
   return status
 
 
+class UsageError(KcError):
+  """A command line kc cannot act on (a missing extra, a bad option value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse with its errors as one line (`kc render: error: ...`) and exit status 2, like every other kc error."""
+
+  def error(self, message: str):
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="kc", description="kc: a pluggable kernel compiler runtime")
+  p = _Parser(prog="kc", description="kc: a pluggable kernel compiler runtime")
   p.add_argument("--version", action="version", version=f"kc {kc.__version__}")
   sub = p.add_subparsers(dest="command")
   s = sub.add_parser("simplify", help="simplify an integer index expression with kc's symbolic rules")
@@ -230,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--expect", default=None, metavar="FILE", help="an expectation file of the backend's known failures")
   c.add_argument("--timeout", type=float, default=120.0, help="seconds one compile or run may take before it counts as a crash")
   c.add_argument("-k", default=None, metavar="EXPR", help="only tests matching the pytest -k expression")
+  c.add_argument("-n", dest="numprocesses", default=None, metavar="N|auto", help="run the tests in N processes (needs pytest-xdist)")
   c.add_argument("--junitxml", default=None, metavar="FILE", help="also write JUnit XML for CI")
   c.set_defaults(fn=cmd_conformance)
   b = sub.add_parser("bench", help="compile and time every example kernel on the available devices, checked against numpy")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequen
 import numpy as np
 from kc.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
 from kc.dtype import DType, PtrDType
-from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError
+from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
 
 if TYPE_CHECKING:
   from kc.plugins import BackendSpec, PluginTable
@@ -336,7 +336,7 @@ class DeviceRegistry:
     if (key := self.canonical(name)) not in specs:
       known = ", ".join(self.names()) or "none"
       hint = f"; plugins that failed to load: {', '.join(self.table.errors())}" if self.table.errors() else ""
-      raise KcError(f"unknown device {name!r}: the registered devices are {known}{hint}. Install its plugin (e.g. pip install kc-<device>)")
+      raise UnknownDeviceError(f"unknown device {name!r}: the registered devices are {known}{hint}. Install its plugin (e.g. pip install kc-<device>)")
     return specs[key]
 
   @staticmethod

@@ -6,12 +6,13 @@ whose object (usually the package module) has a `@kc.plugins.hookimpl def kc_bac
 The load loop runs on first use of `kc.Device`, never at `import kc`. Each plugin is loaded and asked for its
 devices on its own: one that fails (import error, another plugin API version, a duplicate device name) is
 recorded in `kc.Device.errors()` and the others load regardless. `KC_STRICT_PLUGINS=1` makes the first such
-failure raise `kc.PluginError` instead, for CI and for plugin authors.
+failure raise `kc.PluginError` instead, for CI and for plugin authors. Otherwise each failure is also reported once per
+process, as a PluginWarning naming the distribution and why, when discovery runs.
 
 Error keys say where the problem is: a plugin's entry-point name (lower case) when the plugin failed, a device
 name (upper case) when one device of an otherwise loaded plugin was rejected or its availability check broke."""
 from __future__ import annotations
-import dataclasses, os, re, threading
+import dataclasses, os, re, threading, warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 import pluggy
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
 PROJECT = "kc"
 ENTRY_POINT_GROUP = "kc.backends"
 PLUGIN_API_VERSION = 1  # bump when BackendSpec or the runtime protocol changes in a way old plugins cannot follow
+
+class PluginWarning(UserWarning):
+  """A plugin failed to load and was skipped (KC_STRICT_PLUGINS=1 makes that an error)."""
+
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -164,6 +169,10 @@ class PluginTable:
       if self._loaded: return
       discovered, errors = self._discover(strict=_strict())
       self._discovered, self._load_errors, self._loaded = discovered, errors, True
+    # outside the lock: a warning filter set to "error" raises here, and must not leave the table half loaded
+    for msg in errors.values():
+      warnings.warn(f"kc skipped a backend plugin: {msg} (kc devices lists it; KC_STRICT_PLUGINS=1 makes this an error)",
+                    PluginWarning, stacklevel=3)
 
   def _discover(self, strict: bool) -> tuple[dict[str, BackendSpec], dict[str, str]]:
     found: dict[str, BackendSpec] = {}
@@ -230,7 +239,7 @@ def register(spec: BackendSpec, replace: bool = False) -> BackendSpec:
 def unregister(name: str): BACKENDS.unregister(name)
 
 
-__all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "PluginTable", "BACKENDS", "hookimpl", "hookspec", "register",
+__all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "PluginTable", "PluginWarning", "BACKENDS", "hookimpl", "hookspec", "register",
            "unregister", "installed_entry_points", "validate_spec"]
 
 
