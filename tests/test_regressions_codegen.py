@@ -181,7 +181,7 @@ def test_broadcast_of_a_size_one_reduce_from_the_builder(device):
 
 # ***** 8. zero-size work *****
 
-@pytest.mark.parametrize("device", ["CLANG", "EMU"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opts", ["none", "hand"])
 def test_zero_size_work_does_nothing(device, opts):
   sink = A.sink(A.store(0, X(0, 4) * 2.0))
@@ -191,7 +191,7 @@ def test_zero_size_work_does_nothing(device, opts):
   with pytest.raises(KernelOptError, match="axis 0 has size 0"): Kernel(sink, kc.Device[device].renderer).apply_opt(Opt(OptOps.UPCAST, 0, 4))
 
 
-@pytest.mark.parametrize("device", ["CLANG", "EMU"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op,ident", [("sum", 0.0), ("prod", 1.0), ("max", -np.inf)])
 def test_empty_reduce_is_its_identity(device, op, ident):
   got = run(A.sink(A.store(0, getattr(X(3, 0), op)(1, keepdims=True))), {1: np.zeros((3, 0), np.float32)}, device, "hand")

@@ -202,7 +202,7 @@ class Buffer:
         raise DTypeError(f"cannot copy a {data.dtype} array into a {self.dtype} buffer: convert it first (arr.astype(np.{self.dtype.np}))")
       if data.size != self.size:
         raise InvalidBufferError(f"cannot copy {data.size} elements into a buffer of {self.size} elements")
-      mv = memoryview(np.ascontiguousarray(data)).cast("B")
+      mv = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))  # flat first: a cast refuses shapes with a 0
     elif isinstance(data, (memoryview, bytes, bytearray)):
       mv = memoryview(data)
       if mv.format not in ("B", "b", "c") and self.dtype.fmt is not None and mv.format.lstrip("@=<") != self.dtype.fmt:
