@@ -15,17 +15,12 @@ from typing import Optional, Union
 import numpy as np
 from kc.device import Allocator, Buffer
 from kc.dtype import DType
-from kc.errors import KcError
+from kc.errors import ArgumentError, KcError  # noqa: F401  (ArgumentError: its home was here)
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.symbolic import sym_infer
 from kc.uop import Ops, UOp, sint
-
-
-class ArgumentError(KcError, ValueError):
-  """A call's argument that does not match what the kernel declares; the message names the buffer index, what
-  the kernel expects and what was given."""
 
 
 def declared_shape(st: ShapeTracker) -> Optional[tuple[sint, ...]]:

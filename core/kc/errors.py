@@ -54,3 +54,8 @@ class ConfigError(KcError, ValueError):
 
 class UnknownDeviceError(KcError, LookupError):
   """A device name no installed plugin registers; the message lists the registered ones."""
+
+
+class ArgumentError(KcError, ValueError):
+  """A call's argument that does not match what the kernel declares; the message names the buffer index, what
+  the kernel expects and what was given."""

@@ -43,8 +43,7 @@ def getenv(key: str, default=0):
 def debug_level() -> int:
   """DEBUG from the environment, read on every call so a test or a notebook can turn it on and off:
   2 kernel timings, 4 the rendered source, 5 the linear UOps."""
-  try: return int(os.getenv("DEBUG", "0") or 0)
-  except ValueError: return 0
+  return env_value("DEBUG", 0)
 
 
 def c_div(a: int, b: int) -> int:

@@ -2,11 +2,11 @@
 refused opt simply skips that step. The knobs MV_BLOCKSIZE, MV_THREADS_PER_ROW, MV_ROWS_PER_THREAD, MV=0 and
 NOLOCALS=1 are read from the environment."""
 from __future__ import annotations
-import itertools, os
+import itertools
 from typing import TYPE_CHECKING, Optional
 from kc.dtype import ImageDType
 from kc.errors import KernelOptError
-from kc.helpers import all_int, prod
+from kc.helpers import all_int, env_value, prod
 from kc.kernel.opt import Opt, OptOps
 from kc.symbolic import resolve
 from kc.uop import Ops
@@ -14,9 +14,7 @@ from kc.uop import Ops
 if TYPE_CHECKING: from kc.kernel.kernel import Kernel
 
 
-def _knob(name: str, default: int) -> int:
-  try: return int(os.environ.get(name, default))
-  except ValueError: return default
+def _knob(name: str, default: int) -> int: return env_value(name, default)
 
 
 def required_optimizations(k: "Kernel") -> None:

@@ -9,12 +9,12 @@ which axes are what. The axes of full_shape are kept in this order (the colours 
 first_reduce is the first axis whose output size differs from the full size; first_upcast = shape_len - upcasted.
 """
 from __future__ import annotations
-import dataclasses, itertools, os
+import dataclasses, itertools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from kc.dtype import ImageDType, dtypes
 from kc.errors import KcError, KernelOptError
-from kc.helpers import all_int, all_same, dedup, prod, round_up
+from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
 from kc.kernel.naming import colored, ansilen, to_function_name
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.verify import reduce_axes, st_arg, verify_ast
@@ -46,11 +46,6 @@ def get_contraction(old_shape: tuple[sint, ...], new_shape: tuple[sint, ...]) ->
   try: split = [acc_old.index(acc) + 1 if acc != 1 else 0 for acc in acc_new]
   except ValueError: return None
   return [list(range(st, ed)) for st, ed in zip([0] + split[:-1], split[:-1] + [len(old_shape)])]
-
-
-def _env_int(name: str, default: int) -> int:
-  try: return int(os.environ.get(name, default))
-  except ValueError: raise KcError(f"environment variable {name} must be an int, got {os.environ[name]!r}") from None
 
 
 # a renderer for Kernels built without one: the device layer installs a lookup of the default device's renderer
@@ -267,7 +262,7 @@ class Kernel:
     if opt.op is OptOps.TC:
       check(len(self.applied_opts) == 0, "tensor core opts must be first")
       check(isinstance(opt.axis, int) and isinstance(opt.amt, int), "tensor core opts must have an axis and amt")
-      level = tc_level if tc_level is not None else _env_int("KC_TC", 1)
+      level = tc_level if tc_level is not None else env_value("KC_TC", 1)
       check(level in (1, 2, 3), f"tensor core level must be 1, 2 or 3, got {level}")
       check(len(self.opts.tensor_cores) > 0, "the renderer has no tensor cores")
       check(self._apply_tc_opt(level, opt.axis, opt.amt), "no tensor core available")
@@ -433,7 +428,7 @@ class Kernel:
     emulated through local memory. extra_opts: opts to apply afterwards instead of the hand-coded follow-ups.
     tc_opt: which kernels qualify; 0 one reduce axis over LOADs multiplied directly, 1 also CAST inputs and more
     reduce axes, 2 also M/N/K that need padding to the tensor core's dims (default: KC_TC_OPT, else 0)."""
-    if tc_opt is None: tc_opt = _env_int("KC_TC_OPT", 0)
+    if tc_opt is None: tc_opt = env_value("KC_TC_OPT", 0)
     if not use_tensor_cores or not self.opts.tensor_cores: return False
     saved = self._state()
     try:

@@ -7,6 +7,8 @@ import os, platform
 from typing import Optional
 from kc.renderer import estimate_ops
 from kc.renderer.cstyle import CStyleLanguage
+from kc.errors import ConfigError
+from kc.helpers import env_value
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves
 PARALLEL_MIN_OPS = 1 << 17
@@ -14,8 +16,9 @@ PARALLEL_MIN_OPS = 1 << 17
 
 def threads() -> int:
   """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across threads (OpenMP)."""
-  try: return max(1, int(os.environ.get("KC_CLANG_THREADS", "") or (os.cpu_count() or 1)))
-  except ValueError: return 1
+  n = env_value("KC_CLANG_THREADS", os.cpu_count() or 1)
+  if n < 1: raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count: give an int >= 1, or unset it for every core")
+  return n
 
 _FLOAT_FUNCS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
 
