@@ -21,7 +21,7 @@ import numpy as np
 from kc import ast_promotion as P
 from kc.ast_movement import Move, extents, move
 from kc.dtype import DType, PtrDType, dtypes
-from kc.errors import DTypeError, InvalidASTError, KcError
+from kc.errors import DTypeError, InvalidASTError, KcError, ShapeError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.uop import Ops, UOp, sint
@@ -58,7 +58,8 @@ def _axes(axis, ndim: int, what: str) -> tuple[int, ...]:
   norm = []
   for a in axes:
     if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
-      raise InvalidASTError(f"{what} axis {a!r} out of range for {ndim} dims")
+      # a movement's bad axis is a ShapeError (as the shape layer's own are); a reduce's is an InvalidASTError
+      raise (ShapeError if what in ("flip", "windows") else InvalidASTError)(f"{what} axis {a!r} out of range for {ndim} dims")
     norm.append(a % ndim)
   if len(set(norm)) != len(norm): raise InvalidASTError(f"repeated {what} axis in {axes}")
   return tuple(norm)
@@ -121,7 +122,7 @@ class Expr:
     shape = self._infer(tuple(shape))
     if shape == self.shape and self.stored is None: return self
     if self.size is not None and _size(shape) != self.size:
-      raise InvalidASTError(f"reshape: cannot reshape {fmt_shape(self.shape)} ({self.size} elements) to {fmt_shape(shape)}")
+      raise ShapeError(f"reshape: cannot reshape {fmt_shape(self.shape)} ({self.size} elements) to {fmt_shape(shape)}")
     if self.stored is None and [s for s in shape if s != 1] == [s for s in self.shape if s != 1]: return self._regroup(shape)
     try:
       if self.stored is not None: raise InvalidASTError("stored only")
@@ -132,11 +133,11 @@ class Expr:
       return Expr(self.uop, self.kshape, self.hidden, shape)
 
   def _infer(self, shape: tuple) -> tuple[sint, ...]:
-    if builtins.sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise InvalidASTError(f"reshape: at most one -1 in {shape}")
+    if builtins.sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise ShapeError(f"reshape: at most one -1 in {shape}")
     if -1 in [s for s in shape if isinstance(s, int)]:
       known = _size([s for s in shape if not (isinstance(s, int) and s == -1)])
       if known is None or self.size is None or known == 0 or self.size % known:
-        raise InvalidASTError(f"reshape: cannot infer -1 in {shape} for {fmt_shape(self.shape)}")
+        raise ShapeError(f"reshape: cannot infer -1 in {shape} for {fmt_shape(self.shape)}")
       shape = tuple(self.size // known if isinstance(s, int) and s == -1 else s for s in shape)
     return _shape(shape)
 
@@ -165,7 +166,7 @@ class Expr:
   def permute(self, *order) -> "Expr":
     order = tuple(order[0]) if len(order) == 1 and not isinstance(order[0], int) else order
     if sorted(a % self.ndim if isinstance(a, int) and -self.ndim <= a < self.ndim else a for a in order) != list(range(self.ndim)):
-      raise InvalidASTError(f"permute: {order} is not an order of the {self.ndim} axes of {fmt_shape(self.shape)}")
+      raise ShapeError(f"permute: {order} is not an order of the {self.ndim} axes of {fmt_shape(self.shape)}")
     lg, korder = self._live()._logical, list(range(len(self.kshape)))
     for j, a in enumerate(order): korder[lg[j]] = lg[a % self.ndim]
     return self._kernel_move("permute", tuple(korder), "permute")
@@ -199,7 +200,7 @@ class Expr:
   def _broadcast_to(self, shape: tuple) -> "Expr":
     me = self._live()
     if len(shape) < me.ndim or any(o != 1 and o != n for o, n in zip(me.shape, shape[len(shape) - me.ndim:])):
-      raise InvalidASTError(f"expand: {fmt_shape(me.shape)} does not broadcast to {fmt_shape(shape)}")
+      raise ShapeError(f"expand: {fmt_shape(me.shape)} does not broadcast to {fmt_shape(shape)}")
     me = me._lead(len(shape))
     target = list(me.kshape)
     for j, k in enumerate(me._logical): target[k] = shape[j]

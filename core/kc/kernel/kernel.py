@@ -13,7 +13,7 @@ import dataclasses, itertools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from kc.dtype import ImageDType, dtypes
-from kc.errors import KcError, KernelOptError
+from kc.errors import ConfigError, KcError, KernelOptError
 from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
 from kc.kernel.naming import colored, ansilen, to_function_name
 from kc.kernel.opt import Opt, OptOps, check
@@ -251,6 +251,9 @@ class Kernel:
     saved = self._state()
     try: self._apply_checked(opt, append_opt, tc_level)
     except KernelOptError:
+      self.__dict__.update(saved)
+      raise
+    except ConfigError:  # a bad environment variable is the user's setting, not this opt's fault: say so as it is
       self.__dict__.update(saved)
       raise
     except KcError as e:  # a movement the trackers refuse is a refused opt too
