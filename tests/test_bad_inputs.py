@@ -11,6 +11,7 @@ from kc.errors import (ArgumentError, CompileError, ConfigError, DTypeError, Inv
 from kc.device import InvalidBufferError
 from kc.kernel import Kernel, Opt, OptOps
 from kc.plugins import PLUGIN_API_VERSION, PluginTable, validate_spec
+from kc.emulator import open_device as open_emulator  # what kc.Device['EMU'] opens (once per process)
 
 f32, i32, u8 = dtypes.float32, dtypes.int32, dtypes.uint8
 pytestmark = pytest.mark.usefixtures("cache_dir")
@@ -113,7 +114,7 @@ def test_bad_input(what, fxn, cls, pattern):
 
 ENVIRONMENT = [
   ("KC_DEVICE", "NOPE", lambda: kc.Device.DEFAULT, UnknownDeviceError, "NOPE"),
-  ("KC_EMULATE", "NOPE", lambda: kc.run(A.sink(A.store(0, X(4))), {1: np.ones(4, np.float32)}, device="EMU"), KcError, "impersonate 'NOPE'"),
+  ("KC_EMULATE", "NOPE", lambda: open_emulator(), UnknownDeviceError, "impersonate 'NOPE'.*registered"),
   ("DEBUG", "loud", lambda: kc.run(A.sink(A.store(0, X(4))), {1: np.ones(4, np.float32)}, device="CLANG"), ConfigError, "DEBUG='loud'"),
   ("KC_TC", "many", lambda: Kernel(A.sink(A.store(0, X(4, 4).sum(1))), kc.Device["EMU"].renderer).apply_opt(Opt(OptOps.TC, 0, 0)), ConfigError, "KC_TC='many'"),
   ("KC_TC_OPT", "x", lambda: Kernel(A.sink(A.store(0, X(4, 4).sum(1))), kc.Device["EMU"].renderer).apply_tensor_cores(), ConfigError, "KC_TC_OPT='x'"),

@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from kc.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
 from kc.dtype import DType, ImageDType, dtypes
-from kc.errors import CompileError, KcError
+from kc.errors import CompileError, KcError, UnknownDeviceError
 from kc.helpers import prod
 from kc.renderer import Renderer, TensorCore
 from kc.renderer.cstyle import CStyleLanguage
@@ -809,7 +809,7 @@ class EmuDevice(CompiledDevice):
     from kc.device import Device
     if Device.canonical(name) == DEVICE: raise KcError("EMU cannot impersonate itself: impersonate(None) gives its generic renderer")
     if name not in Device:
-      raise KcError(f"EMU cannot impersonate {name!r}: no such device is registered (registered: {', '.join(Device.names())})")
+      raise UnknownDeviceError(f"EMU cannot impersonate {name!r}: no such device is registered (registered: {', '.join(Device.names())})")
     self.renderer = impersonating(Device.renderer(name))
     return self
 
