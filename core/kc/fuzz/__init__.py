@@ -1,0 +1,16 @@
+"""kc fuzz: random kernels x random legal opts on any registered device, checked against numpy.
+
+    from kc.fuzz import FuzzConfig, fuzz, summary
+    results = fuzz(FuzzConfig(devices=("CLANG",), n=100, seed=1))
+    print(summary(results))
+
+Every failure (a wrong answer, an untyped exception, a crash or a hang of the worker process) leaves a minimized,
+standalone reproducer script in the output folder. `kc fuzz` is the command-line front end.
+"""
+from kc.fuzz.generate import case_seed, generate
+from kc.fuzz.recipe import Node, Recipe, kc_lines, np_lines
+from kc.fuzz.report import Result, summary, write_json
+from kc.fuzz.runner import MODES, FuzzConfig, fuzz
+
+__all__ = ["FuzzConfig", "fuzz", "summary", "write_json", "Result", "generate", "case_seed", "Recipe", "Node",
+           "kc_lines", "np_lines", "MODES"]

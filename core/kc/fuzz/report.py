@@ -1,0 +1,144 @@
+"""What a fuzz run leaves behind: standalone reproducer scripts, the summary table, and the JSON of every result."""
+from __future__ import annotations
+import json, os, re
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+import numpy as np
+from kc.fuzz.check import FAILURES, OUTCOMES, Reference
+from kc.fuzz.recipe import Recipe, kc_lines, np_lines
+from kc.fuzz.worker import OptsSpec
+
+_INLINE_ELEMENTS = 256   # inputs up to this size are written into the script; larger ones go to an .npz beside it
+
+
+@dataclass
+class Result:
+  """One case on one device under one opts mode."""
+  case: int
+  seed: int                 # the case's own seed (kc.fuzz.generate.generate(seed) rebuilds its kernel)
+  device: str
+  mode: str
+  opts: OptsSpec
+  outcome: str
+  message: str = ""
+  stage: str = ""
+  ops: list = field(default_factory=list)
+  reproducer: Optional[str] = None
+
+  def kind(self) -> str:
+    """What failures have in common, for counting: the outcome and the error's type and normalized message, or for a
+    wrong answer the ops of the (minimized) kernel."""
+    if self.outcome in ("wrong", "ok"): return f"{self.outcome}: " + "+".join(sorted(set(self.ops) - {"input"}))
+    return f"{self.outcome}: {normalize(self.message)}"
+
+
+def normalize(msg: str) -> str:
+  """A message with its numbers, shapes and names of one kernel taken out, so equal causes count together."""
+  msg = msg.splitlines()[0] if msg else ""
+  msg = re.sub(r"\(at \S+.*?\)", "", msg)
+  msg = re.sub(r"\d+", "N", msg)
+  return msg[:140]
+
+
+def opts_source(opts: OptsSpec) -> str:
+  if isinstance(opts, str): return repr(opts)
+  return "[" + ", ".join(f"Opt(OptOps.{op}, {axis}, {amt})" for op, axis, amt in opts) + "]"
+
+
+def _array_source(a: np.ndarray) -> str:
+  dt = "np.bool_" if a.dtype == np.bool_ else f"np.{a.dtype.name}"
+  return f"np.array({a.reshape(-1).tolist()!r}, dtype={dt}).reshape({tuple(a.shape)})"
+
+
+def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts: OptsSpec) -> str:
+  """A Python script that builds the kernel with kc.ast, runs it on the device with the same opts and inputs, compares
+  with numpy and prints the difference; it exits 1 while kc disagrees (or raises, or crashes) and 0 once fixed."""
+  os.makedirs(out_dir, exist_ok=True)
+  stem = f"{res.device}_{res.mode}_case{res.case:04d}_{res.outcome}"
+  path = os.path.join(out_dir, stem + ".py")
+  inputs = r.inputs()
+  if sum(a.size for a in inputs.values()) <= _INLINE_ELEMENTS:
+    load = ["inputs = {"] + [f"  {b}: {_array_source(a)}," for b, a in inputs.items()] + ["}"]
+  else:
+    np.savez(os.path.join(out_dir, stem + ".npz"), **{f"b{b}": a for b, a in inputs.items()})
+    load = [f"_saved = np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), {stem + '.npz'!r}))",
+            "inputs = {int(k[1:]): _saved[k] for k in _saved.files}"]
+  bounds = {b: (bd.rtol, bd.atol) for b, bd in ref.bounds.items()}
+  first = res.message.splitlines()[0][:300] if res.message else ""
+  src = [
+    f'"""kc fuzz reproducer: {res.outcome} on {res.device} with opts {opts_source(opts)}.',
+    f"",
+    f"Case {res.case} (case seed {res.seed}), minimized. The fuzzer saw: {first}",
+    f"Run it with python; it exits 1 while kc disagrees with numpy (or raises, or crashes) and 0 once fixed.",
+    '"""',
+    "import os, sys",
+    "import numpy as np",
+    "import kc",
+    "from kc import Opt, OptOps, ast as A, dtypes  # noqa: F401",
+    "",
+    *load,
+    "",
+    "# the kernel, built with kc.ast",
+    *kc_lines(r),
+    "",
+    "# numpy's answer: the same expression, step by step",
+    "with np.errstate(all='ignore'):",
+    *("  " + line for line in np_lines(r)),
+    f"expected = {{{', '.join(f'{b}: n{o}' for b, o in enumerate(r.outputs))}}}",
+    f"bounds = {bounds!r}  # output -> (rtol, atol); (0, 0) means bit-exact",
+    "",
+    f"got = kc.run(sink, inputs, device={res.device!r}, opts={opts_source(opts)})",
+    "failed = False",
+    "for i, want in expected.items():",
+    "  have = got[i]",
+    "  if have.shape != want.shape or have.dtype != want.dtype:",
+    "    print(f'output {i}: kc gives {have.dtype}{have.shape}, numpy {want.dtype}{want.shape}')",
+    "    failed = True",
+    "    continue",
+    "  rtol, atol = bounds[i]",
+    "  g, w = have.astype(np.float64), want.astype(np.float64)",
+    "  with np.errstate(all='ignore'):",
+    "    bad = ~((np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= atol + rtol * np.abs(w)))",
+    "  if bad.any():",
+    "    failed = True",
+    "    print(f'output {i}: {int(bad.sum())} of {bad.size} elements differ')",
+    "    for idx in list(zip(*np.nonzero(bad)))[:8]:",
+    "      print(f'  at {tuple(int(j) for j in idx)}: kc {have[idx]!r}, numpy {want[idx]!r}')",
+    "    print('kc:', have.tolist())",
+    "    print('numpy:', want.tolist())",
+    "print('FAIL' if failed else 'ok: kc matches numpy')",
+    "sys.exit(1 if failed else 0)",
+  ]
+  with open(path, "w") as f: f.write("\n".join(src) + "\n")
+  return path
+
+
+def summary(results: list[Result]) -> str:
+  """A table of outcomes per device and opts mode, the typed errors by message, and the failure kinds with a
+  reproducer each."""
+  rows: dict[tuple[str, str], Counter] = defaultdict(Counter)
+  for res in results: rows[(res.device, res.mode)][res.outcome] += 1
+  lines = [f"{'device':8s} {'opts':7s} " + " ".join(f"{o:>13s}" for o in OUTCOMES)]
+  for (dev, mode), c in sorted(rows.items()):
+    lines.append(f"{dev:8s} {mode:7s} " + " ".join(f"{c[o]:13d}" for o in OUTCOMES))
+  typed = Counter(f"{r.device}: {normalize(r.message)}" for r in results if r.outcome == "typed-error")
+  if typed:
+    lines += ["", "typed errors (kc refused the kernel; by message):"]
+    lines += [f"  {n:5d}  {msg}" for msg, n in typed.most_common(15)]
+  kinds: dict[str, list[Result]] = defaultdict(list)
+  for r in results:
+    if r.outcome in FAILURES: kinds[f"{r.device}: {r.kind()}"].append(r)
+  if kinds:
+    lines += ["", "failures by kind (count, kind, one reproducer):"]
+    for kind, rs in sorted(kinds.items(), key=lambda kv: -len(kv[1]))[:25]:
+      repro = next((r.reproducer for r in rs if r.reproducer), None)
+      lines.append(f"  {len(rs):5d}  {kind}\n         {repro}")
+  return "\n".join(lines)
+
+
+def write_json(path: str, config: dict, results: list[Result]) -> None:
+  counts = Counter(r.outcome for r in results)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump({"config": config, "counts": dict(counts), "results": [asdict(r) | {"kind": r.kind()} for r in results]}, f, indent=1, default=str)

@@ -1,0 +1,163 @@
+"""Running fuzz cases on a device in a process of their own, so that a segfault or a hang costs one case, not the run.
+
+The parent talks to one `DeviceWorker` per device; it starts a spawned child process that opens the device and runs
+jobs (build the kernel from its kc.ast lines, pick the opts, kc.run it) until its pipe closes. A child that dies is
+a crash, one that does not answer within the timeout is a hang; either way it is replaced by a fresh one.
+"""
+from __future__ import annotations
+import multiprocessing as mp
+import random, signal, time, traceback
+from dataclasses import dataclass, field
+from typing import Optional, Union
+import numpy as np
+
+# opts as data that crosses the process boundary: a mode name, or a list of (OptOps name, axis, amt)
+OptsSpec = Union[str, list]
+_RANDOM_OPS = ("UPCAST", "UPCAST", "UNROLL", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP", "NOLOCALS")
+_START_TIMEOUT = 120.0   # opening a device may compile or load a runtime: not counted against a case
+
+
+@dataclass(frozen=True)
+class Job:
+  lines: tuple[str, ...]          # kc.ast source that leaves the kernel in `sink`
+  inputs: dict                    # buffer index -> np.ndarray
+  opts: OptsSpec                  # "none" | "hand" | "random" | [(op, axis, amt), ...]
+  opt_seed: int = 0
+
+
+@dataclass
+class Reply:
+  """What a device made of a job. `error` is None, "typed" (a kc.KcError), "untyped", "crash" or "hang"."""
+  outputs: dict = field(default_factory=dict)
+  opts: OptsSpec = "none"         # the opts that ran (random mode resolved to its list)
+  error: Optional[str] = None
+  stage: str = ""                 # build | opts | run
+  etype: str = ""
+  message: str = ""
+
+
+def opts_from_spec(spec: OptsSpec):
+  """A mode name for kc.compile, or the list of kc.Opt."""
+  from kc.kernel import Opt, OptOps
+  return spec if isinstance(spec, str) else [Opt(OptOps[op], axis, amt) for op, axis, amt in spec]
+
+
+def random_opts(sink, device: str, seed: int) -> list:
+  """A random legal opt list: random Opt(op, axis, amt) tried one after another on the kernel; those the kernel refuses
+  (kc.KernelOptError) are skipped. A tensor-core opt goes first where the device has tensor cores."""
+  from kc.device import Device
+  from kc.errors import KernelOptError
+  from kc.kernel import Kernel, Opt, OptOps
+  rng = random.Random(seed)
+  k = Kernel(sink, Device[device].renderer)
+  tries: list[Opt] = []
+  if k.opts.tensor_cores and rng.random() < 0.5: tries.append(Opt(OptOps.TC, rng.choice((0, 0, 1)), rng.choice((0, 1, 2))))
+  for _ in range(rng.randint(1, 8)):
+    op = OptOps[rng.choice(_RANDOM_OPS)]
+    n = max(1, k.shape_len)
+    if op is OptOps.NOLOCALS: tries.append(Opt(op))
+    elif op is OptOps.SWAP: tries.append(Opt(op, rng.randrange(n), rng.randrange(n)))
+    else: tries.append(Opt(op, rng.randrange(n), rng.choice((0, 2, 3, 4, 8))))
+  applied = []
+  for o in tries:
+    try: k.apply_opt(o)
+    except KernelOptError: continue
+    applied.append((o.op.name, o.axis, o.amt))
+  return applied
+
+
+def run_job(job: Job, device: str, note=None) -> Reply:
+  """Build, optimize and run one kernel; every exception becomes a Reply (typed or untyped), never escapes. `note`
+  hears the resolved opts before the kernel runs, so that a crash can still be replayed with them."""
+  import kc
+  from kc import ast as A, dtypes
+  reply, stage = Reply(opts=job.opts), "build"
+  try:
+    ns = {"A": A, "dtypes": dtypes, "np": np}
+    exec("\n".join(job.lines), ns)  # noqa: S102 (the fuzzer's own generated kc.ast code)
+    stage = "opts"
+    if job.opts == "random": reply.opts = random_opts(ns["sink"], device, job.opt_seed)
+    if note is not None: note(reply.opts)
+    stage = "run"
+    reply.outputs = kc.run(ns["sink"], job.inputs, device=device, opts=opts_from_spec(reply.opts))
+  except kc.KcError as e:
+    reply.error, reply.etype, reply.message = "typed", type(e).__name__, str(e)
+  except Exception as e:  # noqa: BLE001 (an untyped error is a finding, reported with where it came from)
+    tb = traceback.extract_tb(e.__traceback__)[-1]
+    reply.error, reply.etype = "untyped", type(e).__name__
+    reply.message = f"{e} (at {tb.filename.rsplit('/', 2)[-2:]}:{tb.lineno} in {tb.name})"
+  reply.stage = stage
+  reply.message = reply.message[:2000]
+  return reply
+
+
+def _serve(conn, device: str) -> None:
+  """The child's loop: say ready, then answer jobs until the parent closes the pipe."""
+  import kc  # noqa: F401 (open the plugins before saying ready)
+  conn.send("ready")
+  while True:
+    try: job = conn.recv()
+    except (EOFError, OSError): return
+    conn.send(run_job(job, device, note=lambda opts: conn.send(("opts", opts))))
+
+
+def _signal_name(code: Optional[int]) -> str:
+  if code is None: return "no exit status"
+  if code < 0:
+    try: return signal.Signals(-code).name
+    except ValueError: return f"signal {-code}"
+  return f"exit status {code}"
+
+
+class DeviceWorker:
+  """The parent's handle on one device's child process."""
+
+  def __init__(self, device: str, timeout: float):
+    self.device, self.timeout = device, timeout
+    self.proc: Optional[mp.Process] = None
+    self.conn = None
+    self.restarts = 0
+
+  def _start(self) -> Optional[str]:
+    ctx = mp.get_context("spawn")
+    self.conn, child = ctx.Pipe()
+    self.proc = ctx.Process(target=_serve, args=(child, self.device), daemon=True, name=f"kc-fuzz-{self.device}")
+    self.proc.start()
+    child.close()
+    try:
+      if self.conn.poll(_START_TIMEOUT) and self.conn.recv() == "ready": return None
+    except (EOFError, OSError): pass
+    self.stop()
+    return "the worker process did not start"
+
+  def stop(self) -> None:
+    if self.proc is not None:
+      if self.proc.is_alive(): self.proc.kill()
+      self.proc.join(5)
+    if self.conn is not None: self.conn.close()
+    self.proc = self.conn = None
+
+  def run(self, job: Job) -> Reply:
+    if self.proc is None or not self.proc.is_alive():
+      self.stop()
+      if (why := self._start()) is not None: return Reply(opts=job.opts, error="crash", stage="start", message=why)
+    opts, deadline = job.opts, time.monotonic() + self.timeout
+    try:
+      self.conn.send(job)
+      while self.conn.poll(max(0.0, deadline - time.monotonic())):
+        msg = self.conn.recv()
+        if isinstance(msg, Reply): return msg
+        opts = msg[1]  # ("opts", resolved list): the kernel is about to run with these
+    except (EOFError, OSError):
+      self.proc.join(5)
+      code = self.proc.exitcode
+      self.stop()
+      self.restarts += 1
+      return Reply(opts=opts, error="crash", stage="run", etype=_signal_name(code), message=f"the worker process died ({_signal_name(code)})")
+    self.stop()
+    self.restarts += 1
+    return Reply(opts=opts, error="hang", stage="run", etype="timeout", message=f"no answer within {self.timeout:g} s")
+
+  def __enter__(self): return self
+  def __exit__(self, *exc): self.stop()
+
