@@ -253,6 +253,23 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def cmd_fuzz(args) -> int:
+  """Random kernels x opts modes on the chosen devices against numpy; non-zero when any is wrong, raises an untyped
+  error, crashes or hangs."""
+  import time
+  from kc.device import Device
+  from kc.fuzz import FuzzConfig, fuzz, summary, write_json
+  cfg = FuzzConfig(devices=tuple(args.device or [Device.DEFAULT]), n=args.n, seed=args.seed,
+                   modes=tuple(m.strip() for m in args.opts.split(",") if m.strip()), timeout=args.timeout, out_dir=args.out,
+                   minimize_seconds=args.minimize)
+  t0 = time.perf_counter()
+  results = fuzz(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
+  print(summary(results))
+  print(f"{len(results)} runs of {cfg.n} kernels (seed {cfg.seed}) in {time.perf_counter() - t0:.1f} s")
+  if args.json: write_json(args.json, {"devices": cfg.devices, "n": cfg.n, "seed": cfg.seed, "modes": cfg.modes, "timeout": cfg.timeout}, results)
+  return 1 if any(r.outcome in ("wrong", "untyped-error", "crash", "hang") for r in results) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   p = _Parser(prog="kc", description="kc: a pluggable kernel compiler runtime")
   p.add_argument("--version", action="version", version=f"kc {kc.__version__}")
@@ -280,6 +297,16 @@ def build_parser() -> argparse.ArgumentParser:
   b.add_argument("--repeats", type=int, default=5)
   b.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON")
   b.set_defaults(fn=cmd_bench)
+  z = sub.add_parser("fuzz", help="random kernels x random legal opts against numpy; writes a reproducer per failure")
+  z.add_argument("--device", action="append", default=[], help="a device to fuzz (repeatable; default: the default device)")
+  z.add_argument("--n", type=int, default=100, help="how many random kernels (default 100)")
+  z.add_argument("--seed", type=int, default=0, help="the same seed gives the same kernels")
+  z.add_argument("--opts", default="none,hand,random", help="opts modes to run each kernel with: some of none,hand,random")
+  z.add_argument("--json", default=None, metavar="F", help="write every result as JSON")
+  z.add_argument("--out", default="kc-fuzz-failures", metavar="DIR", help="where reproducers go (default ./kc-fuzz-failures)")
+  z.add_argument("--timeout", type=float, default=60.0, metavar="SEC", help="seconds a case may run before it counts as a hang")
+  z.add_argument("--minimize", type=float, default=120.0, metavar="SEC", help="seconds per device for minimizing failures")
+  z.set_defaults(fn=cmd_fuzz)
   from kc.examples import EXAMPLES
   for cmd, fn, what in (("render", cmd_render, "print the optimized source of an example kernel"),
                         ("run", cmd_run, "compile, run and check an example kernel against numpy")):
