@@ -5,8 +5,7 @@ EMU, and on OPENCL where its renderer declares every dtype the kernel uses; the 
 conformance tolerance table, and where numpy raises, kc must raise the typed error ERRORS maps numpy's class to.
 
 Draws stay clear of what other parts of kc do not promise yet: one reduce per kernel (a reduce of a reduce, and two
-reduces over different axes, are code-generation limits), no integer // or % (kc keeps C's truncation), and narrow
-ints only in ops that cannot overflow (their wrap-around inside a kernel is C's, not numpy's, for now)."""
+reduces over different axes, are code-generation limits), and narrow ints only in ops that cannot overflow."""
 from __future__ import annotations
 import sys
 import numpy as np
@@ -71,9 +70,13 @@ def op_arith(draw, c: Chain):
   if name == "*" and narrow: name = "+"
   if name == "-" and (dtypes.is_unsigned(c.x.dtype) or narrow or dtypes.is_bool(c.x.dtype)): name = "max"
   if name == "-" and (isinstance(o, bool) or (isinstance(o, A.Expr) and dtypes.is_bool(o.dtype))): name = "+"
-  fx = {"+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q, "max": A.maximum, "min": A.minimum}[name]
-  fa = {"+": np.add, "-": np.subtract, "*": np.multiply, "max": np.maximum, "min": np.minimum}[name]
-  if name in "+-*" and draw(st.booleans()): return c.set(fx(o, c.x), fa(on, c.a))  # the reflected operator
+  # integer floor division and modulo (numpy's rounding, and 0 for a divisor of 0) where both sides are integers
+  if dtypes.is_int(c.x.dtype) and (isinstance(o, int) and not isinstance(o, bool) or isinstance(o, A.Expr) and dtypes.is_int(o.dtype)) \
+     and draw(st.booleans()): name = draw(st.sampled_from(["//", "%"]))
+  fx = {"+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q, "max": A.maximum, "min": A.minimum,
+        "//": lambda p, q: p // q, "%": lambda p, q: p % q}[name]
+  fa = {"+": np.add, "-": np.subtract, "*": np.multiply, "max": np.maximum, "min": np.minimum, "//": np.floor_divide, "%": np.remainder}[name]
+  if name in ("+", "-", "*", "//", "%") and draw(st.booleans()): return c.set(fx(o, c.x), fa(on, c.a))  # the reflected operator
   return c.set(fx(c.x, o), fa(c.a, on))
 
 

@@ -88,11 +88,6 @@ def ints(rng, shape, lo, hi, dt) -> np.ndarray: return rng.integers(lo, hi, shap
 def nonzero(x: np.ndarray) -> np.ndarray: return np.where(x == 0, np.ones_like(x), x)
 
 
-def c_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """Integer division truncating toward zero, in a's dtype."""
-  return ((a - np.fmod(a, b)) // b).astype(a.dtype)
-
-
 def bf16_round(x: np.ndarray) -> np.ndarray:
   """float32 values rounded to the nearest bfloat16 (ties to even), as float32: the oracle's own rounding."""
   bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)

@@ -125,7 +125,7 @@ def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, 
   outs: dict[int, np.ndarray] = {}
   for spec in ck.specs:
     if spec.output:
-      shape = spec.shape_at(vals)
+      shape = spec.shape_at(vals)  # numpy's shape where kc.ast recorded it (x.sum(1) is (M,), not the kernel's (M, 1))
       outs[spec.index] = np.zeros(shape if shape is not None else spec.elements_at(vals), dtype=spec.dtype.np)
       args.append(outs[spec.index])
     elif spec.index in inputs: args.append(inputs[spec.index])

@@ -145,6 +145,7 @@ def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
   """One BufferSpec per buffer index of a kernel AST, in index order."""
   found: dict[int, tuple[DType, list[ShapeTracker], list[ShapeTracker]]] = {}  # index: dtype, load views, store views
   sizes: dict[int, int] = {}  # index: the element count its pointer declares
+  logical = {u.src[0].arg: u.arg for u in ast.src if u.op is Ops.STORE and isinstance(u.arg, tuple)}
   for u in ast.toposort:
     if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL:
       i, dt = u.src[0].arg, u.src[0].dtype.base
@@ -157,7 +158,8 @@ def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
   for i in range(len(found)):
     dt, loads, stores = found[i]
     # a store's shape is the output's shape; the loads of an input each suggest one, and only agreement counts
-    known = [s for s in ([st.shape for st in stores if st.contiguous] if stores else map(declared_shape, loads)) if s is not None]
+    # kc.ast records an output's numpy shape on its STORE: that is the shape a caller's array has
+    known = [s for s in ([logical.get(i) or st.shape for st in stores if st.contiguous] if stores else map(declared_shape, loads)) if s is not None]
     shape = known[0] if len({_squeezed(s) for s in known}) == 1 else None
     # the pointer says how many elements were declared (kc.ast records it): a view that covers fewer (an index, a
     # slice from 0) is not the declared shape, and the count is all that can be checked

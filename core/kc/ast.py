@@ -511,14 +511,25 @@ def _floordiv(a, b) -> Expr:
   dt = _result_dtype((a, b))
   if dtypes.is_float(dt): return _build("floordiv", (a, b), lambda x, y: _floor(x.alu(Ops.FDIV, y)), dt)
   if dt == dtypes.bool: dt = dtypes.int8  # numpy: bool // bool is int8
-  return _build("floordiv", (a, b), lambda x, y: x.alu(Ops.IDIV, y), dt)
+  return _build("floordiv", (a, b), lambda x, y: _floored(x, y)[0], dt)
 
 
 def _mod(a, b) -> Expr:
   dt = _result_dtype((a, b))
   if dtypes.is_float(dt): return _build("mod", (a, b), lambda x, y: x - _floor(x.alu(Ops.FDIV, y)) * y, dt)
   if dt == dtypes.bool: dt = dtypes.int8
-  return _build("mod", (a, b), lambda x, y: x.alu(Ops.MOD, y), dt)
+  return _build("mod", (a, b), lambda x, y: _floored(x, y)[1], dt)
+
+
+def _floored(x: UOp, y: UOp) -> tuple[UOp, UOp]:
+  """numpy's integer // and % (the quotient rounds down, the remainder has the divisor's sign) from the IR's IDIV and
+  MOD, which truncate as C does: where the truncated remainder is non-zero and its sign differs from the divisor's,
+  the quotient is one less and the remainder one divisor more. A divisor of 0 gives 0 for both, as in numpy."""
+  q, r = x.alu(Ops.IDIV, y), x.alu(Ops.MOD, y)
+  if dtypes.is_unsigned(x.dtype) or x.dtype == dtypes.bool: return q, r
+  zero = UOp.const(x.dtype, 0)
+  off = r.ne(zero) & r.lt(zero).ne(y.lt(zero))
+  return off.where(q - UOp.const(x.dtype, 1), q), off.where(r + y, r)
 
 
 def _bitwise(op: Ops, a, b) -> Expr:
@@ -707,7 +718,8 @@ def store(idx: int, expr: Expr) -> UOp:
   if not isinstance(expr, Expr): raise InvalidASTError(f"store takes a kc.ast expression, got {type(expr).__name__}")
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
   buf = UOp(Ops.DEFINE_GLOBAL, _pointer(expr.dtype, expr.kshape), (), idx)
-  return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.kshape).to_uop(), expr.uop))
+  # the arg is the logical (numpy) shape of what is stored: kc.run allocates its outputs in it; codegen ignores it
+  return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.kshape).to_uop(), expr.uop), tuple(expr.shape))
 
 
 def sink(*stores: UOp) -> UOp:
