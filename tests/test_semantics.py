@@ -201,3 +201,26 @@ def test_subtracting_a_negative_constant_renders_as_c(device, dt, c):
   a = np.arange(4).astype(dt.np)
   out = kc.run(A.sink(A.store(0, e)), {1: a}, device=device)[0]
   assert np.array_equal(out.reshape(-1), a - np.array(c, dt.np))
+
+
+@pytest.mark.parametrize("dt", [dtypes.int32, dtypes.int64])
+def test_signed_overflow_wraps_before_a_widening_use(device, dt):
+  # a signed overflow is undefined in C: a compiler may widen a*b to 64 bits before the sum's cast; numpy wraps first
+  rng = np.random.default_rng(3)
+  info = np.iinfo(dt.np)
+  a = rng.integers(info.min, info.max, (4, 2, 1), dtype=dt.np, endpoint=True)
+  b = rng.integers(info.min, info.max, (1, 2, 2), dtype=dt.np, endpoint=True)
+  x, y = A.arg(1, dt, (4, 2, 1)), A.arg(2, dt, (1, 2, 2))
+  sink = A.sink(A.store(0, (x * y).sum(1)), A.store(3, ((x + y) - (-x)).sum(1)))
+  with np.errstate(all="ignore"): want0, want3 = (a * b).sum(1), ((a + b) - (-a)).sum(1)
+  out = kc.run(sink, {1: a, 2: b}, device=device)
+  np.testing.assert_array_equal(out[0], want0)
+  np.testing.assert_array_equal(out[3], want3)
+
+
+def test_only_values_that_may_overflow_go_through_unsigned():
+  x = A.arg(1, dtypes.int32, (8, 8))
+  src = kc.compile(A.sink(A.store(0, x * A.arg(2, dtypes.int32, (8, 8)))), device="CLANG", opts="none").program.src
+  assert "(int)(((unsigned int)(val0)*(unsigned int)(val1)))" in src and "data0+ridx0)" in src  # the index stays plain
+  small = kc.compile(A.sink(A.store(0, (x.cast(dtypes.int8).cast(dtypes.int32) * 3) + 1)), device="CLANG", opts="none").program.src
+  assert "unsigned" not in small  # an int8's value times 3 plus 1 fits an int32

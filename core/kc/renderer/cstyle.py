@@ -244,6 +244,15 @@ class CStyleLanguage(Renderer):
       return f"(({space}{self.render_dtype(value_dtype)}*){rendered})"
     return rendered
 
+  def _wrapping(self, u: UOp, args: list[str]) -> str:
+    """Signed int32/int64 arithmetic that may overflow, done in the unsigned type (which wraps) and converted back: a
+    signed overflow is undefined in C, and compilers use that (a product widened to 64 bits before it wrapped), while
+    numpy wraps. Index arithmetic, whose bounds are known to fit, never comes here."""
+    unsigned = _WIDE_SIGNED[u.dtype]
+    a = [self.render_cast(unsigned, x) for x in args]
+    if u.op is Ops.NEG: a = [self.render_cast(unsigned, "0"), a[0]]
+    return self.render_cast(u.dtype, self.code_for_op[Ops.SUB if u.op is Ops.NEG else u.op](*a, unsigned))
+
   def _expression(self, u: UOp, s: list[str]) -> str:
     op = u.op
     if op is Ops.CMPNE and u.src[1].op is Ops.CONST and u.src[1].arg is True:  # kc spells logical not as x != true
@@ -255,6 +264,7 @@ class CStyleLanguage(Renderer):
       # a left operand of the same op needs no parentheses: C groups a+b+c as (a+b)+c (a right one keeps them,
       # float addition is not associative)
       args = [_strip_parens(x) if i == 0 and v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for i, (x, v) in enumerate(zip(s, u.src))]
+      if op in _WRAPPING_OPS and u.dtype in _WIDE_SIGNED and _may_overflow(u): return self._wrapping(u, args)
       expr = self._int_division(u, *args) if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) else self.code_for_op[op](*args, u.dtype)
       # C computes a narrow int's arithmetic in int: the cast wraps the result to the dtype, as numpy does, before a
       # comparison or a wider use reads it (vectors are not promoted, and a C-style cast between vectors is no conversion)
@@ -275,5 +285,16 @@ _C_NAMES = {dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsi
 # values stay in range, so they need no wrap cast
 _WIDENING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.SHL, Ops.IDIV})
 _NARROW_INTS = frozenset({dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16})
+_WRAPPING_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG})
+
+
+def _may_overflow(u: UOp) -> bool:
+  """The exact result of ADD/SUB/MUL/NEG over its sources' ranges can leave the dtype's range."""
+  (lo, hi), *rest = [(int(x.vmin), int(x.vmax)) for x in u.src]
+  if u.op is Ops.NEG: lo, hi = -hi, -lo
+  elif u.op is Ops.MUL: ends = [a * b for a in (lo, hi) for b in rest[0]]; lo, hi = min(ends), max(ends)
+  elif u.op is Ops.ADD: lo, hi = lo + rest[0][0], hi + rest[0][1]
+  else: lo, hi = lo - rest[0][1], hi - rest[0][0]
+  return lo < dtypes.min(u.dtype) or hi > dtypes.max(u.dtype)
 # the signed ints C divides without promoting, each with the unsigned type its negation wraps in
 _WIDE_SIGNED = {dtypes.int32: dtypes.uint32, dtypes.int64: dtypes.uint64}
