@@ -218,9 +218,20 @@ def test_signed_overflow_wraps_before_a_widening_use(device, dt):
   np.testing.assert_array_equal(out[3], want3)
 
 
+@pytest.mark.skipif("OPENCL" not in kc.Device.available(), reason="no OpenCL device")
 def test_only_values_that_may_overflow_go_through_unsigned():
+  # OpenCL C leaves signed overflow undefined; CLANG compiles with -fwrapv and renders it plainly
   x = A.arg(1, dtypes.int32, (8, 8))
-  src = kc.compile(A.sink(A.store(0, x * A.arg(2, dtypes.int32, (8, 8)))), device="CLANG", opts="none").program.src
-  assert "(int)(((unsigned int)(val0)*(unsigned int)(val1)))" in src and "data0+ridx0)" in src  # the index stays plain
-  small = kc.compile(A.sink(A.store(0, (x.cast(dtypes.int8).cast(dtypes.int32) * 3) + 1)), device="CLANG", opts="none").program.src
-  assert "unsigned" not in small  # an int8's value times 3 plus 1 fits an int32
+  src = kc.compile(A.sink(A.store(0, x * A.arg(2, dtypes.int32, (8, 8)))), device="OPENCL", opts="none").program.src
+  assert "(int)(((uint)(val0)*(uint)(val1)))" in src and "*(data0+gidx0)" in src  # the index stays plain
+  small = kc.compile(A.sink(A.store(0, (x.cast(dtypes.int8).cast(dtypes.int32) * 3) + 1)), device="OPENCL", opts="none").program.src
+  assert "uint" not in small  # an int8's value times 3 plus 1 fits an int32
+  assert "unsigned" not in kc.compile(A.sink(A.store(0, x * A.arg(2, dtypes.int32, (8, 8)))), device="CLANG", opts="none").program.src
+
+
+def test_int64_sum_of_an_unrolled_reduce_is_exact(device):
+  # gcc 12's -O2 loop vectorizer summed wrong through unsigned casts; CLANG now relies on -fwrapv instead
+  a = np.random.default_rng(0).integers(-1000, 1000, (8, 24)).astype(np.int32)
+  sink = A.sink(A.store(0, A.arg(1, dtypes.int32, (8, 24)).sum(1)))
+  for opts in ([kc.Opt(kc.OptOps.UNROLL, 0, 3)], [kc.Opt(kc.OptOps.UNROLL, 0, 4)], "hand"):
+    np.testing.assert_array_equal(kc.run(sink, {1: a}, device=device, opts=opts)[0], a.sum(1))

@@ -46,6 +46,9 @@ class CStyleLanguage(Renderer):
   smem_prefix_for_cast: bool = True
   arg_int_prefix: str = "const int"
   barrier: str = ""
+  # a dialect whose compiler defines signed overflow as wrapping (C with -fwrapv) renders int32/int64 arithmetic plainly;
+  # elsewhere values that may overflow are computed in the unsigned type
+  signed_overflow_wraps: bool = False
   code_for_workitem: dict[str, Callable[[int], str]] = {}  # "g" group id, "l" local id, "i" global id
   extra_args: list[str] = []
   float4: Optional[str] = None            # how a vector is built: "(float4)" becomes "(float4)(a,b,c,d)"
@@ -264,7 +267,7 @@ class CStyleLanguage(Renderer):
       # a left operand of the same op needs no parentheses: C groups a+b+c as (a+b)+c (a right one keeps them,
       # float addition is not associative)
       args = [_strip_parens(x) if i == 0 and v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for i, (x, v) in enumerate(zip(s, u.src))]
-      if op in _WRAPPING_OPS and u.dtype in _WIDE_SIGNED and _may_overflow(u): return self._wrapping(u, args)
+      if op in _WRAPPING_OPS and u.dtype in _WIDE_SIGNED and not self.signed_overflow_wraps and _may_overflow(u): return self._wrapping(u, args)
       expr = self._int_division(u, *args) if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) else self.code_for_op[op](*args, u.dtype)
       # C computes a narrow int's arithmetic in int: the cast wraps the result to the dtype, as numpy does, before a
       # comparison or a wider use reads it (vectors are not promoted, and a C-style cast between vectors is no conversion)

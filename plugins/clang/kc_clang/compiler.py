@@ -15,7 +15,8 @@ def compile_flags() -> list[str]:
   # no -ffast-math: kernels must give the IEEE results numpy gives; -march=native is opt-in because the
   # binaries it makes do not run on other CPUs
   # -fopenmp: the renderer may split a kernel's outermost loop across threads (KC_CLANG_THREADS=1 turns that off)
-  return ["-shared", "-fPIC", "-O2", "-fopenmp"] + (["-march=native"] if os.environ.get("KC_CLANG_MARCH_NATIVE", "") == "1" else [])
+  # -fwrapv: signed overflow wraps as numpy's does (the renderer relies on it: CLANGRenderer.signed_overflow_wraps)
+  return ["-shared", "-fPIC", "-O2", "-fwrapv", "-fopenmp"] + (["-march=native"] if os.environ.get("KC_CLANG_MARCH_NATIVE", "") == "1" else [])
 
 
 @functools.lru_cache(maxsize=None)

@@ -54,6 +54,7 @@ class ClangRenderer(CStyleLanguage):
   global_max = None
   local_max = None
   supports_float4 = True
+  signed_overflow_wraps = True  # compiled with -fwrapv (compiler.compile_flags)
   buffer_suffix = " restrict"
   vector_index = "bracket"
   infinity = "__builtin_inff()"
