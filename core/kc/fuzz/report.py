@@ -68,9 +68,9 @@ def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts:
   first = res.message.splitlines()[0][:300] if res.message else ""
   src = [
     f'"""kc fuzz reproducer: {res.outcome} on {res.device} with opts {opts_source(opts)}.',
-    f"",
+    "",
     f"Case {res.case} (case seed {res.seed}), minimized. The fuzzer saw: {first}",
-    f"Run it with python; it exits 1 while kc disagrees with numpy (or raises, or crashes) and 0 once fixed.",
+    "Run it with python; it exits 1 while kc disagrees with numpy (or raises, or crashes) and 0 once fixed.",
     '"""',
     "import os, sys",
     "import numpy as np",
