@@ -237,3 +237,19 @@ def test_opencl_local_beyond_the_max_work_group_size_is_refused():
   n = ren.max_work_group_size * 2
   with pytest.raises(KernelOptError, match=f"work-group of {n} threads .* max work-group size {ren.max_work_group_size}"):
     Kernel(A.sink(A.store(0, X(n, 2).permute(1, 0) * 2.0)), ren).apply_opt(Opt(OptOps.LOCAL, 1, n))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fn", [lambda x: x * 2.0, A.exp, A.sin])
+def test_the_padding_element_of_a_computed_value_indexed_to_0d_is_zero(device, fn):
+  # x(1,) -> f -> pad ((1, 0),) -> [0]: the one element is padding, so 0; the 0-d view used to drop the empty mask
+  x = A.arg(1, f32, (1,))
+  got = kc.run(A.sink(A.store(0, fn(x).pad(((1, 0),))[0])), {1: np.array([0.7], np.float32)}, device=device, opts="none")[0]
+  assert got.shape == () and got == 0.0
+
+
+def test_a_reduce_result_grows_back_only_to_the_reduced_size():
+  x = A.arg(1, f32, (3, 1))
+  with pytest.raises(InvalidASTError, match="axis 0 was reduced over 3 elements, so one kernel can broadcast it back to 1 or 3 elements, not 2"):
+    x.sum(0, keepdims=True).pad(((1, 0), (0, 0)))
+  assert (x - x.sum(0, keepdims=True)).shape == (3, 1)

@@ -386,3 +386,11 @@ def test_windows_against_numpy_sliding_windows():
         assert (-1 if off is None else base.reshape(-1)[off]) == want[i, k, j]
   assert len(ShapeTracker.from_shape((9,)).windows(0, 3).views) == 1  # an unpadded window is one strided view
   with pytest.raises(ShapeError, match="do not fit"): ShapeTracker.from_shape((4, 7)).windows(1, 8)
+
+
+def test_an_all_padding_view_reshaped_to_0d_stays_all_padding():
+  # a 0-d view has no dim for the empty mask: the void view is kept under the 0-d one (and simplify keeps it)
+  void = ShapeTracker.from_shape((1,)).pad(((1, 0),)).shrink(((0, 1),))
+  assert void.offset_of((0,)) is None
+  for st in (void.reshape(()), void.reshape(()).simplify(), void.reshape((1, 1)).reshape(())):
+    assert st.shape == () and st.offset_of(()) is None, st

@@ -159,7 +159,7 @@ def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
     dt, loads, stores = found[i]
     # a store's shape is the output's shape; the loads of an input each suggest one, and only agreement counts
     # kc.ast records an output's numpy shape on its STORE: that is the shape a caller's array has
-    known = [s for s in ([logical.get(i) or st.shape for st in stores if st.contiguous] if stores else map(declared_shape, loads)) if s is not None]
+    known = [s for s in ([logical[i] if i in logical else st.shape for st in stores if st.contiguous] if stores else map(declared_shape, loads)) if s is not None]
     shape = known[0] if len({_squeezed(s) for s in known}) == 1 else None
     # the pointer says how many elements were declared (kc.ast records it): a view that covers fewer (an index, a
     # slice from 0) is not the declared shape, and the count is all that can be checked

@@ -97,6 +97,11 @@ class _Pusher:
     if mv.kind == "shrink": return rebuild(self.walk(src, Move("shrink", tuple((0, ins[i]) if i in axes else a for i, a in enumerate(mv.arg)))))
     if mv.kind == "insert": return rebuild(self.walk(src, mv), [mv.arg.index(a) for a in axes])
     if mv.kind in ("pad", "expand"):
+      # a reduced axis is the reduce's loop in the one kernel: the result may grow back to exactly that loop's size
+      # (the softmax pattern), to no other
+      if bad := [i for i in axes if new[i] not in (1, ins[i])]:
+        raise self.refuse(x, mv, f"axis {bad[0]} was reduced over {ins[bad[0]]} elements, so one kernel can broadcast it back to "
+                                 f"1 or {ins[bad[0]]} elements, not {new[bad[0]]}; store the reduce result and {mv.kind} it in a second kernel")
       if mv.kind == "pad": inner_mv = Move("pad", tuple((0, 0) if i in axes else a for i, a in enumerate(mv.arg)))
       else: inner_mv = Move("expand", tuple(ins[i] if i in axes else s for i, s in enumerate(mv.arg)))
       moved = rebuild(self.walk(src, inner_mv))

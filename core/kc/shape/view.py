@@ -337,7 +337,9 @@ class View:
       raise ShapeError(f"reshape from {fmt_shape(self.shape)} to {fmt_shape(new_shape)} changes the size {sizes}" +
                        ("" if all_int(self.shape + new_shape) else " (or kc cannot prove the sizes equal)"))
     if any(_is0(s) for s in self.shape) or self.contiguous: return View.create(new_shape)
-    if self.is_void: return View.void(new_shape)
+    if self.is_void:
+      # a 0-d view has no dim to hold the empty mask: the caller keeps this view under a 0-d one, so it stays void
+      return View.void(new_shape) if len(new_shape) else None
     return _reshape_strided(self, new_shape)
 
   @functools.lru_cache(maxsize=CACHE_SIZE)  # noqa: B019
@@ -357,7 +359,7 @@ class View:
     inner = self
     if inner.contiguous: return outer
     if outer.contiguous and outer.shape == inner.shape: return inner
-    if inner.is_void or outer.is_void: return View.void(outer.shape)
+    if inner.is_void or outer.is_void: return View.void(outer.shape) if len(outer.shape) else None  # see reshape
     if outer.contiguous and same_size(outer.shape, inner.shape) and (ret := inner.reshape(outer.shape)) is not None: return ret
     if outer.mask is not None:
       # compose the valid window only, then pad the outer mask back around it
