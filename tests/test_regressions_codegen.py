@@ -253,3 +253,11 @@ def test_a_reduce_result_grows_back_only_to_the_reduced_size():
   with pytest.raises(InvalidASTError, match="axis 0 was reduced over 3 elements, so one kernel can broadcast it back to 1 or 3 elements, not 2"):
     x.sum(0, keepdims=True).pad(((1, 0), (0, 0)))
   assert (x - x.sum(0, keepdims=True)).shape == (3, 1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_pad_of_an_empty_input_is_all_zeros(device):
+  # the padded view covers no element of the buffer: a kernel that read it read outside a zero-size buffer
+  x = A.arg(1, f32, (0,))
+  got = kc.run(A.sink(A.store(0, x.pad(((0, 1),)))), {1: np.zeros(0, np.float32)}, device=device, opts="none")[0]
+  assert got.tolist() == [0.0]
