@@ -67,9 +67,9 @@ STAGES = ("opts", "lower", "rewrite", "linearize", "render")
 
 def stage_times(repeats: int) -> dict:
   """Where kc's time goes: the same compiles, at other fresh sizes, step by step (what Kernel.to_program runs)."""
-  from kc.graph import rewrite_lowered
-  from kc.linearize import linearize
-  from kc.lower import lower
+  from kc.codegen.graph import rewrite_lowered
+  from kc.codegen.linearize import linearize
+  from kc.codegen.lower import lower
   out = {}
   for rname, ren in RENDERERS:
     for name, case in CASES.items():

@@ -9,7 +9,7 @@ import argparse, statistics, sys, time, pathlib
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import kc  # noqa: E402
 from kc import UOp, Ops, graph_rewrite  # noqa: E402
-from kc.symbolic import symbolic  # noqa: E402
+from kc.ir.symbolic import symbolic  # noqa: E402
 from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
 from results import write_section  # noqa: E402
 from symbolic_corpus import corpus, time_simplify  # noqa: E402

@@ -10,9 +10,9 @@ NOHW: CLANG's renderer on a device that is never available here (render tier onl
 TOUCHY: raises as soon as anything asks it whether it is available, opens it or asks for its renderer."""
 from __future__ import annotations
 from kc import Ops, PatternMatcher, UOp, UPat, dtypes
-from kc.device import CompiledDevice, HostAllocator
-from kc.emulator import EmuCompiler, EmuProgram, EmuRenderer, Limits
-from kc.plugins import PLUGIN_API_VERSION, BackendSpec, register
+from kc.runtime.device import CompiledDevice, HostAllocator
+from kc.runtime.emulator import EmuCompiler, EmuProgram, EmuRenderer, Limits
+from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, register
 from kc_clang.compiler import ClangCompiler
 from kc_clang.renderer import ClangRenderer
 from kc_clang.runtime import ClangProgram

@@ -21,7 +21,7 @@ class LimitsRenderer(Renderer):
 
 # The emulator's built-in tensor cores: small, and their fragments cover the matrices. TC_HALF: N=M=K=4, half in and
 # float out, 4 threads with the rest of N and M upcast; TC_FLOAT: 2x2x2 in float, the threads cover N and M.
-from kc.emulator import BUILTIN_TENSOR_CORES  # noqa: E402
+from kc.runtime.emulator import BUILTIN_TENSOR_CORES  # noqa: E402
 TC_HALF, TC_FLOAT = BUILTIN_TENSOR_CORES
 
 

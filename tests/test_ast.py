@@ -5,7 +5,7 @@ import pytest
 import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, Ops
 from kc import ast_promotion as P
-from kc.dtype import least_upper_dtype
+from kc.ir.dtype import least_upper_dtype
 
 DEVICES = ["CLANG", "EMU"]
 NP_DTYPES = [d for d in dtypes.all if d.np is not None]

@@ -8,10 +8,10 @@ import kc
 from kc import ast as A, dtypes, Variable
 from kc.errors import (ArgumentError, CompileError, ConfigError, DTypeError, InvalidASTError, KcError, KernelOptError,
                        PluginError, ShapeError, SymbolicError, UnknownDeviceError)
-from kc.device import InvalidBufferError
+from kc.runtime.device import InvalidBufferError
 from kc.kernel import Kernel, Opt, OptOps
-from kc.plugins import PLUGIN_API_VERSION, PluginTable, validate_spec
-from kc.emulator import open_device as open_emulator  # what kc.Device['EMU'] opens (once per process)
+from kc.runtime.plugins import PLUGIN_API_VERSION, PluginTable, validate_spec
+from kc.runtime.emulator import open_device as open_emulator  # what kc.Device['EMU'] opens (once per process)
 
 f32, i32, u8 = dtypes.float32, dtypes.int32, dtypes.uint8
 pytestmark = pytest.mark.usefixtures("cache_dir")

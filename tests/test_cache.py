@@ -1,12 +1,12 @@
-"""The compile cache (kc.cache): hits and misses, the size limit with least-recently-used eviction, entries checked
+"""The compile cache (kc.runtime.cache): hits and misses, the size limit with least-recently-used eviction, entries checked
 against their key, several processes writing at once, and folders that cannot hold the cache."""
 import multiprocessing, os, shutil, sqlite3, stat, subprocess, tempfile, warnings
 import pytest
 from hypothesis import given, settings, strategies as st
 import kc
-import kc.device
-from kc.cache import DB_NAME, CacheWarning, DiskCache, cache_max_bytes, compile_cache
-from kc.device import Compiler
+import kc.runtime.device
+from kc.runtime.cache import DB_NAME, CacheWarning, DiskCache, cache_max_bytes, compile_cache
+from kc.runtime.device import Compiler
 from kc.errors import ConfigError
 
 
@@ -37,7 +37,7 @@ def test_cache_key_depends_on_source_identity_and_versions(cache_dir, monkeypatc
   c = CountingCompiler()
   keys = {c.cache_key("k"), c.cache_key("k2"), CountingCompiler(ident="fake-cc 2.0").cache_key("k"),
           CountingCompiler(plugin_version="kc-fake 0.2").cache_key("k")}
-  monkeypatch.setattr(kc.device, "_kc_version", lambda: "99.0")
+  monkeypatch.setattr(kc.runtime.device, "_kc_version", lambda: "99.0")
   keys.add(c.cache_key("k"))
   assert len(keys) == 5
   c.compile("k")

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes, Variable, KcError
-from kc.arguments import ArgumentError, buffer_specs, declared_shape
-from kc.device import Allocator, HostAllocator, HostMemory
+from kc.runtime.arguments import ArgumentError, buffer_specs, declared_shape
+from kc.runtime.device import Allocator, HostAllocator, HostMemory
 from kc.shape import ShapeTracker
 
 M, K = 6, 4

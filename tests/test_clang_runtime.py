@@ -117,7 +117,7 @@ def test_compile_is_cached_on_disk(cache_dir, monkeypatch):
   lib = comp.compile(ADD)
   assert comp.compile(ADD) == lib and len(calls) == 1
   assert lib[:4] in (b"\x7fELF", b"\xcf\xfa\xed\xfe")  # a shared object (ELF, or Mach-O on macOS)
-  from kc.cache import compile_cache
+  from kc.runtime.cache import compile_cache
   assert compile_cache().keys() == [comp.cache_key(ADD)]
 
 
@@ -156,7 +156,7 @@ def test_concurrent_processes_compile_the_same_source(tmp_path, cache_dir):
   assert [p.returncode for p in procs] == [0, 0], results
   digests = {out.strip() for out, _ in results}
   assert len(digests) == 1
-  from kc.cache import compile_cache
+  from kc.runtime.cache import compile_cache
   assert len(compile_cache().keys()) == 1
 
 

@@ -161,7 +161,7 @@ def test_every_expectation_pattern_is_checked_against_the_whole_suite(tmp_path):
 
 
 def test_capabilities_come_from_the_renderer_and_select_tests():
-  from kc.emulator import EmuRenderer
+  from kc.runtime.emulator import EmuRenderer
 
   class NoHalf(EmuRenderer):
     supported_dtypes = frozenset(dtypes.all) - {dtypes.float16}

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import kc
 from kc import dtypes
-from kc.device import Allocator, Buffer, Compiler, CompiledDevice, HostAllocator, InvalidBufferError, LRUAllocator
+from kc.runtime.device import Allocator, Buffer, Compiler, CompiledDevice, HostAllocator, InvalidBufferError, LRUAllocator
 from kc.errors import DTypeError, KcError
-from kc.plugins import PLUGIN_API_VERSION, BackendSpec
+from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec
 
 
 class EchoCompiler(Compiler):
@@ -36,9 +36,9 @@ class CountingHostAllocator(HostAllocator):
 def host():
   allocator = CountingHostAllocator()
   dev = CompiledDevice(DEV, allocator, None, EchoCompiler(), lambda name, lib: None)
-  kc.plugins.register(BackendSpec(DEV, PLUGIN_API_VERSION, -100, lambda: None, lambda: dev), replace=True)
+  kc.runtime.plugins.register(BackendSpec(DEV, PLUGIN_API_VERSION, -100, lambda: None, lambda: dev), replace=True)
   yield dev
-  kc.plugins.unregister(DEV)
+  kc.runtime.plugins.unregister(DEV)
 
 
 # ------------------------------------------------------------------------------------------------------------ Buffer

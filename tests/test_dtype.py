@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import kc
 from kc import dtypes, DType, DTypeError
-from kc.dtype import least_upper_dtype, least_upper_float, truncate, PtrDType, ImageDType
+from kc.ir.dtype import least_upper_dtype, least_upper_float, truncate, PtrDType, ImageDType
 
 NUMPY_DTYPES = [d for d in dtypes.all if d.np is not None]
 

@@ -6,9 +6,9 @@ import pytest
 import kc
 from kc import Buffer, Kernel, Opt, OptOps, Ops, ShapeTracker, UOp, View, dtypes
 from kc import ast as A
-from kc.emulator import (DEVICE, BarrierError, DataRaceError, EmuCompiler, EmuDevice, EmuProgram, EmuRenderer,
+from kc.runtime.emulator import (DEVICE, BarrierError, DataRaceError, EmuCompiler, EmuDevice, EmuProgram, EmuRenderer,
                          LaunchError, OutOfBoundsError, UnsupportedOpError, open_device, serialize)
-from kc.plugins import PLUGIN_API_VERSION, BackendSpec
+from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec
 from kc.renderer.cstyle import CStyleLanguage
 
 F = lambda i, *shape: A.arg(i, dtypes.float32, shape)  # noqa: E731
@@ -240,9 +240,9 @@ class SmallGPU(CStyleLanguage):
 
 @pytest.fixture
 def small_gpu():
-  kc.plugins.register(BackendSpec("SMALLGPU", PLUGIN_API_VERSION, -2000, lambda: "no such hardware", lambda: None, renderer=SmallGPU))
+  kc.runtime.plugins.register(BackendSpec("SMALLGPU", PLUGIN_API_VERSION, -2000, lambda: "no such hardware", lambda: None, renderer=SmallGPU))
   yield "SMALLGPU"
-  kc.plugins.unregister("SMALLGPU")
+  kc.runtime.plugins.unregister("SMALLGPU")
 
 
 def test_global_dims_are_split_to_fit_a_small_global_max(emu, small_gpu):
@@ -517,8 +517,8 @@ def test_tensor_core_matmul_matches_numpy(level, dt, M, K, N, follow_ups):
 
 def test_a_warp_split_by_a_gate_is_an_error():
   # a hand-made WMMA inside an IF that only some threads of the warp take
-  from kc.emulator import EmuProgram, serialize
-  from kc.emulator import BUILTIN_TENSOR_CORES
+  from kc.runtime.emulator import EmuProgram, serialize
+  from kc.runtime.emulator import BUILTIN_TENSOR_CORES
   tc = BUILTIN_TENSOR_CORES[1]
   lid = kc.UOp(kc.Ops.SPECIAL, dtypes.int32, (), ("lidx0", 4))
   x = kc.UOp.const(dtypes.float.vec(2), 1.0)
@@ -530,14 +530,14 @@ def test_a_warp_split_by_a_gate_is_an_error():
   iff = kc.UOp(kc.Ops.IF, dtypes.void, (gate,))
   uops = [buf, lid, kc.UOp.const(dtypes.int32, 2), gate, iff, kc.UOp.const(dtypes.float, 1.0), x, kc.UOp.const(dtypes.float, 0.0), wmma, kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), st,
           kc.UOp(kc.Ops.ENDIF, dtypes.void, (iff,))]
-  from kc.emulator import Limits, BarrierError
+  from kc.runtime.emulator import Limits, BarrierError
   prg = EmuProgram("split_warp", EmuCompiler().compile(serialize("split_warp", uops)), Limits("EMU", None, (4, 1, 1), 1024, tuple(BUILTIN_TENSOR_CORES)))
   out = kc.Buffer("EMU", 4, dtypes.float).allocate()
   with pytest.raises(BarrierError, match="only some threads of a warp"): prg(out, global_size=(1, 1, 1), local_size=(4, 1, 1))
 
 
 def test_impersonation_does_not_claim_images():
-  from kc.emulator import impersonating
+  from kc.runtime.emulator import impersonating
   from kc.renderer.cstyle import CStyleLanguage
   class WithImages(CStyleLanguage):
     device = "IMG"

@@ -1,7 +1,7 @@
 """The linearizer: a valid order, balanced blocks, accumulators declared outside their loops, loop-invariant
 code hoisted, fused chains as sibling loops, gated stores in IF blocks."""
 from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps
-from kc.codegen import linearize_kernel
+from kc.codegen.program import linearize_kernel
 
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
 

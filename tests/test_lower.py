@@ -3,7 +3,7 @@ import itertools
 import pytest
 from hypothesis import given, settings, strategies as st
 from kc import Ops, UOp, dtypes, KernelOptError, ast as A, Opt, OptOps, Kernel, sym_infer
-from kc.lower import get_grouped_dims, lower
+from kc.codegen.lower import get_grouped_dims, lower
 
 
 def launch_values(sizes):
@@ -91,7 +91,7 @@ def test_upcast_lanes_that_reduce_the_same_values_share_an_accumulator(cpu):
 
 def _lowering_with_upcasts():
   """A Lowering whose last axis (8 wide) is upcast, so that it has a lane placeholder."""
-  from kc.lower import Lowering
+  from kc.codegen.lower import Lowering
   from conftest import LimitsRenderer
   cpu = LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)
   k = Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (16, 32)) + 1.0)), cpu)

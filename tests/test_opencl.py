@@ -8,9 +8,9 @@ import pytest
 import kc
 from kc import Buffer, Opt, OptOps, ShapeTracker, UOp, Ops, dtypes
 from kc import ast as A
-from kc.device import DeviceRegistry
+from kc.runtime.device import DeviceRegistry
 from kc.errors import CompileError, DeviceUnavailable, KcError
-from kc.plugins import PluginTable
+from kc.runtime.plugins import PluginTable
 import kc_opencl
 from kc_opencl import platform as clplatform
 from kc_opencl.platform import DeviceInfo
@@ -245,7 +245,7 @@ def test_binaries_are_cached_on_disk_and_programs_loaded_once(cl_dev, cache_dir,
   monkeypatch.setattr(cl_dev.compiler, "compile_uncached", lambda src: calls.append(src) or real(src))
   lib = cl_dev.compiler.compile(IDS)
   assert cl_dev.compiler.compile(IDS) == lib and len(calls) == 1
-  from kc.cache import compile_cache
+  from kc.runtime.cache import compile_cache
   assert compile_cache().keys() == [cl_dev.compiler.cache_key(IDS)]
   assert cl_dev.load_program(lib) is cl_dev.load_program(lib)
   # the key names the device and driver: a binary is never handed to another device

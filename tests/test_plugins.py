@@ -5,9 +5,9 @@ import subprocess, sys, types
 from dataclasses import dataclass
 import pytest
 import kc
-from kc.device import Compiler, CompiledDevice, DeviceRegistry, HostAllocator
+from kc.runtime.device import Compiler, CompiledDevice, DeviceRegistry, HostAllocator
 from kc.errors import DeviceUnavailable, KcError, PluginError
-from kc.plugins import PLUGIN_API_VERSION, BackendSpec, PluginTable, hookimpl
+from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, PluginTable, hookimpl
 from kc.renderer import Renderer
 
 
@@ -93,7 +93,7 @@ def test_a_plugin_whose_hook_raises_or_is_missing_is_recorded():
   errs = reg.errors()
   assert "libfoo.so" in errs["raising"]
   assert "no kc_backends hook" in errs["empty"]
-  assert "not a kc.plugins.BackendSpec" in errs["notaspec"]
+  assert "not a kc.runtime.plugins.BackendSpec" in errs["notaspec"]
   assert reg.names() == ["OK"]
 
 
@@ -104,7 +104,7 @@ def test_wrong_api_version_names_the_distribution_and_both_versions():
   assert "kc-future 9.0" in msg and f"API {PLUGIN_API_VERSION + 1}" in msg and f"API {PLUGIN_API_VERSION}" in msg
   assert reg.names() == ["OK"]
   with pytest.raises(PluginError, match=f"kc-future 9.0 speaks kc plugin API 0 .* this kc speaks plugin API {PLUGIN_API_VERSION}"):
-    kc.plugins.validate_spec(spec("FUTURE", api=0), "kc-future 9.0")
+    kc.runtime.plugins.validate_spec(spec("FUTURE", api=0), "kc-future 9.0")
 
 
 def test_strict_plugins_turns_a_failure_into_an_error(monkeypatch):
@@ -254,5 +254,5 @@ def test_import_kc_does_not_discover_plugins():
 
 
 def test_kc_device_is_the_global_registry():
-  assert isinstance(kc.Device, DeviceRegistry) and kc.Device.table is kc.plugins.BACKENDS
+  assert isinstance(kc.Device, DeviceRegistry) and kc.Device.table is kc.runtime.plugins.BACKENDS
   assert isinstance(kc.Device.errors(), dict)

@@ -1,6 +1,6 @@
 import pytest
 from kc import Ops, UOp, UPat, PatternMatcher, graph_rewrite, Variable, dtypes, RewriteError, UOpError
-from kc.rewrite import _Rewriter
+from kc.ir.rewrite import _Rewriter
 
 x, y = Variable("x", 0, 10), Variable("y", 0, 10)
 c2 = UOp.const(dtypes.int32, 2)
@@ -119,11 +119,11 @@ def test_memoizing_matcher_reuses_results_across_calls():
 def test_one_way_patterns_match_exactly_as_the_general_matcher():
   """Patterns without permutations or alternatives get an in-place matcher: it must agree with the general one on
   every rule kc has and on every node of some real graphs (index math, lowered kernels)."""
-  from kc.rewrite import _compile_single
-  from kc.graph import simplify_all, lowered_rules
-  from kc.transcendental import transcendental_rules
+  from kc.ir.rewrite import _compile_single
+  from kc.codegen.graph import simplify_all, lowered_rules
+  from kc.codegen.transcendental import transcendental_rules
   from kc import ast as A, Kernel
-  from kc.lower import lower
+  from kc.codegen.lower import lower
   from conftest import LimitsRenderer
   pats = [p for p, _ in simplify_all.patterns + transcendental_rules(frozenset())]
   pats += [p for p, _ in lowered_rules(frozenset(), None).patterns]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import kc
 from kc import ShapeTracker, View, Variable, ShapeError, sym_infer
-from kc.uop import Ops, UOp
+from kc.ir.uop import Ops, UOp
 
 # ***** the numpy oracle and random chains *****
 

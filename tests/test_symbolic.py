@@ -2,7 +2,7 @@ import itertools
 import pytest
 from hypothesis import assume, given, settings, strategies as st, HealthCheck
 from kc import Ops, UOp, Variable, dtypes, resolve, sym_infer, SymbolicError
-from kc.symbolic import ssimplify, smax, smin, split_sum
+from kc.ir.symbolic import ssimplify, smax, smin, split_sum
 
 x, y, z = Variable("x", 0, 10), Variable("y", 0, 3), Variable("z", 0, 100)
 n = Variable("n", -5, 5)

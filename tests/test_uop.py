@@ -1,7 +1,7 @@
 import gc, math, pickle
 import pytest
 from kc import Ops, UOp, Variable, dtypes, UOpError, SymbolicError, GroupOp
-from kc.uop import _UCACHE, exec_alu
+from kc.ir.uop import _UCACHE, exec_alu
 
 
 def test_hash_consing_gives_identity():

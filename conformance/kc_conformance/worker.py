@@ -36,7 +36,7 @@ def _describe_exit(code: Optional[int]) -> str:
 
 def _serve(conn, specs: list) -> None:
   """The worker's loop: register the in-process backends the run uses, then run jobs until the pipe closes."""
-  from kc.plugins import register
+  from kc.runtime.plugins import register
   for spec in specs: register(spec, replace=True)
   from . import harness
   while True:

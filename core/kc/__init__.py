@@ -3,17 +3,20 @@ from importlib.metadata import PackageNotFoundError, version as _version
 from kc.errors import (KcError, UOpError, SymbolicError, RewriteError, InvalidASTError, ShapeError, KernelOptError,
                        CompileError, DeviceUnavailable, PluginError, DTypeError, ArgumentError, ConfigError,
                        UnknownDeviceError)
-from kc.dtype import DType, PtrDType, ImageDType, dtypes, least_upper_dtype
-from kc.uop import Ops, GroupOp, UOp, Variable, sint
-from kc.rewrite import UPat, PatternMatcher, graph_rewrite
-from kc.symbolic import resolve, sym_infer, ssimplify, smax, smin
+from kc.ir.dtype import DType, PtrDType, ImageDType, dtypes, least_upper_dtype
+from kc.ir.uop import Ops, GroupOp, UOp, Variable, sint
+from kc.ir.rewrite import UPat, PatternMatcher, graph_rewrite
+from kc.ir.symbolic import resolve, sym_infer, ssimplify, smax, smin
 from kc.shape import ShapeTracker, View
-from kc.device import Device, Buffer
+from kc.runtime.device import Device, Buffer
 from kc.kernel import Kernel, Opt, OptOps
 from kc.renderer import Renderer, TensorCore, Program
-import kc.codegen  # noqa: F401  (installs Kernel.to_program)
+import kc.codegen.program  # noqa: F401  (installs Kernel.to_program)
 from kc.api import compile, run, CompiledKernel  # noqa: A004
 from kc import ast  # noqa: E402
+
+from kc import _moved  # noqa: E402
+_moved.install()
 
 try: __version__ = _version("kc")
 except PackageNotFoundError: __version__ = "0.0.0+unknown"

@@ -2,14 +2,14 @@
 from __future__ import annotations
 from typing import Optional, Sequence, Union
 import numpy as np
-from kc.device import Device
+from kc.runtime.device import Device
 from kc.errors import KcError, SymbolicError
 from kc.helpers import debug_level
-from kc.symbolic import sym_infer
+from kc.ir.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
-from kc.arguments import ArgumentError, buffer_specs
+from kc.runtime.arguments import ArgumentError, buffer_specs
 from kc.renderer import Program
-from kc.uop import UOp
+from kc.ir.uop import UOp
 
 OptsArg = Union[str, Opt, Sequence[Opt], None]
 
@@ -17,7 +17,7 @@ OptsArg = Union[str, Opt, Sequence[Opt], None]
 class CompiledKernel:
   """A kernel compiled for one device. Call it with its buffers in buffer-index order (numpy arrays or kc.Buffers)
   and its Variables by name; each argument is checked against the kernel's declared shape and dtype (see
-  kc.arguments). Numpy outputs are written in place: on a host-memory device a C-contiguous, aligned array is used
+  kc.runtime.arguments). Numpy outputs are written in place: on a host-memory device a C-contiguous, aligned array is used
   as the buffer itself, elsewhere it is copied in and back. Returns the kernel's run time in seconds (0.0 when
   the call writes no element: nothing is launched)."""
 

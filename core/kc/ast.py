@@ -20,11 +20,11 @@ from typing import Optional, Union
 import numpy as np
 from kc import ast_promotion as P
 from kc.ast_movement import Move, extents, move
-from kc.dtype import DType, PtrDType, dtypes
+from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.errors import DTypeError, InvalidASTError, KcError, ShapeError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
-from kc.uop import Ops, UOp, sint
+from kc.ir.uop import Ops, UOp, sint
 
 Scalar = Union[bool, int, float]
 _SCALARS = (bool, int, float)

@@ -8,11 +8,11 @@ applied: pushed to the leaves alone it would pad the inputs, and f(0) is not 0 f
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import InvalidASTError, KcError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
-from kc.uop import Ops, UOp, sint
+from kc.ir.uop import Ops, UOp, sint
 
 Shape = tuple[sint, ...]
 
@@ -120,7 +120,12 @@ class _Pusher:
     elif mv.kind == "flip": inner = Move("flip", tuple(a for a in mv.arg if a not in bc))
     elif mv.kind == "shrink": inner = Move("shrink", tuple((0, 1) if i in bc else a for i, a in enumerate(mv.arg)))
     elif mv.kind == "pad": inner = Move("pad", tuple((0, 0) if i in bc else a for i, a in enumerate(mv.arg)))
-    else: raise self.refuse(x, mv, "a broadcast reduce result can only be permuted, flipped, shrunk, padded or expanded")
+    else: raise self.refuse(x, mv, "a broadcast reduce result can only be permuted, flipped, shrunk, padded or expanded in the same "
+                                   "kernel; store the result and move it in a second kernel")
+    # a broadcast axis is a reduce's loop in the one kernel (see reduce): it keeps that size, or 1
+    if bad := [i for i in bc if new[i] not in (1, vshape[i])]:
+      raise self.refuse(x, mv, f"axis {bad[0]} is a reduce result broadcast to the reduce's {vshape[bad[0]]} elements, and one kernel "
+                               f"cannot make it {new[bad[0]]}; store the result and {mv.kind} it in a second kernel")
     moved = self.walk(base, inner)
     return broadcast(moved, self.shape(moved), new)
 

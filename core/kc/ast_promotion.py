@@ -7,7 +7,7 @@ default dtype (int64, float64). An int scalar must fit the dtype it ends up in (
 kc.DTypeError, which is a TypeError, naming the value and the dtype)."""
 from __future__ import annotations
 from typing import Union
-from kc.dtype import DType, dtypes, least_upper_dtype
+from kc.ir.dtype import DType, dtypes, least_upper_dtype
 from kc.errors import DTypeError
 
 Scalar = Union[bool, int, float]

@@ -4,7 +4,7 @@ import argparse, ast, json, os, sys, warnings
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
-from kc.uop import UOp, Variable
+from kc.ir.uop import UOp, Variable
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
            ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
@@ -61,15 +61,15 @@ def _renderer_summary(r) -> dict:
 
 def _plugin_errors() -> dict[str, str]:
   """Device.errors(), without the PluginWarnings of discovery: the commands that call this print the errors themselves."""
-  from kc.device import Device
-  from kc.plugins import PluginWarning
+  from kc.runtime.device import Device
+  from kc.runtime.plugins import PluginWarning
   with warnings.catch_warnings():
     warnings.simplefilter("ignore", PluginWarning)
     return Device.errors()
 
 
 def cmd_devices(args) -> int:
-  from kc.device import Device
+  from kc.runtime.device import Device
   _plugin_errors()
   rows = []
   for name in Device.names():
@@ -97,7 +97,7 @@ def cmd_devices(args) -> int:
 
 def _kc_device_problem() -> Optional[str]:
   """What is wrong with $KC_DEVICE (an unknown name), or None."""
-  from kc.device import Device
+  from kc.runtime.device import Device
   if not (chosen := os.environ.get("KC_DEVICE")): return None
   try: Device.spec(chosen)
   except KcError as e: return f"KC_DEVICE={chosen}: {e}"
@@ -105,7 +105,7 @@ def _kc_device_problem() -> Optional[str]:
 
 
 def _default_or_none():
-  from kc.device import Device
+  from kc.runtime.device import Device
   try: return Device.DEFAULT
   except KcError: return None
 
@@ -124,7 +124,7 @@ def _run_example(name: str, device: str, opts: str) -> tuple[float, float]:
 
 
 def cmd_doctor(args) -> int:
-  from kc.device import Device
+  from kc.runtime.device import Device
   print(f"kc {kc.__version__}")
   problems = 0
   for name, err in _plugin_errors().items():
@@ -152,7 +152,7 @@ def cmd_doctor(args) -> int:
 
 def cmd_render(args) -> int:
   from kc.api import optimize
-  from kc.device import Device
+  from kc.runtime.device import Device
   from kc.examples import example
   from kc.kernel import Kernel
   sink, _, _ = example(args.example).build()
@@ -165,7 +165,7 @@ def cmd_render(args) -> int:
 
 
 def cmd_run(args) -> int:
-  from kc.device import Device
+  from kc.runtime.device import Device
   device = args.device or Device.DEFAULT
   err, seconds = _run_example(args.example, device, args.opts)
   ok = err <= 1e-3
@@ -178,7 +178,7 @@ def cmd_bench(args) -> int:
   import statistics, time
   import numpy as np
   from kc.api import compile as kc_compile
-  from kc.device import Device
+  from kc.runtime.device import Device
   from kc.examples import EXAMPLES
   devices = args.device or Device.available()
   rows, failed = [], 0
@@ -215,7 +215,7 @@ def _per_device(path: str, device: str, several: bool) -> str:
 def cmd_conformance(args) -> int:
   """Run the conformance suite (the kc-conformance pytest plugin) once per device, each in its own pytest process."""
   import importlib.util, subprocess
-  from kc.device import Device
+  from kc.runtime.device import Device
   if importlib.util.find_spec("kc_conformance") is None:
     raise UsageError("the conformance suite is not installed: pip install kc-conformance")
   if args.numprocesses is not None:
@@ -257,7 +257,7 @@ def cmd_fuzz(args) -> int:
   """Random kernels x opts modes on the chosen devices against numpy; non-zero when any is wrong, raises an untyped
   error, crashes or hangs."""
   import time
-  from kc.device import Device
+  from kc.runtime.device import Device
   from kc.fuzz import FuzzConfig, fuzz, summary, write_json
   cfg = FuzzConfig(devices=tuple(args.device or [Device.DEFAULT]), n=args.n, seed=args.seed,
                    modes=tuple(m.strip() for m in args.opts.split(",") if m.strip()), timeout=args.timeout, out_dir=args.out,

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 from kc import ast as A
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import KcError
-from kc.uop import UOp
+from kc.ir.uop import UOp
 
 
 @dataclass(frozen=True)

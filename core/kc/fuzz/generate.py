@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Callable, Optional
 import numpy as np
 from kc import ast as A
-from kc.dtype import dtypes, least_upper_dtype
+from kc.ir.dtype import dtypes, least_upper_dtype
 from kc.fuzz.recipe import Node, Recipe, eval_node, is_exact
 
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64", "uint64")   # the 64-bit ones come from int sums

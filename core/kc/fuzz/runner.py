@@ -9,7 +9,7 @@ import threading, time
 from dataclasses import dataclass
 from itertools import chain, zip_longest
 from typing import Callable, Optional
-from kc.device import Device
+from kc.runtime.device import Device
 from kc.errors import KcError
 from kc.fuzz.check import FAILURES, Reference, Verdict, check, reference
 from kc.fuzz.generate import case_seed, generate

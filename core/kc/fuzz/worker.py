@@ -45,7 +45,7 @@ def opts_from_spec(spec: OptsSpec):
 def random_opts(sink, device: str, seed: int) -> list:
   """A random legal opt list: random Opt(op, axis, amt) tried one after another on the kernel; those the kernel refuses
   (kc.KernelOptError) are skipped. A tensor-core opt goes first where the device has tensor cores."""
-  from kc.device import Device
+  from kc.runtime.device import Device
   from kc.errors import KernelOptError
   from kc.kernel import Kernel, Opt, OptOps
   rng = random.Random(seed)

@@ -4,12 +4,12 @@ NOLOCALS=1 are read from the environment."""
 from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Optional
-from kc.dtype import ImageDType
+from kc.ir.dtype import ImageDType
 from kc.errors import KernelOptError
 from kc.helpers import all_int, env_value, prod
 from kc.kernel.opt import Opt, OptOps
-from kc.symbolic import resolve
-from kc.uop import Ops
+from kc.ir.symbolic import resolve
+from kc.ir.uop import Ops
 
 if TYPE_CHECKING: from kc.kernel.kernel import Kernel
 

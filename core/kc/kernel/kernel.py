@@ -12,15 +12,15 @@ from __future__ import annotations
 import dataclasses, itertools
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
-from kc.dtype import ImageDType, dtypes
+from kc.ir.dtype import ImageDType, dtypes
 from kc.errors import ConfigError, KcError, KernelOptError
 from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
 from kc.kernel.naming import colored, ansilen, to_function_name
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.verify import reduce_axes, st_arg, verify_ast
 from kc.shape import ShapeTracker, strides_for_shape
-from kc.symbolic import resolve, ssimplify
-from kc.uop import GroupOp, Ops, UOp, sint
+from kc.ir.symbolic import resolve, ssimplify
+from kc.ir.uop import GroupOp, Ops, UOp, sint
 
 if TYPE_CHECKING: from kc.renderer import Renderer, TensorCore
 
@@ -477,7 +477,7 @@ class Kernel:
 
   def to_program(self, name_override: Optional[str] = None):
     """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by `opts`."""
-    if _program_builder is None: raise KcError("kc.codegen is not loaded; import kc first")
+    if _program_builder is None: raise KcError("kc.codegen.program is not loaded; import kc first")
     return _program_builder(self, name_override)
 
   def get_optimized_ast(self) -> UOp:

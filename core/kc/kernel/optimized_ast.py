@@ -7,13 +7,13 @@ plain reduce over inputs staged through local memory in the warp's layout (level
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import KcError
 from kc.helpers import prod
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
-from kc.symbolic import resolve
-from kc.uop import GroupOp, Ops, UOp
+from kc.ir.symbolic import resolve
+from kc.ir.uop import GroupOp, Ops, UOp
 
 if TYPE_CHECKING: from kc.kernel.kernel import Kernel
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import KcError
 from kc.helpers import prod
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
-from kc.uop import Ops, UOp
+from kc.ir.uop import Ops, UOp
 
 if TYPE_CHECKING: from kc.renderer import TensorCore
 

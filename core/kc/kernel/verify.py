@@ -5,12 +5,12 @@ A kernel AST is SINK(STORE(DEFINE_GLOBAL, VIEW, value), ...). Movement ops live 
 axes. One VIEW may sit above a computed value: the keepdim-expand of a reduce result back along its reduced
 axes (a fused reduce chain such as x - max(x) feeding a sum), which broadcasts the value and moves nothing."""
 from __future__ import annotations
-from kc.dtype import ImageDType, PtrDType
+from kc.ir.dtype import ImageDType, PtrDType
 from kc.errors import InvalidASTError, KcError
 from kc.helpers import all_same, dedup
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
-from kc.uop import GroupOp, Ops, UOp
+from kc.ir.uop import GroupOp, Ops, UOp
 
 REDUCE_OPS = (Ops.ADD, Ops.MUL, Ops.MAX)
 SHAPELESS = {Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR, Ops.CONST, Ops.BIND}

@@ -6,11 +6,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Optional
-from kc.dtype import DType
+from kc.ir.dtype import DType
 from kc.errors import KcError
 from kc.helpers import dedup, prod
-from kc.symbolic import ssimplify, sym_infer
-from kc.uop import GroupOp, Ops, UOp, sint
+from kc.ir.symbolic import ssimplify, sym_infer
+from kc.ir.uop import GroupOp, Ops, UOp, sint
 
 Axes = tuple[tuple[int, int], ...]  # (TC dim, amount) pairs: dim 0 is N, 1 is M, 2+ index the upcast axes
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math, re
 from collections import Counter
 from typing import Callable, Optional
-from kc.dtype import DType, ImageDType, PtrDType, dtypes
+from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.errors import CompileError
 from kc.renderer import Renderer
-from kc.uop import GroupOp, Ops, UOp
+from kc.ir.uop import GroupOp, Ops, UOp
 
 
 def _negated_comparison(rendered: str) -> str:

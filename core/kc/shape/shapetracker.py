@@ -8,10 +8,10 @@ from __future__ import annotations
 import functools, operator
 from dataclasses import dataclass
 from typing import Optional, Sequence
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import ShapeError, SymbolicError
-from kc.symbolic import split_sum, ssimplify, sym_infer
-from kc.uop import Ops, UOp, sint
+from kc.ir.symbolic import split_sum, ssimplify, sym_infer
+from kc.ir.uop import Ops, UOp, sint
 from kc.shape.view import View, as_shape, hash_once, state_without_hash, fmt_shape, normalize_axes, same_size, strides_for_shape, unravel
 
 # bounded: a long search compiles thousands of kernels and must not keep every view and index it ever built

@@ -14,11 +14,11 @@ import functools, operator
 from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Optional, Sequence
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import ShapeError
 from kc.helpers import all_int, ceildiv, prod
-from kc.symbolic import resolve, smax, smin, ssimplify
-from kc.uop import Ops, UOp, sint
+from kc.ir.symbolic import resolve, smax, smin, ssimplify
+from kc.ir.uop import Ops, UOp, sint
 
 # bounded: a long search compiles thousands of kernels and must not keep every view and index it ever built
 CACHE_SIZE = 1 << 14

@@ -3,7 +3,7 @@ from __future__ import annotations
 import ctypes, ctypes.util, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.device import HostMemory, int32_values, raw_buffers
+from kc.runtime.device import HostMemory, int32_values, raw_buffers
 from kc import KcError
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import warnings
 import pyopencl as cl
 from kc import CompileError
-from kc.device import Compiler
+from kc.runtime.device import Compiler
 from kc_opencl.platform import DeviceInfo
 
 

@@ -13,14 +13,14 @@ from __future__ import annotations
 from math import prod
 from typing import Optional, Union
 import numpy as np
-from kc.device import Allocator, Buffer
-from kc.dtype import DType
+from kc.runtime.device import Allocator, Buffer
+from kc.ir.dtype import DType
 from kc.errors import ArgumentError, KcError  # noqa: F401  (ArgumentError: its home was here)
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
-from kc.symbolic import sym_infer
-from kc.uop import Ops, UOp, sint
+from kc.ir.symbolic import sym_infer
+from kc.ir.uop import Ops, UOp, sint
 
 
 def declared_shape(st: ShapeTracker) -> Optional[tuple[sint, ...]]:

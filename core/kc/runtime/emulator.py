@@ -22,14 +22,14 @@ import base64, functools, io, os, pickle, time, zlib
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 import numpy as np
-from kc.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
-from kc.dtype import DType, ImageDType, dtypes
+from kc.runtime.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
+from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
 from kc.helpers import prod
 from kc.renderer import Renderer, TensorCore
 from kc.renderer.cstyle import CStyleLanguage
-from kc.symbolic import sym_infer
-from kc.uop import GroupOp, Ops, UOp
+from kc.ir.symbolic import sym_infer
+from kc.ir.uop import GroupOp, Ops, UOp
 
 DEVICE = "EMU"
 PRIORITY = -1000  # below every real device: EMU is never the default while anything else can run
@@ -66,8 +66,8 @@ class UnsupportedOpError(EmulatorError, CompileError):
 
 # ---------------------------------------------------------------------------------------------------------- serialization
 
-_ALLOWED_GLOBALS = {("kc.uop", "UOp"), ("kc.uop", "Ops"), ("kc.dtype", "_intern"), ("kc.dtype", "DType"),
-                    ("kc.dtype", "PtrDType"), ("kc.dtype", "ImageDType")}
+_ALLOWED_GLOBALS = {("kc.ir.uop", "UOp"), ("kc.ir.uop", "Ops"), ("kc.ir.dtype", "_intern"), ("kc.ir.dtype", "DType"),
+                    ("kc.ir.dtype", "PtrDType"), ("kc.ir.dtype", "ImageDType")}
 
 
 class _UOpUnpickler(pickle.Unpickler):
@@ -806,7 +806,7 @@ class EmuDevice(CompiledDevice):
     if not name:
       self.renderer = EmuRenderer()
       return self
-    from kc.device import Device
+    from kc.runtime.device import Device
     if Device.canonical(name) == DEVICE: raise KcError("EMU cannot impersonate itself: impersonate(None) gives its generic renderer")
     if name not in Device:
       raise UnknownDeviceError(f"EMU cannot impersonate {name!r}: no such device is registered (registered: {', '.join(Device.names())})")
@@ -826,14 +826,14 @@ def open_device() -> EmuDevice: return EmuDevice(os.environ.get("KC_EMULATE") or
 
 def backend_spec():
   """The BackendSpec kc registers EMU with: always available, the lowest priority."""
-  from kc.device import Device
-  from kc.plugins import PLUGIN_API_VERSION, BackendSpec
+  from kc.runtime.device import Device
+  from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec
   return BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=lambda: None, open=open_device,
                      renderer=lambda: Device[DEVICE].renderer, distribution="kc", version=_kc_version())
 
 
 def _kc_version() -> str:
-  from kc.device import _kc_version as version
+  from kc.runtime.device import _kc_version as version
   return version()
 
 

@@ -10,9 +10,9 @@ a few ulp for |x| < 2^15 and degrades beyond, as the single-precision reduction 
 from __future__ import annotations
 import math
 from fractions import Fraction
-from kc.dtype import DType, dtypes
-from kc.rewrite import UPat
-from kc.uop import Ops, UOp
+from kc.ir.dtype import DType, dtypes
+from kc.ir.rewrite import UPat
+from kc.ir.uop import Ops, UOp
 
 # float layout: (int type, mantissa bits, exponent bias, exponent mask)
 _LAYOUT = {dtypes.float32: (dtypes.int32, 23, 127, 0xFF), dtypes.float64: (dtypes.int64, 52, 1023, 0x7FF)}

@@ -1,7 +1,7 @@
 """The runtime API every backend implements: Buffer, Allocator, Compiler (with its disk cache), the program
 handle protocol, CompiledDevice, and the device registry exposed as `kc.Device`.
 
-The core names no backend: which devices exist is decided by the plugins (`kc.plugins`), found lazily the
+The core names no backend: which devices exist is decided by the plugins (`kc.runtime.plugins`), found lazily the
 first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
@@ -9,12 +9,12 @@ import hashlib, json, operator, os, threading
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
-from kc.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
-from kc.dtype import DType, PtrDType
+from kc.runtime.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
+from kc.ir.dtype import DType, PtrDType
 from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
 
 if TYPE_CHECKING:
-  from kc.plugins import BackendSpec, PluginTable
+  from kc.runtime.plugins import BackendSpec, PluginTable
   from kc.renderer import Renderer
 
 
@@ -249,7 +249,7 @@ def _kc_version() -> str:
 
 
 class Compiler(ABC):
-  """Turns source into a device's binary. `compile` consults the disk cache (kc.cache); subclasses implement
+  """Turns source into a device's binary. `compile` consults the disk cache (kc.runtime.cache); subclasses implement
   `compile_uncached` and `identity` (what besides the source decides the output: compiler, version, flags).
 
   `plugin_version` names the plugin distribution and its version, so a new plugin release never reuses
@@ -323,7 +323,7 @@ class DeviceRegistry:
   @property
   def table(self) -> PluginTable:
     if self._given_table is not None: return self._given_table
-    from kc.plugins import BACKENDS  # imported on first use so `import kc` does not load the plugin machinery
+    from kc.runtime.plugins import BACKENDS  # imported on first use so `import kc` does not load the plugin machinery
     return BACKENDS
 
   def names(self) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools, math, weakref
 from enum import IntEnum, auto
 from typing import Any, Callable, Optional, Union
-from kc.dtype import DType, dtypes, truncate
+from kc.ir.dtype import DType, dtypes, truncate
 from kc.errors import SymbolicError, UOpError
 from kc.helpers import c_div, c_mod
 
@@ -377,7 +377,7 @@ class UOp(metaclass=UOpMetaClass):
 
   def simplify(self) -> "UOp":
     """This expression with kc's symbolic rules applied until nothing changes (the rules memoize on each UOp)."""
-    if _SIMPLIFIER is None: raise SymbolicError("kc.symbolic is not loaded; import kc first")
+    if _SIMPLIFIER is None: raise SymbolicError("kc.ir.symbolic is not loaded; import kc first")
     return _SIMPLIFIER(self)
 
   # ***** Python protocol *****

@@ -7,9 +7,9 @@ how a reduce's loop closes, and how a second reduce of a fused chain gets a loop
 UOps are placed in the innermost block their loops allow, so loop-invariant code sits outside the loop."""
 from __future__ import annotations
 import heapq, itertools
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import KcError
-from kc.uop import Ops, UOp
+from kc.ir.uop import Ops, UOp
 
 
 def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[UOp]]:

@@ -5,9 +5,9 @@ expansion are all PatternMatchers run through graph_rewrite."""
 from __future__ import annotations
 import inspect, itertools
 from typing import Any, Callable, Iterable, Optional, Union
-from kc.dtype import DType
+from kc.ir.dtype import DType
 from kc.errors import RewriteError, UOpError
-from kc.uop import GroupOp, Ops, UOp
+from kc.ir.uop import GroupOp, Ops, UOp
 
 _ANY = object()  # "match any arg"; None is a real arg value in the IR
 _MEMO_IDS = itertools.count()

@@ -9,11 +9,11 @@ from kc.helpers import debug_level
 from kc.kernel.kernel import Kernel, set_program_builder
 from kc.kernel.naming import to_function_name
 from kc.kernel.verify import st_arg
-from kc.graph import rewrite_lowered
-from kc.linearize import linearize
-from kc.lower import lower
+from kc.codegen.graph import rewrite_lowered
+from kc.codegen.linearize import linearize
+from kc.codegen.lower import lower
 from kc.renderer import Program
-from kc.uop import Ops, UOp
+from kc.ir.uop import Ops, UOp
 
 
 def linearize_kernel(k: Kernel) -> list[UOp]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from typing import Optional
-from kc.dtype import PtrDType, dtypes
-from kc.rewrite import PatternMatcher, UPat, graph_rewrite
-from kc.symbolic import split_sum, symbolic
-from kc.transcendental import transcendental_rules
-from kc.uop import Ops, UOp
+from kc.ir.dtype import PtrDType, dtypes
+from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from kc.ir.symbolic import split_sum, symbolic
+from kc.codegen.transcendental import transcendental_rules
+from kc.ir.uop import Ops, UOp
 
 
 def _drop_noops(root: UOp) -> Optional[UOp]:

@@ -14,15 +14,15 @@ from __future__ import annotations
 import functools, itertools, operator
 from dataclasses import dataclass, field
 from typing import Any, Optional
-from kc.dtype import dtypes
+from kc.ir.dtype import dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
 from kc.kernel.optimized_ast import KernelInfo
 from kc.kernel.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import fmt_shape
-from kc.symbolic import split_sum, sum_bounds
-from kc.uop import GroupOp, Ops, UOp, sint
+from kc.ir.symbolic import split_sum, sum_bounds
+from kc.ir.uop import GroupOp, Ops, UOp, sint
 
 Env = tuple[UOp, ...]
 

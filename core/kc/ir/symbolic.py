@@ -7,10 +7,10 @@ as every backend does; range analysis widens to the dtype's range wherever it co
 from __future__ import annotations
 import math
 from typing import Optional, Union
-from kc.dtype import DType, dtypes
+from kc.ir.dtype import DType, dtypes
 from kc.errors import SymbolicError
-from kc.rewrite import PatternMatcher, UPat, graph_rewrite
-from kc.uop import GroupOp, Ops, UOp, Variable, exec_alu, register_simplifier, sint
+from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from kc.ir.uop import GroupOp, Ops, UOp, Variable, exec_alu, register_simplifier, sint
 
 __all__ = ["symbolic", "Variable", "sint", "resolve", "sym_infer", "ssimplify", "smax", "smin", "split_sum", "simplify"]
 

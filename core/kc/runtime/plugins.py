@@ -1,7 +1,7 @@
 """Backend plugins: the pluggy hookspec, the BackendSpec a plugin returns, and the load loop.
 
 A plugin is a distribution with an entry point in the group `kc.backends` (name = device name, lower case)
-whose object (usually the package module) has a `@kc.plugins.hookimpl def kc_backends() -> list[BackendSpec]`.
+whose object (usually the package module) has a `@kc.runtime.plugins.hookimpl def kc_backends() -> list[BackendSpec]`.
 
 The load loop runs on first use of `kc.Device`, never at `import kc`. Each plugin is loaded and asked for its
 devices on its own: one that fails (import error, another plugin API version, a duplicate device name) is
@@ -19,7 +19,7 @@ import pluggy
 from kc.errors import PluginError
 
 if TYPE_CHECKING:
-  from kc.device import CompiledDevice
+  from kc.runtime.device import CompiledDevice
   from kc.renderer import Renderer
 
 PROJECT = "kc"
@@ -83,7 +83,7 @@ def _distribution_of(ep) -> tuple[str, str]:
 def validate_spec(spec: Any, origin: str) -> BackendSpec:
   """`spec` checked and normalized (upper-case name); a PluginError names `origin` and what is wrong."""
   if not isinstance(spec, BackendSpec):
-    raise PluginError(f"{origin} returned {type(spec).__name__} from kc_backends, not a kc.plugins.BackendSpec")
+    raise PluginError(f"{origin} returned {type(spec).__name__} from kc_backends, not a kc.runtime.plugins.BackendSpec")
   if spec.api_version != PLUGIN_API_VERSION:
     raise PluginError(f"{origin} speaks kc plugin API {spec.api_version} (device {spec.name}), but this kc speaks plugin API "
                       f"{PLUGIN_API_VERSION}: install a release of the plugin made for plugin API {PLUGIN_API_VERSION}, or a kc that speaks "
@@ -219,7 +219,7 @@ def _specs_of_entry_point(manager: pluggy.PluginManager, ep, origin: str) -> lis
   impls = [impl for impl in manager.hook.kc_backends.get_hookimpls() if impl.plugin is obj]
   if not impls:
     raise PluginError(f"{origin}: entry point {ep.name} = {getattr(ep, 'value', '?')} has no kc_backends hook; "
-                      "define one decorated with @kc.plugins.hookimpl")
+                      "define one decorated with @kc.runtime.plugins.hookimpl")
   out: list = []
   for impl in impls:
     result = impl.function()
@@ -245,7 +245,7 @@ __all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "PluginTabl
 
 def _register_core_backends():
   # EMU lives in the core, so every process has it whatever plugins are installed
-  from kc.emulator import backend_spec
+  from kc.runtime.emulator import backend_spec
   BACKENDS.register(backend_spec())
 
 

@@ -1,0 +1,2 @@
+"""From an optimized Kernel to linear UOps and a Program: lower (views to index arithmetic), the graph rewrites
+(expansion, accumulators, vectors, transcendentals), linearize, and program building through the renderer."""
