@@ -261,3 +261,14 @@ def test_a_pad_of_an_empty_input_is_all_zeros(device):
   x = A.arg(1, f32, (0,))
   got = kc.run(A.sink(A.store(0, x.pad(((0, 1),)))), {1: np.zeros(0, np.float32)}, device=device, opts="none")[0]
   assert got.tolist() == [0.0]
+
+
+def test_reshape_after_an_index_keeps_every_element():
+  # x[0] hides the indexed size-1 axis; a reshape that moves the kernel shape used to keep it hidden, so
+  # sin(x)[0].reshape(-1) of a (1, 2, 2) input was 0-d instead of (4,)
+  x, a = A.arg(1, f32, (1, 2, 2)), np.arange(4, dtype=np.float32).reshape(1, 2, 2)
+  e = A.sin(x)[0].reshape(-1)
+  assert e.shape == (4,)
+  buf = kc.Buffer("EMU", 4, f32).allocate().copyin(memoryview(a.reshape(-1).view(np.uint8)))
+  got = kc.run(A.sink(A.store(0, e)), {1: buf}, device="EMU")[0]
+  np.testing.assert_allclose(got, np.sin(a)[0].reshape(-1), rtol=1e-6)

@@ -110,8 +110,8 @@ class Expr:
     new = mv.apply(ShapeTracker.from_shape(self.kshape)).shape
     return Expr(move(self.uop, mv, self.kshape), new, self.hidden if hidden is None else hidden)
 
-  def _kernel_move(self, kind: str, arg, what: str) -> "Expr":
-    try: return self._with(Move(kind, arg))
+  def _kernel_move(self, kind: str, arg, what: str, hidden: Optional[tuple[int, ...]] = None) -> "Expr":
+    try: return self._with(Move(kind, arg), hidden)
     except InvalidASTError: raise
     except KcError as e: raise InvalidASTError(f"{what} of {fmt_shape(self.shape)}: {e}") from e
 
@@ -126,7 +126,8 @@ class Expr:
     if self.stored is None and [s for s in shape if s != 1] == [s for s in self.shape if s != 1]: return self._regroup(shape)
     try:
       if self.stored is not None: raise InvalidASTError("stored only")
-      return self._kernel_move("reshape", shape, "reshape")
+      # the kernel shape becomes the new shape: the hidden (size-1) axes are reshaped away with the rest
+      return self._kernel_move("reshape", shape, "reshape", hidden=())
     except InvalidASTError:
       # a reshape that cannot move the reduce's input: the stored output is contiguous, so the value can still be stored
       if _size(shape) is None: raise
