@@ -208,6 +208,9 @@ def test_random_expressions_match_numpy(c: Chain):
   for device in DEVICES:
     renderer = kc.Device[device].renderer
     if device == "OPENCL" and not all(getattr(renderer, "supports_dtype", lambda d: True)(d) for d in used): continue
+    # half held in float keeps float intermediates (kc_opencl's README): an exact output computed from half values, a
+    # comparison say, may differ from numpy's half-rounded one by design
+    if getattr(renderer, "half_in_float", False) and dtypes.float16 in used and not dtypes.is_float(c.x.dtype): continue
     try:
       with np.errstate(all="ignore"): got = kc.run(sink, _buffers(inputs, sink, device), device=device)[0]
     except kc.CompileError as e: raise AssertionError(f"{device}: {e}\n{e.src}\n{c}") from e
