@@ -1,7 +1,11 @@
 """The rewrite engine: UPat patterns, PatternMatcher (dispatch by op) and graph_rewrite (fixed point).
 
-This is the only rewrite engine in kc: symbolic simplification, kernel AST fix-ups, lowering and
-expansion are all PatternMatchers run through graph_rewrite."""
+kc's rule-based rewrites all run through this engine: symbolic simplification (ir/symbolic.py, behind
+UOp.simplify, which the lowering calls on the indices and gates it builds) and the one walk over a lowered kernel in
+codegen/graph.py (simplification, dead-gate removal, the ops a renderer lacks such as transcendentals, and the
+renderer's own extra_matcher). Lowering itself (codegen/lower.py) is no set of rules: it is a direct walk of the
+optimized AST that unrolls upcast axes as it goes, and the folding of scalar accesses into vector ones
+(codegen/graph.py) is a direct walk too."""
 from __future__ import annotations
 import inspect, itertools
 from typing import Any, Callable, Iterable, Optional, Union
