@@ -34,12 +34,6 @@ def env_value(key: str, default: T) -> T:
                       f"or unset it for the default") from None
 
 
-@functools.cache
-def getenv(key: str, default=0):
-  """An environment knob read once per process (knobs that change how kernels are built must not change midway)."""
-  return env_value(key, default)
-
-
 def debug_level() -> int:
   """DEBUG from the environment, read on every call so a test or a notebook can turn it on and off:
   2 kernel timings, 4 the rendered source, 5 the linear UOps."""
