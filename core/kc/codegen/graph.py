@@ -1,12 +1,13 @@
 """The graph rewrites between lowering and linearizing: fold neighbouring scalar loads and stores into vector
-accesses where the renderer supports them, then one walk that simplifies every value, drops what can never happen
+accesses of the widths the renderer declares (Renderer.vector_widths), then one walk that simplifies every value, drops what can never happen
 (stores behind a false gate), replaces ops the renderer lacks (transcendentals) with ones it has and applies the
 renderer's own rules."""
 from __future__ import annotations
 import functools
 from collections import defaultdict
-from typing import Optional
-from kc.ir.dtype import PtrDType, dtypes
+from typing import Callable, Optional
+from kc.errors import KcError
+from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.symbolic import split_sum, symbolic
 from kc.codegen.transcendental import transcendental_rules
@@ -49,28 +50,42 @@ def _aligned(root: Optional[UOp], n: int) -> bool:
   return const % n == 0 and all(k % n == 0 for k in terms.values())
 
 
-VECTOR_WIDTHS = (4, 2)
+Widths = tuple[int, ...]
 
 
-def _accesses(topo) -> tuple[dict[tuple, dict[int, UOp]], dict[tuple, dict[int, UOp]]]:
-  """Scalar float/half LOADs and STOREs, each grouped by (buffer, index root, gate, extra sources) and keyed by constant
-  offset."""
+def _declared_widths(renderer) -> Callable[[DType], Widths]:
+  """renderer.vector_widths, checked once per dtype: ints >= 2, widest first (the fold takes the first that fits)."""
+  known: dict[DType, Widths] = {}
+
+  def widths(dt: DType) -> Widths:
+    if (ws := known.get(dt)) is None:
+      ws = tuple(renderer.vector_widths(dt))
+      if not all(isinstance(n, int) and n >= 2 for n in ws) or list(ws) != sorted(set(ws), reverse=True):
+        raise KcError(f"{type(renderer).__name__}.vector_widths({dt}) gave {ws}: give distinct ints >= 2, widest first, or () for none")
+      known[dt] = ws
+    return ws
+  return widths
+
+
+def _accesses(topo, widths: Callable[[DType], Widths]) -> tuple[dict[tuple, dict[int, UOp]], dict[tuple, dict[int, UOp]]]:
+  """Scalar LOADs and STOREs of the dtypes the renderer has vectors of, each grouped by (buffer, index root, gate, extra
+  sources, vector widths) and keyed by constant offset."""
   groups: dict[Ops, dict[tuple, dict[int, UOp]]] = {Ops.LOAD: defaultdict(dict), Ops.STORE: defaultdict(dict)}
   for u in topo:
     if (op := u.op) is not Ops.LOAD and op is not Ops.STORE or u.src[0].op is not Ops.INDEX: continue
     index = u.src[0]
     value_dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
-    if value_dt.count != 1 or value_dt.scalar() not in (dtypes.float32, dtypes.float16) or not isinstance(index.src[0].dtype, PtrDType): continue
+    if value_dt.count != 1 or not isinstance(index.src[0].dtype, PtrDType) or not (ws := widths(value_dt)): continue
     root, off = _split_index(index.src[1])
-    groups[op][(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else ())][off] = u
+    groups[op][(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else (), ws)][off] = u
   return groups[Ops.LOAD], groups[Ops.STORE]
 
 
-def _runs(by_off: dict[int, UOp], root: Optional[UOp]):
-  """Aligned runs of VECTOR_WIDTHS neighbouring offsets, widest first, each access in at most one run."""
+def _runs(by_off: dict[int, UOp], root: Optional[UOp], widths: Widths):
+  """Aligned runs of neighbouring offsets, of the first (widest) of `widths` that fits, each access in at most one run."""
   taken: set[int] = set()
   for off in sorted(by_off):
-    for n in VECTOR_WIDTHS:
+    for n in widths:
       if off % n == 0 and _aligned(root, n) and all(off + i in by_off and off + i not in taken for i in range(n)):
         taken.update(range(off, off + n))
         yield [by_off[off + i] for i in range(n)]
@@ -86,19 +101,20 @@ def _vector_store(run: list[UOp], memo: dict[UOp, UOp]) -> UOp:
   return UOp(Ops.STORE, dtypes.void, (memo[run[0].src[0]], whole))
 
 
-def fold_vector_accesses(sink: UOp) -> UOp:
-  """Groups of 4 (or 2) scalar loads of float/half from one buffer at aligned neighbouring offsets become one vector
-  load and lane reads; groups of such stores become one vector store (of the loaded vector itself when the values
-  are its lanes in order: a copy). One walk over the graph rebuilds it with both."""
+def fold_vector_accesses(sink: UOp, renderer) -> UOp:
+  """Groups of scalar loads from one buffer at aligned neighbouring offsets become one vector load and lane reads,
+  in the widths renderer.vector_widths declares for their dtype (float4, else float2, by default); groups of such
+  stores become one vector store (of the loaded vector itself when the values are its lanes in order: a copy). One
+  walk over the graph rebuilds it with both."""
   topo = sink.toposort
-  load_groups, store_groups = _accesses(topo)
+  load_groups, store_groups = _accesses(topo, _declared_widths(renderer))
   lane: dict[UOp, tuple[list[UOp], int]] = {}  # scalar load -> (its run, its lane)
-  for (_, root, _, _), by_off in load_groups.items():
-    for run in _runs(by_off, root):
+  for (_, root, _, _, widths), by_off in load_groups.items():
+    for run in _runs(by_off, root, widths):
       for i, g in enumerate(run): lane[g] = (run, i)
   runs_of: dict[UOp, list[UOp]] = {}  # the first store of each run of stores -> the run
-  for (_, root, _, _), by_off in store_groups.items():
-    for run in _runs(by_off, root): runs_of[run[0]] = run
+  for (_, root, _, _, widths), by_off in store_groups.items():
+    for run in _runs(by_off, root, widths): runs_of[run[0]] = run
   if not lane and not runs_of: return sink
   memo: dict[UOp, UOp] = {}
   vectors: dict[int, UOp] = {}  # id of a run of loads -> its vector load
@@ -156,5 +172,5 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
   rules = lowered_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}), getattr(renderer, "extra_matcher", None))
   # the lowering left every index and gate simplified already, so the vector accesses are found before the one walk
-  if getattr(renderer, "supports_float4", False): sink = fold_vector_accesses(sink)
+  sink = fold_vector_accesses(sink, renderer)
   return graph_rewrite(sink, rules)

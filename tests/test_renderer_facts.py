@@ -1,0 +1,74 @@
+"""Dialect facts a Renderer declares and the core reads: vector widths; the shared C-style pieces (bfloat16 kept as
+its bits and computed in float) and their documentation."""
+import inspect
+import pytest
+import kc
+from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps, KcError
+from kc.renderer import Renderer
+from kc.renderer.cstyle import CStyleLanguage
+
+
+class VecC(CStyleLanguage):
+  """A C-like dialect whose vector widths a test sets per dtype."""
+  device = "VECC"
+  kernel_prefix, buffer_prefix = "__kernel ", "__global "
+  code_for_workitem = {"g": lambda d: f"get_group_id({d})", "l": lambda d: f"get_local_id({d})", "i": lambda d: f"get_global_id({d})"}
+  float4 = "(float4)"
+
+  def __init__(self, widths: dict):
+    self.widths = widths
+
+  def vector_widths(self, dt):
+    return self.widths.get(dt, ())
+
+
+def _copy_program(renderer, dt=dtypes.float32, upcast=8):
+  k = Kernel(A.sink(A.store(0, A.arg(1, dt, (128,)) + A.const(1, dt, (128,)))), renderer)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, upcast))
+  return k.to_program()
+
+
+def _vector_loads(prg) -> list[int]:
+  return [u.dtype.count for u in prg.uops if u.op is Ops.LOAD and u.dtype.count > 1]
+
+
+def test_default_widths_are_float4_and_float2():
+  class Plain(CStyleLanguage): device = "PLAIN"
+  r = Plain()
+  assert r.vector_widths(dtypes.float32) == (4, 2) and r.vector_widths(dtypes.float16) == (4, 2)
+  assert r.vector_widths(dtypes.int32) == () and r.vector_widths(dtypes.float64) == ()
+
+  class NoVectors(Plain): supports_float4 = False
+  assert NoVectors().vector_widths(dtypes.float32) == ()
+
+
+def test_builtin_renderers_keep_their_widths():
+  for name in ("CLANG", "OPENCL"):
+    r = kc.Device.renderer(name)
+    assert r.vector_widths(dtypes.float32) == (4, 2) and r.vector_widths(dtypes.float16) == (4, 2)
+    assert r.vector_widths(dtypes.int32) == ()
+
+
+def test_wider_vectors_fold_eight_loads_into_one():
+  prg = _copy_program(VecC({dtypes.float32: (8, 4, 2)}))
+  assert _vector_loads(prg) == [8]
+  assert "float8" in prg.src
+
+
+def test_default_width_splits_an_upcast_of_eight_into_two_float4():
+  assert _vector_loads(_copy_program(VecC({dtypes.float32: (4, 2)}))) == [4, 4]
+
+
+def test_no_widths_keeps_accesses_scalar():
+  prg = _copy_program(VecC({}))
+  assert _vector_loads(prg) == [] and "float4" not in prg.src
+
+
+def test_widths_for_other_dtypes():
+  prg = _copy_program(VecC({dtypes.int32: (4,)}), dt=dtypes.int32, upcast=4)
+  assert _vector_loads(prg) == [4] and "int4" in prg.src
+
+
+@pytest.mark.parametrize("bad", [(2, 4), (4, 1), (4, 4), ("4",)])
+def test_bad_widths_are_a_typed_error(bad):
+  with pytest.raises(KcError, match="vector_widths"): _copy_program(VecC({dtypes.float32: bad}))
