@@ -116,6 +116,13 @@ class Renderer(ABC):
     with wider vectors (8 halves, 16 floats) or vector accesses of other dtypes overrides this."""
     return (4, 2) if self.supports_float4 and dt in (dtypes.float32, dtypes.float16) else ()
 
+  def vector_widths(self, dt: DType) -> tuple[int, ...]:
+    """The vector widths, widest first, in which this dialect loads and stores the scalar dtype `dt`: runs of
+    neighbouring scalar accesses at an aligned offset fold into one access of the widest width that fits; () keeps
+    every access of `dt` scalar. The default is float4/float2 and half4/half2 where supports_float4 is set; a dialect
+    with wider vectors (8 halves, 16 floats) or vector accesses of other dtypes overrides this."""
+    return (4, 2) if self.supports_float4 and dt in (dtypes.float32, dtypes.float16) else ()
+
   def supports_dtype(self, dt: DType) -> bool:
     """Whether kernels may compute in `dt` (a vector or pointer counts as its scalar)."""
     return self.supported_dtypes is None or dt.base.scalar() in self.supported_dtypes
