@@ -5,7 +5,7 @@ The Kernel reads these declarations to decide which optimizations are legal; it 
 from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError
 from kc.helpers import dedup, prod
@@ -63,26 +63,6 @@ class TensorCore:
   def __str__(self): return "_".join(["WMMA", *map(str, self.dims), self.dtype_in.name, self.dtype_out.name])
 
 
-class WMMAArg(NamedTuple):
-  """The arg of an Ops.WMMA UOp: which tensor core it runs and how its fragments sit on the kernel's axes.
-
-  A NamedTuple so that the arg stays a plain value: it hashes and compares like the tuple of its fields (UOps are
-  hash-consed on their args) and pickles by value (the EMU program is a pickle of UOps)."""
-  name: str                               # str(TensorCore): the instruction a renderer spells
-  dims: tuple[int, int, int]              # (N, M, K)
-  dtype_in: DType
-  dtype_out: DType
-  device: str                             # the renderer's device the kernel was optimized for
-  num_threads: int                        # threads of one warp that run the instruction together
-  upcast_axes: tuple[Axes, Axes, Axes]    # for A, B and C: the (kernel axis, size) pairs of each thread's fragment
-  reduce_axes: tuple[int, ...]            # the kernel axes the instruction reduces (K)
-
-  @classmethod
-  def of(cls, tc: TensorCore, device: str, upcast_axes: tuple[Axes, Axes, Axes], reduce_axes: tuple[int, ...]) -> "WMMAArg":
-    """The arg of a WMMA that runs `tc` with its fragments on the given kernel axes."""
-    return cls(str(tc), tc.dims, tc.dtype_in, tc.dtype_out, device, tc.num_threads, upcast_axes, reduce_axes)
-
-
 class Renderer(ABC):
   """A backend's dialect: its limits, its tensor cores, and render(name, uops) -> source.
 
@@ -108,13 +88,6 @@ class Renderer(ABC):
   @abstractmethod
   def render(self, name: str, uops: list) -> str:
     """The source of one kernel named `name` from its linearized UOps."""
-
-  def vector_widths(self, dt: DType) -> tuple[int, ...]:
-    """The vector widths, widest first, in which this dialect loads and stores the scalar dtype `dt`: runs of
-    neighbouring scalar accesses at an aligned offset fold into one access of the widest width that fits; () keeps
-    every access of `dt` scalar. The default is float4/float2 and half4/half2 where supports_float4 is set; a dialect
-    with wider vectors (8 halves, 16 floats) or vector accesses of other dtypes overrides this."""
-    return (4, 2) if self.supports_float4 and dt in (dtypes.float32, dtypes.float16) else ()
 
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     """The vector widths, widest first, in which this dialect loads and stores the scalar dtype `dt`: runs of
@@ -205,5 +178,5 @@ def estimate_ops(uops: list[UOp]) -> sint:
     elif u.op is Ops.ENDRANGE: mult = stack.pop()
     elif u.op is Ops.SPECIAL: mult = _smul(mult, u.arg[1])
     elif u.op in GroupOp.ALU and u not in indexing: flops = flops + _smul(mult, (2 if u.op is Ops.MULACC else 1) * u.dtype.count)
-    elif u.op is Ops.WMMA: flops = flops + _smul(mult, 2 * prod(u.arg.dims) // u.arg.num_threads)
+    elif u.op is Ops.WMMA: flops = flops + _smul(mult, 2 * prod(u.arg[1]) // u.arg[5])
   return ssimplify(flops)
