@@ -519,12 +519,13 @@ def test_a_warp_split_by_a_gate_is_an_error():
   # a hand-made WMMA inside an IF that only some threads of the warp take
   from kc.runtime.emulator import EmuProgram, serialize
   from kc.runtime.emulator import BUILTIN_TENSOR_CORES
+  from kc.renderer import WMMAArg
   tc = BUILTIN_TENSOR_CORES[1]
   lid = kc.UOp(kc.Ops.SPECIAL, dtypes.int32, (), ("lidx0", 4))
   x = kc.UOp.const(dtypes.float.vec(2), 1.0)
   gate = lid < 2
   wmma = kc.UOp(kc.Ops.WMMA, dtypes.float, (x, x, kc.UOp.const(dtypes.float, 0.0)),
-                (str(tc), tc.dims, tc.dtype_in, tc.dtype_out, "EMU", 4, (((3, 2),), ((3, 2),), ()), (3,)))
+                WMMAArg(str(tc), tc.dims, tc.dtype_in, tc.dtype_out, "EMU", 4, (((3, 2),), ((3, 2),), ()), (3,)))
   buf = kc.UOp(kc.Ops.DEFINE_GLOBAL, dtypes.float.ptr(), (), 0)
   st = kc.UOp(kc.Ops.STORE, dtypes.void, (kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), wmma))
   iff = kc.UOp(kc.Ops.IF, dtypes.void, (gate,))

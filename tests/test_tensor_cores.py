@@ -3,6 +3,7 @@ import pytest
 from conftest import LimitsRenderer, TC_HALF, TC_FLOAT
 from kc import ast as A, dtypes, Ops
 from kc.kernel import Kernel, Opt, OptOps, verify_ast
+from kc.renderer import WMMAArg
 
 H = lambda i, *s: A.arg(i, dtypes.half, s)  # noqa: E731
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
@@ -70,7 +71,7 @@ def test_levels_fold_into_the_ast(tc_gpu, level):
   assert (Ops.DEFINE_LOCAL in ops) == (level == 3)
   if level == 1:
     wmma = next(u for u in ast.toposort if u.op is Ops.WMMA)
-    assert wmma.arg[0] == str(TC_HALF) and wmma.dtype == dtypes.float.vec(4) and [s.op for s in wmma.src] == [Ops.CONTRACT, Ops.CONTRACT, Ops.VECTORIZE]
+    assert isinstance(wmma.arg, WMMAArg) and wmma.arg.name == str(TC_HALF) and wmma.dtype == dtypes.float.vec(4) and [s.op for s in wmma.src] == [Ops.CONTRACT, Ops.CONTRACT, Ops.VECTORIZE]
 
 
 def test_hand_coded_tc_follow_ups(tc_gpu):

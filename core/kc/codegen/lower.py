@@ -252,7 +252,7 @@ class Lowering:
 
   @staticmethod
   def wmma_axes(wmma: UOp) -> set[int]:
-    return {a for ax in wmma.arg[6] for a, _ in ax} | set(wmma.arg[7])
+    return {a for ax in wmma.arg.upcast_axes for a, _ in ax} | set(wmma.arg.reduce_axes)
 
   def indexed(self, st: ShapeTracker, env: Env) -> tuple[UOp, UOp]:
     """(offset, valid) of a view at env. Unrolled lanes share one expression: where the view walks the lane axes

@@ -11,6 +11,7 @@ from kc.ir.dtype import dtypes
 from kc.errors import KcError
 from kc.helpers import prod
 from kc.kernel.verify import st_arg
+from kc.renderer import TensorCore, WMMAArg
 from kc.shape import ShapeTracker
 from kc.ir.symbolic import resolve
 from kc.ir.uop import GroupOp, Ops, UOp
@@ -77,7 +78,7 @@ def _optimized_reduce(k: "Kernel", op: UOp, ret: UOp) -> UOp:
   return UOp(Ops.LOAD, op.dtype, (local_buffer, shared_st.to_uop(), UOp(Ops.STORE, dtypes.void, (local_buffer, shared_st.to_uop(), grouped))))
 
 
-def _tensor_core_reduce(k: "Kernel", tc, ret: UOp, axes: tuple[int, ...]) -> UOp:
+def _tensor_core_reduce(k: "Kernel", tc: TensorCore, ret: UOp, axes: tuple[int, ...]) -> UOp:
   def fix_st(st: ShapeTracker, wd_pattern, tcd_pattern) -> ShapeTracker:
     """Permute the warp (local) and upcast dims so each thread addresses the fragment elements the instruction expects."""
     wd, warp_dims = k.global_dims, tuple(sz for _, sz in tc.threads)
@@ -104,7 +105,7 @@ def _tensor_core_reduce(k: "Kernel", tc, ret: UOp, axes: tuple[int, ...]) -> UOp
   tc_reduce_axes = tuple(k.first_upcast + ax for ax, _ in tc.reduce_axes)
   if k.use_tensor_cores == 1:  # real WMMA: CONTRACT gathers each thread's fragment, EXPAND spreads the result back
     upcast_axes = tuple(tuple((k.first_upcast + ax, sz) for ax, sz in up) for up in tc.upcast_axes)
-    wmma_arg = (str(tc), tc.dims, tc.dtype_in, tc.dtype_out, k.opts.device, prod(sz for _, sz in tc.threads), upcast_axes, tc_reduce_axes)
+    wmma_arg = WMMAArg.of(tc, k.opts.device, upcast_axes, tc_reduce_axes)
     sz = [prod(x[1] for x in ax) for ax in upcast_axes]
     wmma = UOp(Ops.WMMA, tc.dtype_out.vec(sz[2]), (
       UOp(Ops.CONTRACT, srcs[0].dtype.vec(sz[0]), (srcs[0],), upcast_axes[0]),

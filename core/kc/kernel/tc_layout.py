@@ -81,7 +81,7 @@ def derive_fragment_layout(tc: "TensorCore") -> FragmentLayout:
       out.append(divmod(off, width))
     return tuple(out)
 
-  ups = wmma.arg[6]
+  ups = wmma.arg.upcast_axes
   a_st, b_st = st_arg(load_of(wmma.src[0].src[0])), st_arg(load_of(wmma.src[1].src[0]))
   layout = FragmentLayout(
     a=tuple(coords(a_st, ups[0], K, lane) for lane in lanes),

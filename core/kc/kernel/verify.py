@@ -30,7 +30,7 @@ def st_arg(u: UOp) -> ShapeTracker:
 
 def reduce_axes(u: UOp) -> tuple[int, ...]:
   """The axes a REDUCE_AXIS or WMMA reduces."""
-  return u.arg[1] if u.op is Ops.REDUCE_AXIS else u.arg[7]
+  return u.arg[1] if u.op is Ops.REDUCE_AXIS else u.arg.reduce_axes
 
 
 def _shape_error(u: UOp, msg: str) -> InvalidASTError: return InvalidASTError(f"{u.op}: {msg}")

@@ -5,7 +5,7 @@ The Kernel reads these declarations to decide which optimizations are legal; it 
 from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError
 from kc.helpers import dedup, prod
@@ -61,6 +61,26 @@ class TensorCore:
   def num_threads(self) -> int: return prod(a for _, a in self.threads)
 
   def __str__(self): return "_".join(["WMMA", *map(str, self.dims), self.dtype_in.name, self.dtype_out.name])
+
+
+class WMMAArg(NamedTuple):
+  """The arg of an Ops.WMMA UOp: which tensor core it runs and how its fragments sit on the kernel's axes.
+
+  A NamedTuple so that the arg stays a plain value: it hashes and compares like the tuple of its fields (UOps are
+  hash-consed on their args) and pickles by value (the EMU program is a pickle of UOps)."""
+  name: str                               # str(TensorCore): the instruction a renderer spells
+  dims: tuple[int, int, int]              # (N, M, K)
+  dtype_in: DType
+  dtype_out: DType
+  device: str                             # the renderer's device the kernel was optimized for
+  num_threads: int                        # threads of one warp that run the instruction together
+  upcast_axes: tuple[Axes, Axes, Axes]    # for A, B and C: the (kernel axis, size) pairs of each thread's fragment
+  reduce_axes: tuple[int, ...]            # the kernel axes the instruction reduces (K)
+
+  @classmethod
+  def of(cls, tc: TensorCore, device: str, upcast_axes: tuple[Axes, Axes, Axes], reduce_axes: tuple[int, ...]) -> "WMMAArg":
+    """The arg of a WMMA that runs `tc` with its fragments on the given kernel axes."""
+    return cls(str(tc), tc.dims, tc.dtype_in, tc.dtype_out, device, tc.num_threads, upcast_axes, reduce_axes)
 
 
 class Renderer(ABC):
@@ -178,5 +198,5 @@ def estimate_ops(uops: list[UOp]) -> sint:
     elif u.op is Ops.ENDRANGE: mult = stack.pop()
     elif u.op is Ops.SPECIAL: mult = _smul(mult, u.arg[1])
     elif u.op in GroupOp.ALU and u not in indexing: flops = flops + _smul(mult, (2 if u.op is Ops.MULACC else 1) * u.dtype.count)
-    elif u.op is Ops.WMMA: flops = flops + _smul(mult, 2 * prod(u.arg[1]) // u.arg[5])
+    elif u.op is Ops.WMMA: flops = flops + _smul(mult, 2 * prod(u.arg.dims) // u.arg.num_threads)
   return ssimplify(flops)

@@ -122,7 +122,7 @@ class CStyleLanguage(Renderer):
     src = f"{self.kernel_prefix}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
     return "\n".join(prefix) + "\n" + src if prefix else src
 
-  def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str: return f"__{uop.arg[0]}({a}, {b}, {c})"
+  def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str: return f"__{uop.arg.name}({a}, {b}, {c})"
 
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
     """A line to put before a loop (a dialect that parallelizes or unrolls loops says so here); none by default."""

@@ -67,7 +67,7 @@ class UnsupportedOpError(EmulatorError, CompileError):
 # ---------------------------------------------------------------------------------------------------------- serialization
 
 _ALLOWED_GLOBALS = {("kc.ir.uop", "UOp"), ("kc.ir.uop", "Ops"), ("kc.ir.dtype", "_intern"), ("kc.ir.dtype", "DType"),
-                    ("kc.ir.dtype", "PtrDType"), ("kc.ir.dtype", "ImageDType")}
+                    ("kc.ir.dtype", "PtrDType"), ("kc.ir.dtype", "ImageDType"), ("kc.renderer", "WMMAArg")}
 
 
 class _UOpUnpickler(pickle.Unpickler):
@@ -561,7 +561,7 @@ class _Run:
     several lanes (hardware never does; the small built-in tensor cores do), the lowest lane's copy is the one used:
     the others may differ in padding a PADTO added. A warp that runs with only some of its threads is an error."""
     u = self.plan.uops[pc]
-    name, (N, M, K), dt_out, threads = u.arg[0], u.arg[1], u.arg[3], u.arg[5]
+    name, (N, M, K), dt_out, threads = u.arg.name, u.arg.dims, u.arg.dtype_out, u.arg.num_threads
     tc = next((t for t in self.tensor_cores if str(t) == name), None)
     if tc is None: raise self.error(UnsupportedOpError, pc, f"{name} is not a tensor core of the renderer this program was lowered for")
     lay = fragment_layout(tc)
