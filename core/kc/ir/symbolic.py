@@ -10,7 +10,7 @@ from typing import Optional, Union
 from kc.ir.dtype import DType, dtypes
 from kc.errors import SymbolicError
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
-from kc.ir.uop import GroupOp, Ops, UOp, Variable, exec_alu, register_simplifier, sint
+from kc.ir.uop import GroupOp, Ops, UOp, Variable, exec_alu, sint
 
 __all__ = ["symbolic", "Variable", "sint", "resolve", "sym_infer", "ssimplify", "smax", "smin", "split_sum", "simplify"]
 
@@ -239,9 +239,6 @@ def distribute_mul(s: UOp, c: UOp) -> Optional[UOp]:
   return build_sum({t: k * c.arg for t, k in terms.items()}, const * c.arg, s.dtype)
 
 
-def _int(dt: Optional[DType] = None): return dtypes.ints if dt is None else dt
-
-
 var, cvar = UPat.var, UPat.cvar
 ints = dtypes.ints
 bools = (dtypes.bool,)
@@ -295,9 +292,6 @@ symbolic = PatternMatcher([
 
 def simplify(x: UOp) -> UOp:
   return graph_rewrite(x, symbolic)
-
-
-register_simplifier(simplify)
 
 
 # ***** sint helpers used by the shape and kernel layers *****

@@ -377,8 +377,10 @@ class UOp(metaclass=UOpMetaClass):
 
   def simplify(self) -> "UOp":
     """This expression with kc's symbolic rules applied until nothing changes (the rules memoize on each UOp)."""
-    if _SIMPLIFIER is None: raise SymbolicError("kc.ir.symbolic is not loaded; import kc first")
-    return _SIMPLIFIER(self)
+    # the one import back within the ir layer: symbolic builds its rules out of UOps, so it imports this module;
+    # importing it here, when the rules are first needed, keeps both modules free of a setter and of global state
+    from kc.ir.symbolic import simplify
+    return simplify(self)
 
   # ***** Python protocol *****
 
@@ -399,15 +401,6 @@ class UOp(metaclass=UOpMetaClass):
 
 # construction writes the slots through their descriptors: UOp.__setattr__ refuses them, so UOps stay immutable
 _set_op, _set_dtype, _set_src, _set_arg, _set_key, _set_ref = (UOp.__dict__[n].__set__ for n in ("op", "dtype", "src", "arg", "_key", "_ref"))
-
-_SIMPLIFIER: Optional[Callable[[UOp], UOp]] = None
-
-
-def register_simplifier(fxn: Callable[[UOp], UOp]) -> None:
-  """The symbolic layer installs UOp.simplify here, so that this module does not import a layer above it."""
-  global _SIMPLIFIER
-  _SIMPLIFIER = fxn
-
 
 # ***** range analysis *****
 
