@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 import numpy as np
 from kc.runtime.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
+from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
 from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
 from kc.helpers import prod
@@ -824,12 +825,17 @@ class EmuDevice(CompiledDevice):
 def open_device() -> EmuDevice: return EmuDevice(os.environ.get("KC_EMULATE") or None)
 
 
-def backend_spec():
+def backend_spec() -> BackendSpec:
   """The BackendSpec kc registers EMU with: always available, the lowest priority."""
   from kc.runtime.device import Device
-  from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec
   return BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=lambda: None, open=open_device,
                      renderer=lambda: Device[DEVICE].renderer, distribution="kc", version=_kc_version())
+
+
+# EMU is registered like any backend: the kc distribution's own `kc.backends` entry point (pyproject.toml) names
+# this module, so every installed kc has it whatever plugins are installed
+@hookimpl
+def kc_backends() -> list[BackendSpec]: return [backend_spec()]
 
 
 def _kc_version() -> str:

@@ -1,30 +1,45 @@
-"""Backend plugins: the pluggy hookspec, the BackendSpec a plugin returns, and the load loop.
+"""Backend plugins: the pluggy hook spec, the BackendSpec a plugin returns, the API version rule, and the load loop.
 
-A plugin is a distribution with an entry point in the group `kc.backends` (name = device name, lower case)
-whose object (usually the package module) has a `@kc.runtime.plugins.hookimpl def kc_backends() -> list[BackendSpec]`.
+Backend authors read `kc.backend`, which re-exports what is declared here; this module is the machinery behind it.
 
-The load loop runs on first use of `kc.Device`, never at `import kc`. Each plugin is loaded and asked for its
-devices on its own: one that fails (import error, another plugin API version, a duplicate device name) is
-recorded in `kc.Device.errors()` and the others load regardless. `KC_STRICT_PLUGINS=1` makes the first such
-failure raise `kc.PluginError` instead, for CI and for plugin authors. Otherwise each failure is also reported once per
-process, as a PluginWarning naming the distribution and why, when discovery runs.
+A plugin is a distribution with an entry point in the group `kc.backends` (name = device name, lower case) whose
+object (usually the package module) has a `@kc.backend.hookimpl def kc_backends() -> list[BackendSpec]`. The core
+registers its own EMU device the same way, through the `kc` distribution's entry point.
+
+The load loop runs on first use of `kc.Device`, never at `import kc`. It keeps one pluggy PluginManager per load:
+every entry point object is loaded and registered with it (pluggy checks the hook signatures), then each registered
+plugin's own `kc_backends` is called through the manager, so that whatever one plugin gets wrong (an import error,
+another plugin API version, a duplicate device name) is recorded against it in `kc.Device.errors()` and the others
+load regardless. `KC_STRICT_PLUGINS=1` makes the first such failure raise `kc.PluginError` instead, for CI and for
+plugin authors. Otherwise each failure is also reported once per process, as a PluginWarning naming the
+distribution and why, when discovery runs.
 
 Error keys say where the problem is: a plugin's entry-point name (lower case) when the plugin failed, a device
-name (upper case) when one device of an otherwise loaded plugin was rejected or its availability check broke."""
+name (upper case) when one device of an otherwise loaded plugin was rejected or its availability check broke.
+
+This module imports nothing from the rest of the runtime: `kc.runtime.device` (the registry) and
+`kc.runtime.emulator` (a backend) import it, so an import back would be a cycle."""
 from __future__ import annotations
 import dataclasses, os, re, threading, warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 import pluggy
 from kc.errors import PluginError
-
-if TYPE_CHECKING:
-  from kc.runtime.device import CompiledDevice
-  from kc.renderer import Renderer
+from kc.renderer import Renderer
 
 PROJECT = "kc"
 ENTRY_POINT_GROUP = "kc.backends"
 PLUGIN_API_VERSION = 1  # bump when BackendSpec or the runtime protocol changes in a way old plugins cannot follow
+
+
+def api_compatible(version: int) -> bool:
+  """Whether a plugin that declares plugin API `version` (BackendSpec.api_version) can be loaded by this kc.
+
+  The rule is equality: each API version is one exact contract (the BackendSpec fields and the runtime protocol a
+  device implements), and a change either side cannot follow bumps it. A spec whose version differs is refused with
+  a kc.PluginError that names the plugin's distribution and both versions."""
+  return isinstance(version, int) and not isinstance(version, bool) and version == PLUGIN_API_VERSION
+
 
 class PluginWarning(UserWarning):
   """A plugin failed to load and was skipped (KC_STRICT_PLUGINS=1 makes that an error)."""
@@ -36,19 +51,30 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @dataclass(frozen=True)
 class BackendSpec:
-  """One device a plugin offers.
+  """One device a plugin offers. Frozen: the registry hands the same spec to every caller.
 
-  available: a cheap check, None when the device can open here, else the reason it cannot (no GPU, not macOS).
-  open: builds the CompiledDevice; called once, when the device is first used.
+  name: the device name users type (`kc.Device["CLANG"]`); letters, digits and _, starting with a letter. Names are
+    case-insensitive and stored upper case. Use the entry point's name, upper case.
+  api_version: the plugin API the backend was written for: always pass PLUGIN_API_VERSION as imported from
+    kc.backend when the plugin was built (see api_compatible for what happens when it differs).
+  priority: orders kc.Device.names(); the highest-priority device that can open here is kc.Device.DEFAULT.
+    CPU backends sit low (CLANG is 10), accelerators high; EMU is -1000 so it is never the default by accident.
+  available: a cheap check, run once per process: None when the device can open here, else the reason it cannot,
+    as a sentence a user can act on ("no NVIDIA driver found (libcuda.so)"). It must not open the device, and it
+    should not import the backend's heavy runtime dependency when that dependency is missing.
+  open: builds the device's CompiledDevice (allocator, renderer, compiler, program loader); called once, the first
+    time the device is used. Import heavy dependencies here, not at module level.
   renderer: builds the device's Renderer without opening the device, so source can be rendered (and compiled,
-  where the compiler needs no device) on machines that cannot run it.
-  distribution / version: filled in from the plugin's distribution when left empty."""
+    where the compiler needs no device) on machines that cannot run it. None: the renderer is taken from the
+    opened device, so the device can only render where it can open.
+  distribution / version: the distribution that provides the device and its version, shown by `kc devices` and
+    in every error about the device; filled in from the entry point's distribution when left empty."""
   name: str
   api_version: int
   priority: int
   available: Callable[[], Optional[str]]
-  open: Callable[[], "CompiledDevice"]
-  renderer: Optional[Callable[[], "Renderer"]] = None
+  open: Callable[[], Any]  # -> kc.backend.CompiledDevice (declared by kc.runtime.device, which imports this module)
+  renderer: Optional[Callable[[], Renderer]] = None
   distribution: str = ""
   version: str = ""
 
@@ -57,10 +83,16 @@ class BackendSpec:
     return f"{self.distribution} {self.version}".strip() if self.distribution else "an in-process backend"
 
 
-class _HookSpecs:
+class BackendHooks:
+  """The hooks kc calls on a backend plugin. Implement them as module-level functions (or methods of the entry
+  point's object) decorated with `@kc.backend.hookimpl`; pluggy refuses an implementation whose parameters are
+  not a subset of the spec's."""
+
   @hookspec
   def kc_backends(self) -> list[BackendSpec]:  # type: ignore[empty-body]
-    """The devices this plugin offers."""
+    """The devices this plugin offers, one BackendSpec each (usually one). Called once per discovery, when
+    kc.Device is first used; keep it cheap: build specs, do not open devices or import their drivers. An exception
+    raised here is recorded against the plugin (kc.Device.errors()) and skips it."""
 
 
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
@@ -83,8 +115,9 @@ def _distribution_of(ep) -> tuple[str, str]:
 def validate_spec(spec: Any, origin: str) -> BackendSpec:
   """`spec` checked and normalized (upper-case name); a PluginError names `origin` and what is wrong."""
   if not isinstance(spec, BackendSpec):
-    raise PluginError(f"{origin} returned {type(spec).__name__} from kc_backends, not a kc.runtime.plugins.BackendSpec")
-  if spec.api_version != PLUGIN_API_VERSION:
+    raise PluginError(f"{origin} returned {type(spec).__name__} from kc_backends, not a kc.runtime.plugins.BackendSpec "
+                      "(import BackendSpec from kc.backend)")
+  if not api_compatible(spec.api_version):
     raise PluginError(f"{origin} speaks kc plugin API {spec.api_version} (device {spec.name}), but this kc speaks plugin API "
                       f"{PLUGIN_API_VERSION}: install a release of the plugin made for plugin API {PLUGIN_API_VERSION}, or a kc that speaks "
                       f"API {spec.api_version}")
@@ -187,15 +220,23 @@ class PluginTable:
       fail(ENTRY_POINT_GROUP, f"cannot list the {ENTRY_POINT_GROUP} entry points: {type(e).__name__}: {e}", e)
       eps = []
 
-    manager = pluggy.PluginManager(PROJECT)
-    manager.add_hookspecs(_HookSpecs)
+    # first every plugin is loaded and registered (a plugin that cannot be is skipped), then each registered one is
+    # asked for its devices; entry points go in name order so that which duplicate wins does not depend on install order
+    manager = new_plugin_manager()
+    registered: list[tuple[Any, Any, str, str]] = []  # (entry point, plugin object, distribution, version)
     for ep in sorted(eps, key=lambda ep: ep.name):
       dist, version = _distribution_of(ep)
-      origin = f"{dist} {version}"
-      try: specs = _specs_of_entry_point(manager, ep, origin)
+      try: registered.append((ep, register_entry_point(manager, ep, f"{dist} {version}"), dist, version))
       except Exception as e:
         fail(ep.name, str(e) if isinstance(e, PluginError) else
-             f"{origin}: entry point {ep.name} = {getattr(ep, 'value', '?')} failed to load: {type(e).__name__}: {e}", e)
+             f"{dist} {version}: entry point {ep.name} = {getattr(ep, 'value', '?')} failed to load: {type(e).__name__}: {e}", e)
+
+    for ep, plugin, dist, version in registered:
+      origin = f"{dist} {version}"
+      try: specs = backends_of(manager, plugin)
+      except Exception as e:
+        fail(ep.name, f"{origin}: the kc_backends hook of entry point {ep.name} = {getattr(ep, 'value', '?')} raised "
+                      f"{type(e).__name__}: {e}", e)
         continue
       for raw in specs:
         if isinstance(raw, BackendSpec) and not raw.distribution:
@@ -211,19 +252,31 @@ class PluginTable:
     return found, errors
 
 
-def _specs_of_entry_point(manager: pluggy.PluginManager, ep, origin: str) -> list:
-  """Load one entry point, register it with pluggy (which checks its hookimpl signatures) and call its own
-  kc_backends implementations only, so that its failure is its own."""
+def new_plugin_manager() -> pluggy.PluginManager:
+  """A PluginManager that knows kc's hooks (BackendHooks) and no plugin yet."""
+  manager = pluggy.PluginManager(PROJECT)
+  manager.add_hookspecs(BackendHooks)
+  return manager
+
+
+def register_entry_point(manager: pluggy.PluginManager, ep, origin: str) -> Any:
+  """Load entry point `ep` and register its object with `manager`, which checks its hookimpls against BackendHooks.
+  Returns the registered object; an object that implements no kc hook is refused, naming `origin`."""
   obj = ep.load()
-  manager.register(obj, name=f"{ep.name}:{id(obj)}")
-  impls = [impl for impl in manager.hook.kc_backends.get_hookimpls() if impl.plugin is obj]
-  if not impls:
+  manager.register(obj, name=f"{origin}: {ep.name} = {getattr(ep, 'value', '?')}")
+  if not manager.get_hookcallers(obj):
+    manager.unregister(obj)
     raise PluginError(f"{origin}: entry point {ep.name} = {getattr(ep, 'value', '?')} has no kc_backends hook; "
-                      "define one decorated with @kc.runtime.plugins.hookimpl")
+                      "define one decorated with @kc.backend.hookimpl")
+  return obj
+
+
+def backends_of(manager: pluggy.PluginManager, plugin: Any) -> list:
+  """The specs `plugin`'s own kc_backends implementations return, called through `manager` with every other
+  registered plugin left out, so that an exception or a bad spec is this plugin's alone."""
+  others = [p for p in manager.get_plugins() if p is not plugin]
   out: list = []
-  for impl in impls:
-    result = impl.function()
-    if result is None: continue
+  for result in manager.subset_hook_caller("kc_backends", remove_plugins=others)():
     out.extend(result if isinstance(result, (list, tuple)) else [result])
   return out
 
@@ -239,14 +292,6 @@ def register(spec: BackendSpec, replace: bool = False) -> BackendSpec:
 def unregister(name: str): BACKENDS.unregister(name)
 
 
-__all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "PluginTable", "PluginWarning", "BACKENDS", "hookimpl", "hookspec", "register",
-           "unregister", "installed_entry_points", "validate_spec"]
-
-
-def _register_core_backends():
-  # EMU lives in the core, so every process has it whatever plugins are installed
-  from kc.runtime.emulator import backend_spec
-  BACKENDS.register(backend_spec())
-
-
-_register_core_backends()
+__all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "BackendHooks", "PluginTable", "PluginWarning", "BACKENDS",
+           "api_compatible", "hookimpl", "hookspec", "register", "unregister", "installed_entry_points", "validate_spec",
+           "new_plugin_manager", "register_entry_point", "backends_of"]
