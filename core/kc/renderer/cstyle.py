@@ -10,6 +10,7 @@ from typing import Callable, Optional
 from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.errors import CompileError
 from kc.renderer import Renderer
+from kc.ir.rewrite import PatternMatcher, UPat
 from kc.ir.uop import GroupOp, Ops, UOp
 
 
@@ -37,24 +38,59 @@ def _operand(x: str) -> str:
   return f"({x})" if x.startswith("-") else x
 
 
+def _bf16_arithmetic_in_float(x: UOp) -> Optional[UOp]:
+  """bfloat16 arithmetic, done in float and rounded back: a dialect holding bfloat16 as bits has no bfloat16 ops."""
+  if x.dtype.scalar() != dtypes.bfloat16: return None
+  f = dtypes.float32.vec(x.dtype.count)
+  return UOp(x.op, f, tuple(s.cast(f) if s.dtype.scalar() == dtypes.bfloat16 else s for s in x.src), x.arg).cast(x.dtype)
+
+
+def _bf16_compare_in_float(x: UOp) -> Optional[UOp]:
+  """A comparison of bfloat16 values, done on their float values (comparing the bits would order negatives wrongly)."""
+  if x.src[0].dtype.scalar() != dtypes.bfloat16: return None
+  f = dtypes.float32.vec(x.src[0].dtype.count)
+  return x.replace(src=tuple(s.cast(f) for s in x.src))
+
+
 class CStyleLanguage(Renderer):
-  kernel_prefix: str = ""                 # before "void": "__kernel ", 'extern "C" __global__ ', "kernel "
-  buffer_prefix: str = ""                 # address space of buffer arguments: "__global ", "device "
-  buffer_suffix: str = ""                 # " restrict"
-  smem_prefix: str = ""                   # address space of local memory: "__local ", "__shared__ ", "threadgroup "
+  """The C-style renderer base. A backend subclass sets the attributes below and overrides the render_* methods
+  where its dialect differs; render() (the walk over the linear UOps) stays as it is. Besides these, a backend
+  declares Renderer's facts: device, limits, tensor_cores, supports_float4 / vector_widths, supported_dtypes."""
+
+  kernel_prefix: str = ""
+  """Written before `void` in the kernel's signature: "__kernel ", 'extern "C" __global__ ', "kernel "."""
+  buffer_prefix: str = ""
+  """The address space of buffer arguments and of pointer casts into them: "__global ", "device "."""
+  buffer_suffix: str = ""
+  """Written after a buffer argument's type: " restrict" where buffers never alias."""
+  smem_prefix: str = ""
+  """The address space of local (shared) memory: "__local ", "__shared__ ", "threadgroup "."""
   smem_align: str = ""
+  """Written before a local-memory array's declaration, e.g. an alignment attribute that makes its vector accesses legal."""
   smem_prefix_for_cast: bool = True
+  """Whether a pointer into local memory is spelled with smem_prefix (False where local pointers carry no qualifier)."""
   arg_int_prefix: str = "const int"
+  """The type of a kernel's int arguments (its Variables)."""
   barrier: str = ""
-  # a dialect whose compiler defines signed overflow as wrapping (C with -fwrapv) renders int32/int64 arithmetic plainly;
-  # elsewhere values that may overflow are computed in the unsigned type
+  """The statement that waits for every thread of a work-group and makes its local-memory writes visible."""
   signed_overflow_wraps: bool = False
-  code_for_workitem: dict[str, Callable[[int], str]] = {}  # "g" group id, "l" local id, "i" global id
+  """True where the compiler defines signed overflow as wrapping (C with -fwrapv): int32/int64 arithmetic is then
+  rendered plainly. Elsewhere values that may overflow are computed in the unsigned type, since C leaves a signed
+  overflow undefined while kc (like numpy) wraps."""
+  code_for_workitem: dict[str, Callable[[int], str]] = {}
+  """The launch indices, by kind: "g" the work-group id, "l" the id within the work-group, "i" the global id; each
+  maps a dimension (0, 1, 2) to its expression."""
   extra_args: list[str] = []
-  float4: Optional[str] = None            # how a vector is built: "(float4)" becomes "(float4)(a,b,c,d)"
+  """Parameters appended to every kernel's signature (a dialect's implicit arguments)."""
+  float4: Optional[str] = None
+  """How a vector is built: "(float4)" becomes "(float4)(a,b,c,d)", with float4 replaced by the vector's type name.
+  None: a C cast, "(float4)(a,b,c,d)". A dialect with another syntax overrides render_vector instead."""
   type_map: dict[DType, str] = {}
+  """The dialect's names of scalar dtypes where they differ from C's (uint32 -> "uint"); a vector appends its width."""
   infinity: str = "INFINITY"
+  """The expression of positive infinity (negative infinity is its negation, cast to the dtype)."""
   nan: str = "NAN"
+  """The expression of a quiet NaN."""
   code_for_op: dict[Ops, Callable[..., str]] = {
     Ops.SQRT: lambda x, dt: f"sqrt({x})", Ops.RECIP: lambda x, dt: f"(1/{x})", Ops.NEG: lambda x, dt: f"(-{_operand(x)})",
     Ops.EXP2: lambda x, dt: f"exp2({x})", Ops.LOG2: lambda x, dt: f"log2({x})", Ops.SIN: lambda x, dt: f"sin({x})",
@@ -65,29 +101,58 @@ class CStyleLanguage(Renderer):
     Ops.SHR: lambda a, b, dt: f"({a}>>{b})", Ops.SHL: lambda a, b, dt: f"({a}<<{b})",
     Ops.WHERE: lambda a, b, c, dt: f"({a}?{b}:{c})",
   }
-  vector_index: str = "dot"               # how a vector lane is read: "dot" -> v.x, "bracket" -> v[0]
+  """The spelling of each ALU op: a function of the rendered operands and the result dtype. The ops a dialect leaves
+  out are rewritten into ones it has before rendering (MAX as a WHERE, EXP2/LOG2/SIN as polynomials); adding MULACC
+  (a fused multiply-add) makes float a*b+c one op. Extend it with {**CStyleLanguage.code_for_op, ...}."""
+  vector_index: str = "dot"
+  """How a vector lane is read: "dot" v.x to v.w (v[i] in vectors wider than four), "bracket" v[i]. A dialect with
+  another syntax overrides render_lane instead."""
+  bfloat16_as_bits: bool = False
+  """True where the dialect has no bfloat16 type: a bfloat16 is held as its 16 bits in the dialect's uint16 type,
+  converted with __kc_bf2f (bits to float) and __kc_f2bf (float to bits, rounding to nearest even), which the dialect
+  defines in its kernel prelude (render_kernel); its arithmetic and comparisons run in float when the dialect's
+  extra_matcher includes bfloat16_in_float."""
+  bfloat16_in_float = PatternMatcher([
+    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_arithmetic_in_float),
+    (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare_in_float),
+  ], memoize=True)  # pure rules: results are remembered on the UOps
+  """The rules that compute bfloat16 arithmetic and comparisons in float: the extra_matcher (or a part of it) of a
+  dialect with bfloat16_as_bits."""
 
   # ***** dialect pieces a backend may override *****
 
   def render_dtype(self, dt: DType, mutable: bool = True) -> str:
+    """The dialect's name of a dtype: scalars from type_map (else C's name), vectors with their width appended,
+    pointers with their address space. `mutable` (image arguments) tells an image the kernel writes from one it reads."""
     if isinstance(dt, ImageDType): return f"{'write_only' if mutable else 'read_only'} image2d_t"
     if isinstance(dt, PtrDType):
       prefix = self.smem_prefix if dt.local and self.smem_prefix_for_cast else self.buffer_prefix
       return prefix + self.render_dtype(dt.base) + "*"
     scalar = dt.scalar()
+    if scalar == dtypes.bfloat16 and self.bfloat16_as_bits: scalar = dtypes.uint16  # held as its bits
     name = self.type_map.get(scalar, _C_NAMES.get(scalar, scalar.name))
     return name + (str(dt.count) if dt.count > 1 else "")
 
-  def render_cast(self, dt: DType, val: str) -> str: return f"({self.render_dtype(dt)})({val})"
+  def render_cast(self, dt: DType, val: str) -> str:
+    """`val` converted to `dt` whatever its type: a C cast, or __kc_f2bf of its float value for bfloat16 held as bits."""
+    if dt.scalar() == dtypes.bfloat16 and self.bfloat16_as_bits: return f"__kc_f2bf((float)({val}))"
+    return f"({self.render_dtype(dt)})({val})"
 
   def render_cast_uop(self, u: UOp, val: str) -> str:
-    """A CAST UOp; a dialect whose conversion depends on the source type (bfloat16 bits) overrides this."""
+    """A CAST UOp: render_cast, except that bfloat16 held as bits is read through its float value (__kc_bf2f). A
+    dialect whose conversions depend on the source type in other ways overrides this."""
+    if self.bfloat16_as_bits and u.src[0].dtype.scalar() == dtypes.bfloat16 and u.dtype.scalar() != dtypes.bfloat16:
+      return self.render_cast(u.dtype, f"__kc_bf2f({val})")
     return self.render_cast(u.dtype, val)
 
   def render_bitcast(self, dt: DType, src_dt: DType, val: str) -> str:
+    """`val` (an lvalue of `src_dt`: the walk names it first) with its bits read as `dt`, by default through a pointer
+    cast; a dialect with a bit-reinterpreting builtin (as_type, __builtin_bit_cast) overrides this."""
     return f"(*(({self.buffer_prefix}{self.render_dtype(dt)}*)&{val}))"
 
   def render_const(self, value, dt: DType) -> str:
+    """A literal of `dt`: C suffixes (f, u, ll, ull), infinity and nan from the attributes, the int32 minimum as an
+    expression (its magnitude is no int literal), other types through render_cast, vectors lane by lane."""
     if dt.count > 1: return self.render_vector(dt, [self.render_const(value, dt.scalar())] * dt.count)
     if dtypes.is_float(dt):
       if math.isnan(value): return self.render_cast(dt, self.nan)
@@ -103,18 +168,25 @@ class CStyleLanguage(Renderer):
     return self.render_cast(dt, str(value))
 
   def render_vector(self, dt: DType, elements: list[str]) -> str:
+    """A vector of `dt` built from its rendered lanes (see the float4 attribute)."""
     ctor = (self.float4 or f"({self.render_dtype(dt)})").replace("float4", self.render_dtype(dt))
     return f"{ctor}({','.join(elements)})"
 
   def render_lane(self, vec: str, dt: DType, lane: int) -> str:
+    """Lane `lane` of the vector `vec` of `dt` (see the vector_index attribute)."""
     if self.vector_index == "bracket" or dt.count > 4: return f"{vec}[{lane}]"
     return f"{vec}.{'xyzw'[lane]}"
 
   def render_special(self, name: str, size) -> str:
+    """The initializer of a launch index (gidx0, lidx1, idx2: the kind is the first letter, the dimension the last
+    digit), from code_for_workitem, with the dimension's size as a comment."""
     return f"{self.code_for_workitem[name[0]](int(name[-1]))}; /* {size if isinstance(size, int) else size.render()} */"
 
   def render_kernel(self, function_name: str, body: list[str], params: list[tuple[str, DType, bool]], uops: list[UOp],
                     prefix: Optional[list[str]] = None) -> str:
+    """The whole kernel: the signature from `params` (name, dtype, whether the kernel writes it), in argument order,
+    then `body`. A dialect adds what its kernels need before the function (includes, pragmas, typedefs, helper
+    functions) by overriding this and passing those lines on as `prefix`."""
     args = []
     for name, dt, mutable in params:
       if isinstance(dt, PtrDType): args.append(f"{self.render_dtype(dt, mutable)}{self.buffer_suffix} {name}")
@@ -122,7 +194,10 @@ class CStyleLanguage(Renderer):
     src = f"{self.kernel_prefix}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
     return "\n".join(prefix) + "\n" + src if prefix else src
 
-  def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str: return f"__{uop.arg.name}({a}, {b}, {c})"
+  def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str:
+    """A tensor-core op: by default a call of a function named after the TensorCore, which the dialect defines in its
+    prelude (render_kernel)."""
+    return f"__{uop.arg.name}({a}, {b}, {c})"
 
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
     """A line to put before a loop (a dialect that parallelizes or unrolls loops says so here); none by default."""
@@ -141,6 +216,8 @@ class CStyleLanguage(Renderer):
   # ***** the walk *****
 
   def render(self, name: str, uops: list[UOp]) -> str:
+    """The walk: one pass over the linear UOps, calling the render_* methods above. Backends override those, not this
+    (a dialect may wrap it to set per-kernel state, as OpenCL's renderer does)."""
     names: dict[UOp, str] = {}
     uses = Counter(s for u in uops for s in u.src)
     params: dict[UOp, list] = {}

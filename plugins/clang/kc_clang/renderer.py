@@ -32,20 +32,6 @@ def _math(name: str):
   return render
 
 
-def _bf16_via_float(x: UOp):
-  """bfloat16 has no C arithmetic: compute in float and round back."""
-  if x.dtype.scalar() != dtypes.bfloat16 or x.op in (Ops.CMPLT, Ops.CMPNE): return None
-  f = dtypes.float32.vec(x.dtype.count)
-  src = tuple(s.cast(f) if s.dtype.scalar() == dtypes.bfloat16 else s for s in x.src)
-  return UOp(x.op, f, src, x.arg).cast(x.dtype)
-
-
-def _bf16_compare(x: UOp):
-  if x.src[0].dtype.scalar() != dtypes.bfloat16: return None
-  f = dtypes.float32.vec(x.src[0].dtype.count)
-  return x.replace(src=tuple(s.cast(f) for s in x.src))
-
-
 class ClangRenderer(CStyleLanguage):
   device = "CLANG"
   arch = platform.machine()  # the host the C compiler builds for (no -march flags unless KC_CLANG_MARCH_NATIVE)
@@ -59,12 +45,10 @@ class ClangRenderer(CStyleLanguage):
   vector_index = "bracket"
   infinity = "__builtin_inff()"
   nan = '__builtin_nanf("")'
-  type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
+  type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
+  bfloat16_as_bits = True  # C has no portable bfloat16: __kc_bf2f / __kc_f2bf are defined in render_kernel
+  extra_matcher = CStyleLanguage.bfloat16_in_float
   code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}}
-  extra_matcher = PatternMatcher([
-    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_via_float),
-    (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare),
-  ], memoize=True)  # pure rules: results are remembered on the UOps
 
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
     # the outermost loop over output elements: its iterations write disjoint outputs, so threads can share them
@@ -74,15 +58,6 @@ class ClangRenderer(CStyleLanguage):
     return f"#pragma omp parallel for num_threads({threads()})"
 
   def render_vector(self, dt: DType, elements: list[str]) -> str: return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
-
-  def render_cast(self, dt: DType, val: str) -> str:
-    if dt.scalar() == dtypes.bfloat16: return f"__kc_f2bf((float)({val}))"
-    return f"({self.render_dtype(dt)})({val})"
-
-  def render_cast_uop(self, u: UOp, src: str) -> str:
-    if u.src[0].dtype.scalar() == dtypes.bfloat16 and u.dtype.scalar() != dtypes.bfloat16:
-      return f"({self.render_dtype(u.dtype)})(__kc_bf2f({src}))"
-    return self.render_cast(u.dtype, src)
 
   def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
     lines = ["#include <math.h>", "#include <string.h>"]

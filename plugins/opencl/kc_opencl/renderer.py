@@ -25,7 +25,8 @@ DEFAULT_WORK_GROUP_SIZE = 256
 DEFAULT_LOCAL_MEM = 32768
 
 _SAMPLER = "const sampler_t smp = CLK_NORMALIZED_COORDS_FALSE | CLK_ADDRESS_CLAMP | CLK_FILTER_NEAREST;"
-# bfloat16 has no OpenCL type: it is kept as its 16 bits (ushort) and computed in float, rounding to nearest even
+# bfloat16 has no OpenCL type: it is kept as its 16 bits (ushort) and computed in float (CStyleLanguage.bfloat16_as_bits);
+# these are its conversions, rounding to nearest even
 _BF16_HELPERS = [
   "static inline float __kc_bf2f(ushort b) { return as_float(((uint)b) << 16); }",
   "static inline ushort __kc_f2bf(float f) { uint u = as_uint(f); if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 64u);"
@@ -39,19 +40,6 @@ _HALF_ROUND = "static inline float __kc_rh(float x) { ushort b; vstore_half(x, 0
 _HALF_ROUND_DOUBLE = "static inline float __kc_rhd(double x) { ushort b; vstore_half(x, 0, (half*)&b); return vload_half(0, (half*)&b); }"
 _HALF_BITS = ["static inline ushort __kc_h2u(float x) { ushort b; vstore_half(x, 0, (half*)&b); return b; }",
               "static inline float __kc_u2h(ushort b) { return vload_half(0, (half*)&b); }"]
-
-
-def _bf16_in_float(x: UOp) -> Optional[UOp]:
-  """bfloat16 arithmetic has no OpenCL spelling: do it in float and round the result back."""
-  if x.dtype.scalar() != dtypes.bfloat16: return None
-  f = dtypes.float32.vec(x.dtype.count)
-  return UOp(x.op, f, tuple(s.cast(f) if s.dtype.scalar() == dtypes.bfloat16 else s for s in x.src), x.arg).cast(x.dtype)
-
-
-def _bf16_compare_in_float(x: UOp) -> Optional[UOp]:
-  if x.src[0].dtype.scalar() != dtypes.bfloat16: return None
-  f = dtypes.float32.vec(x.src[0].dtype.count)
-  return x.replace(src=tuple(s.cast(f) for s in x.src))
 
 
 class OpenCLRenderer(CStyleLanguage):
@@ -70,11 +58,9 @@ class OpenCLRenderer(CStyleLanguage):
   float4 = "(float4)"
   code_for_workitem = {"g": lambda d: f"get_group_id({d})", "l": lambda d: f"get_local_id({d})", "i": lambda d: f"get_global_id({d})"}
   type_map = {dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long",
-              dtypes.uint64: "ulong", dtypes.bfloat16: "ushort"}
-  extra_matcher = PatternMatcher([
-    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_in_float),
-    (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare_in_float),
-  ], memoize=True)  # pure rules: results are remembered on the UOps
+              dtypes.uint64: "ulong"}
+  bfloat16_as_bits = True
+  extra_matcher = CStyleLanguage.bfloat16_in_float
 
   def __init__(self, info: Optional[DeviceInfo] = None):
     self.info = info
@@ -144,7 +130,6 @@ class OpenCLRenderer(CStyleLanguage):
     return super().render_const(value, dt)
 
   def render_cast(self, dt: DType, val: str) -> str:
-    if dt.scalar() == dtypes.bfloat16: return f"__kc_f2bf((float)({val}))"
     if self._half_as_float(dt): return self._round_to_half(dt, f"(float)({val})" if dt.count == 1 else val, "__kc_rh")
     return super().render_cast(dt, val)
 
@@ -154,15 +139,13 @@ class OpenCLRenderer(CStyleLanguage):
     return self.render_vector(dt, [f"{helper}({self.render_lane(val, dt, i)})" for i in range(dt.count)])
 
   def render_cast_uop(self, u: UOp, val: str) -> str:
-    src = u.src[0].dtype.scalar()
-    if src == dtypes.bfloat16 and u.dtype.scalar() != dtypes.bfloat16:
-      if self._half_as_float(u.dtype): return self._round_to_half(u.dtype, f"__kc_bf2f({val})", "__kc_rh")  # exact: bf16 -> float
-      return f"({self.render_dtype(u.dtype)})(__kc_bf2f({val}))"
-    if self._half_as_float(u.dtype):
+    if self._half_as_float(u.dtype):  # a cast to half held in float: a rounding to half's precision, in float
+      src = u.src[0].dtype.scalar()
+      if src == dtypes.bfloat16: return self._round_to_half(u.dtype, f"__kc_bf2f({val})", "__kc_rh")  # exact: bf16 -> float
       if src == dtypes.half: return val
       if src == dtypes.float64: return self._round_to_half(u.dtype, val, "__kc_rhd")  # one rounding, not via float
       if src == dtypes.float32: return self._round_to_half(u.dtype, val, "__kc_rh")
-    return self.render_cast(u.dtype, val)
+    return super().render_cast_uop(u, val)
 
   def render_bitcast(self, dt: DType, src_dt: DType, val: str) -> str:
     if self.half_in_float and dtypes.half in (dt.scalar(), src_dt.scalar()):
