@@ -1,7 +1,7 @@
 """Every OptOps check of the Kernel: it applies where legal, and where not it raises KernelOptError and leaves the
 Kernel exactly as it was."""
 import pytest
-from conftest import LimitsRenderer
+from target_renderers import LimitsRenderer
 import kc
 from kc import ast as A, dtypes, KernelOptError, Variable
 from kc.kernel import Kernel, Opt, OptOps

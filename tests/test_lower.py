@@ -92,7 +92,7 @@ def test_upcast_lanes_that_reduce_the_same_values_share_an_accumulator(cpu):
 def _lowering_with_upcasts():
   """A Lowering whose last axis (8 wide) is upcast, so that it has a lane placeholder."""
   from kc.codegen.lower import Lowering
-  from conftest import LimitsRenderer
+  from target_renderers import LimitsRenderer
   cpu = LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)
   k = Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (16, 32)) + 1.0)), cpu)
   k.apply_opt(Opt(OptOps.UPCAST, 0, 8))  # the kernel's one (merged) axis of 512

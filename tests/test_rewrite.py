@@ -124,7 +124,7 @@ def test_one_way_patterns_match_exactly_as_the_general_matcher():
   from kc.codegen.transcendental import transcendental_rules
   from kc import ast as A, Kernel
   from kc.codegen.lower import lower
-  from conftest import LimitsRenderer
+  from target_renderers import LimitsRenderer
   pats = [p for p, _ in simplify_all.patterns + transcendental_rules(frozenset())]
   pats += [p for p, _ in lowered_rules(frozenset(), None).patterns]
   cpu = LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)

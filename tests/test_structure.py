@@ -351,6 +351,27 @@ def test_plugin_imports_only_kc_kc_backend_and_its_dependencies(package):
   assert not found, f"{package.name} imports what it may not:\n" + "\n".join(found)
 
 
+# ---------------------------------------------------------------------------------------------------- test modules
+
+def pytest_module_name(path: Path) -> str:
+  """The name pytest's default import mode gives a test file: its basename, under the packages (folders with an
+  __init__.py) that hold it."""
+  parts, folder = [path.stem], path.parent
+  while (folder / "__init__.py").exists(): parts.insert(0, folder.name); folder = folder.parent
+  return ".".join(parts)
+
+
+def test_test_modules_under_the_testpaths_have_distinct_names():
+  """Two test files that import under one name break the collection of the whole run (plugin tests sit in folders of
+  their own, all collected together from the repository root)."""
+  testpaths = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+  files = [p for t in testpaths for p in sorted((REPO / t).rglob("*.py")) if re.fullmatch(r"test_.*|.*_test", p.stem)]
+  by_name: dict[str, list[str]] = {}
+  for path in files: by_name.setdefault(pytest_module_name(path), []).append(str(path.relative_to(REPO)))
+  clashes = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+  assert not clashes, f"test modules that import under one name (rename one): {clashes}"
+
+
 # ---------------------------------------------------------------------------------------------- the reader, on its own
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -1,6 +1,6 @@
 """Tensor-core option discovery and application on matmul-shaped ASTs."""
 import pytest
-from conftest import LimitsRenderer, TC_HALF, TC_FLOAT
+from target_renderers import LimitsRenderer, TC_HALF, TC_FLOAT
 from kc import ast as A, dtypes, Ops
 from kc.kernel import Kernel, Opt, OptOps, verify_ast
 from kc.renderer import WMMAArg

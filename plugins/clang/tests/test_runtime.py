@@ -25,7 +25,7 @@ if kc_clang.unavailable_reason() is not None:
   pytest.skip(f"CLANG cannot run here: {kc_clang.unavailable_reason()}", allow_module_level=True)
 
 
-# every compile lands in a fresh cache directory (the cache_dir fixture of conftest.py)
+# every compile lands in a fresh cache directory (the cache_dir fixture of this folder's conftest.py)
 pytestmark = pytest.mark.usefixtures("cache_dir")
 
 

@@ -24,7 +24,7 @@ F = lambda i, *shape: A.arg(i, dtypes.float32, shape)  # noqa: E731
 O = OptOps
 
 
-# every compile lands in a fresh cache directory (the cache_dir fixture of conftest.py)
+# every compile lands in a fresh cache directory (the cache_dir fixture of this folder's conftest.py)
 pytestmark = pytest.mark.usefixtures("cache_dir")
 
 
