@@ -1,7 +1,7 @@
 """kc-clang: the CLANG device. Importing this module is cheap: cffi is imported when the device opens."""
 from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version as _version
-from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
 from kc_clang.compiler import ClangCompiler, compiler_command, unavailable_reason
 
 try: __version__ = _version("kc-clang")
@@ -12,7 +12,7 @@ PRIORITY = 10  # below every accelerator: CLANG is the device that is there when
 
 
 def open_device():
-  from kc.runtime.device import CompiledDevice, HostAllocator
+  from kc.backend import CompiledDevice, HostAllocator
   from kc_clang.runtime import ClangProgram
   return CompiledDevice(DEVICE, HostAllocator(), make_renderer(), ClangCompiler(f"kc-clang {__version__}"), ClangProgram)
 

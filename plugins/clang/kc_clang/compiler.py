@@ -2,8 +2,7 @@
 from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from typing import Optional
-from kc.runtime.device import Compiler
-from kc import CompileError
+from kc.backend import CompileError, Compiler
 
 
 def compiler_command() -> list[str]:

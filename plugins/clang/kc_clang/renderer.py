@@ -2,13 +2,10 @@
 global dims are loops. Transcendentals come from math.h; half is _Float16; bfloat16 is stored as its 16 bits
 and converted to float for arithmetic with integer bit operations."""
 from __future__ import annotations
-from kc import Ops, UOp, dtypes, DType, PtrDType, PatternMatcher, UPat, GroupOp
 import os, platform
 from typing import Optional
-from kc.renderer import estimate_ops
-from kc.renderer.cstyle import CStyleLanguage
-from kc.errors import ConfigError
-from kc.helpers import env_value
+from kc.backend import (CStyleLanguage, ConfigError, DType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes, env_value,
+                        estimate_ops)
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves
 PARALLEL_MIN_OPS = 1 << 17

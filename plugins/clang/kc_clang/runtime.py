@@ -3,8 +3,7 @@ from __future__ import annotations
 import ctypes, ctypes.util, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.runtime.device import HostMemory, int32_values, raw_buffers
-from kc import KcError
+from kc.backend import HostMemory, KcError, int32_values, raw_buffers
 
 
 _OPENMP_RUNTIME = None

@@ -2,7 +2,7 @@
 opened or asked for its limits, never here."""
 from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version as _version
-from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
 from kc_opencl.platform import ENV_DEVICE, DeviceInfo, select_device, selected_info, unavailable_reason
 
 try: __version__ = _version("kc-opencl")

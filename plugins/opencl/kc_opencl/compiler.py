@@ -2,8 +2,7 @@
 from __future__ import annotations
 import warnings
 import pyopencl as cl
-from kc import CompileError
-from kc.runtime.device import Compiler
+from kc.backend import CompileError, Compiler
 from kc_opencl.platform import DeviceInfo
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools, importlib.util, os
 from dataclasses import dataclass
 from typing import Any, Optional
-from kc import DeviceUnavailable
+from kc.backend import DeviceUnavailable
 
 ENV_DEVICE = "KC_OPENCL_DEVICE"
 INSTALL_HINT = "pip install 'kc-opencl[pocl]' for PoCL's CPU device, or install your GPU vendor's OpenCL driver"

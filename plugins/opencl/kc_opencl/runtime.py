@@ -6,8 +6,7 @@ from collections import OrderedDict
 from typing import Hashable, Optional, Sequence
 import numpy as np
 import pyopencl as cl
-from kc import ImageDType, KcError, dtypes
-from kc.runtime.device import CompiledDevice, LRUAllocator, int32_values, raw_buffers
+from kc.backend import CompiledDevice, ImageDType, KcError, LRUAllocator, dtypes, int32_values, raw_buffers
 from kc_opencl.compiler import OpenCLCompiler, build_log
 from kc_opencl.platform import DeviceInfo
 from kc_opencl.renderer import OpenCLRenderer

@@ -1,0 +1,86 @@
+"""The backend contract: everything a kc backend plugin imports, in one module.
+
+A backend makes kc run kernels on one more kind of device. It is a Python distribution of its own (kc-clang and
+kc-opencl in this repository are two) that imports only `kc` and `kc.backend`, plus its own modules and its own
+dependencies. Nothing else in kc is part of the contract; everything here is, and keeps working within one
+PLUGIN_API_VERSION.
+
+What a backend provides
+-----------------------
+- a Renderer: subclass CStyleLanguage for a C-like dialect (or Renderer for anything else). It declares the
+  device's limits (has_local, has_shared, supports_float4, global_max, local_max, shared_max), its TensorCores,
+  and turns a kernel's linear UOps into source with `render(name, uops) -> str`. The UOp names a renderer
+  matches on (Ops, UOp, UPat, PatternMatcher, GroupOp, DType, PtrDType, ImageDType, dtypes) are re-exported here.
+- a Compiler: subclass it and implement `compile_uncached(src) -> bytes` (raise CompileError with the compiler's
+  log) and `identity()` (what besides the source decides the binary). `Compiler.compile` keeps kc's disk cache.
+- an Allocator: subclass Allocator (or LRUAllocator, which recycles freed buffers of the same size); host-memory
+  devices use HostAllocator and HostMemory as they are.
+- a program loader: `runtime(name, lib)` returns a ProgramHandle, a callable that launches the kernel. Pass its
+  buffers through `raw_buffers` and its variable values through `int32_values`.
+- a CompiledDevice bundling the four, and a BackendSpec saying how to check, open and render for the device.
+
+How it is registered
+--------------------
+The distribution declares an entry point in the group `kc.backends` (ENTRY_POINT_GROUP), named after the device
+in lower case, whose object (usually the package module) has a `kc_backends` hook, as specified by BackendHooks:
+
+    # pyproject.toml
+    [project.entry-points."kc.backends"]
+    mydev = "kc_mydev"
+
+    # kc_mydev/__init__.py
+    from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
+
+    def open_device():                 # called the first time kc.Device["MYDEV"] is used
+      from kc_mydev.runtime import open_mydev   # import the heavy driver bindings here, never at module level
+      return open_mydev()              # -> a CompiledDevice
+
+    def make_renderer():               # renders (and compiles) on machines without the device
+      from kc_mydev.renderer import MyDevRenderer
+      return MyDevRenderer()
+
+    @hookimpl
+    def kc_backends() -> list[BackendSpec]:
+      return [BackendSpec(name="MYDEV", api_version=PLUGIN_API_VERSION, priority=50, available=lambda: None,
+                          open=open_device, renderer=make_renderer)]
+
+kc discovers plugins the first time kc.Device is used, never at `import kc`. Each plugin is loaded, registered with
+kc's pluggy PluginManager (which checks the hook's signature against BackendHooks) and asked for its devices on its
+own: whatever one plugin gets wrong is recorded against its distribution in `kc.Device.errors()` (and warned about
+once), and the other plugins load regardless. `KC_STRICT_PLUGINS=1` makes such a failure raise kc.PluginError,
+which is what a plugin's own CI should set. `kc devices` and `kc doctor` show what was found and what failed.
+
+Plugin API versions
+-------------------
+Every BackendSpec declares the plugin API it was written for: pass PLUGIN_API_VERSION as imported from this module.
+`api_compatible(version)` is the rule kc applies: the version must equal this kc's PLUGIN_API_VERSION. A spec that
+declares another version is refused with a kc.PluginError naming the plugin's distribution, its version and both
+API versions; the plugin's other devices and the other plugins still load. A plugin's own pyproject.toml should also
+depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.2").
+
+For a device defined inside a program or a test, `register(spec)` adds it to kc.Device without a distribution or
+an entry point, and `unregister(name)` removes it."""
+from kc.errors import CompileError, ConfigError, DeviceUnavailable, KcError, PluginError
+from kc.helpers import env_value
+from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
+from kc.ir.rewrite import PatternMatcher, UPat
+from kc.ir.uop import GroupOp, Ops, UOp
+from kc.renderer import Program, Renderer, TensorCore, estimate_ops
+from kc.renderer.cstyle import CStyleLanguage
+from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
+                               ProgramHandle, int32_values, raw_buffers)
+from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, BackendHooks, BackendSpec, PluginWarning, api_compatible,
+                                hookimpl, hookspec, register, unregister)
+
+__all__ = [
+  # registering a backend
+  "ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "api_compatible", "hookspec", "hookimpl", "BackendHooks", "BackendSpec",
+  "register", "unregister", "PluginWarning",
+  # what a backend subclasses or returns
+  "Renderer", "TensorCore", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
+  "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
+  # the UOp-level names a renderer matches on
+  "Ops", "UOp", "UPat", "PatternMatcher", "GroupOp", "DType", "PtrDType", "ImageDType", "dtypes",
+  # the errors a backend raises
+  "KcError", "CompileError", "DeviceUnavailable", "ConfigError", "PluginError", "InvalidBufferError",
+]
