@@ -30,8 +30,8 @@ def kc_ast(name: str, shapes):
     win = xs[0].pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
     out = (win * xs[1].reshape(cout, cin, k, k, 1, 1)).sum(axis=(1, 2, 3))
   elif name.startswith("softmax"):
-    e = (xs[0] - xs[0].max(1)).exp2()
-    out = e / e.sum(1)
+    e = (xs[0] - xs[0].max(1, keepdims=True)).exp2()  # kc.ast reduces as numpy does: keepdims to broadcast per row
+    out = e / e.sum(1, keepdims=True)
   else: raise ValueError(name)
   return A.sink(A.store(0, out))
 

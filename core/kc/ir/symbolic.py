@@ -115,6 +115,9 @@ def divmod_fold(x: UOp, c: UOp, op: Ops) -> Optional[UOp]:
     q = -(-x.vmin // d)
     return x.const_like(q) if op is Ops.IDIV else (x if q == 0 else x - q * d)
   terms, const = split_sum(x)
+  # every fold below reasons about the sum as a mathematical integer: where it can leave the dtype's range it wraps
+  # (x * 65535 in uint16 is -x), and (x*65535)//6 is not (x*21845)//2
+  if not _fits(dt, *sum_bounds(terms, const)): return None
   # a common factor of every coefficient, the constant and the divisor cancels (exact for any sign)
   g = math.gcd(d, const, *terms.values())
   if g > 1:
