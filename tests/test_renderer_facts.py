@@ -1,10 +1,9 @@
 """Dialect facts a Renderer declares and the core reads: vector widths; the shared C-style pieces (bfloat16 kept as
 its bits and computed in float) and their documentation."""
-import inspect
+import ast, inspect, textwrap
 import pytest
 import kc
 from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps, KcError
-from kc.renderer import Renderer
 from kc.renderer.cstyle import CStyleLanguage
 
 
@@ -72,3 +71,41 @@ def test_widths_for_other_dtypes():
 @pytest.mark.parametrize("bad", [(2, 4), (4, 1), (4, 4), ("4",)])
 def test_bad_widths_are_a_typed_error(bad):
   with pytest.raises(KcError, match="vector_widths"): _copy_program(VecC({dtypes.float32: bad}))
+
+
+def test_bfloat16_as_bits_is_shared_by_the_c_dialects():
+  for name in ("CLANG", "OPENCL"):
+    r = kc.Device.renderer(name)
+    assert r.bfloat16_as_bits and r.extra_matcher is CStyleLanguage.bfloat16_in_float
+    assert r.render_dtype(dtypes.bfloat16) == r.render_dtype(dtypes.uint16)
+    assert r.render_dtype(dtypes.bfloat16.vec(4)) == r.render_dtype(dtypes.uint16.vec(4))
+
+
+def test_bfloat16_kernel_computes_in_float():
+  x = A.arg(1, dtypes.bfloat16, (16,))
+  sink = A.sink(A.store(0, (x * x < x).where(x + 1, x).cast(dtypes.float32)))
+  for name in ("CLANG", "OPENCL"):
+    prg = Kernel(sink, kc.Device.renderer(name)).to_program()
+    bf16_alu = [u for u in prg.uops if u.op in (Ops.ADD, Ops.MUL, Ops.CMPLT) and dtypes.bfloat16 in (u.dtype.scalar(), u.src[0].dtype.scalar())]
+    assert bf16_alu == []  # every op on bfloat16 values ran in float
+    assert "__kc_bf2f(" in prg.src and "__kc_f2bf(" in prg.src and "__bf16" not in prg.src
+
+
+def test_a_dialect_without_bfloat16_bits_keeps_the_c_type():
+  class Plain(CStyleLanguage): device = "PLAIN"
+  r = Plain()
+  assert r.render_dtype(dtypes.bfloat16) == "__bf16" and r.render_cast(dtypes.bfloat16, "x") == "(__bf16)(x)"
+
+
+def test_every_override_point_is_documented():
+  # an attribute's docstring is the string statement right after its assignment in the class body
+  cls = next(n for n in ast.parse(textwrap.dedent(inspect.getsource(CStyleLanguage))).body if isinstance(n, ast.ClassDef))
+  undocumented = []
+  for stmt, after in zip(cls.body, cls.body[1:] + [None]):
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+      target = stmt.target if isinstance(stmt, ast.AnnAssign) else stmt.targets[0]
+      if not (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+        undocumented.append(target.id)
+    elif isinstance(stmt, ast.FunctionDef) and not stmt.name.startswith("_") and ast.get_docstring(stmt) is None:
+      undocumented.append(stmt.name)
+  assert undocumented == []
