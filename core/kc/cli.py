@@ -270,6 +270,17 @@ def cmd_fuzz(args) -> int:
   return 1 if any(r.outcome in ("wrong", "untyped-error", "crash", "hang") for r in results) else 0
 
 
+def cmd_new_backend(args) -> int:
+  """Write a backend plugin package to start from, and say what to do with it next."""
+  from kc.new_backend import backend_names, write_backend
+  root = write_backend(args.name, args.dir)
+  n = backend_names(args.name)
+  print(f"wrote {root}/ (distribution {n.distribution}, package {n.package}, device {n.device}):")
+  for path in sorted(p for p in root.rglob("*") if p.is_file()): print(f"  {path.relative_to(root)}")
+  print(f"next: python -m pip install -e {root} && kc conformance --device {n.device}   (docs/BACKENDS.md explains each step)")
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
   p = _Parser(prog="kc", description="kc: a pluggable kernel compiler runtime")
   p.add_argument("--version", action="version", version=f"kc {kc.__version__}")
@@ -307,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
   z.add_argument("--timeout", type=float, default=60.0, metavar="SEC", help="seconds a case may run before it counts as a hang")
   z.add_argument("--minimize", type=float, default=120.0, metavar="SEC", help="seconds per device for minimizing failures")
   z.set_defaults(fn=cmd_fuzz)
+  nb = sub.add_parser("new-backend", help="write a complete backend plugin package (C on the host) to start a new backend from")
+  nb.add_argument("name", help="the backend's name: device NAME in upper case, package kc_NAME, distribution kc-NAME")
+  nb.add_argument("--dir", default=".", metavar="D", help="where to write the kc-NAME folder (default: the current folder)")
+  nb.set_defaults(fn=cmd_new_backend)
   from kc.examples import EXAMPLES
   for cmd, fn, what in (("render", cmd_render, "print the optimized source of an example kernel"),
                         ("run", cmd_run, "compile, run and check an example kernel against numpy")):
