@@ -3,10 +3,13 @@ an in-process host device, so the core is tested without any plugin."""
 import numpy as np
 import pytest
 import kc
+import kc.backend
 from kc import dtypes
-from kc.runtime.device import Allocator, Buffer, Compiler, CompiledDevice, HostAllocator, InvalidBufferError, LRUAllocator
+# the device API as a backend sees it: through the contract module
+from kc.backend import (PLUGIN_API_VERSION, Allocator, BackendSpec, Compiler, CompiledDevice, HostAllocator, InvalidBufferError,
+                        LRUAllocator)
+from kc.runtime.device import Buffer
 from kc.errors import DTypeError, KcError
-from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec
 
 
 class EchoCompiler(Compiler):
@@ -36,9 +39,9 @@ class CountingHostAllocator(HostAllocator):
 def host():
   allocator = CountingHostAllocator()
   dev = CompiledDevice(DEV, allocator, None, EchoCompiler(), lambda name, lib: None)
-  kc.runtime.plugins.register(BackendSpec(DEV, PLUGIN_API_VERSION, -100, lambda: None, lambda: dev), replace=True)
+  kc.backend.register(BackendSpec(DEV, PLUGIN_API_VERSION, -100, lambda: None, lambda: dev), replace=True)
   yield dev
-  kc.runtime.plugins.unregister(DEV)
+  kc.backend.unregister(DEV)
 
 
 # ------------------------------------------------------------------------------------------------------------ Buffer

@@ -256,3 +256,83 @@ def test_import_kc_does_not_discover_plugins():
 def test_kc_device_is_the_global_registry():
   assert isinstance(kc.Device, DeviceRegistry) and kc.Device.table is kc.runtime.plugins.BACKENDS
   assert isinstance(kc.Device.errors(), dict)
+
+
+# ------------------------------------------------------------------------------------------------------------ kc.backend
+
+BACKEND_CONTRACT = {
+  "ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "api_compatible", "hookspec", "hookimpl", "BackendHooks", "BackendSpec",
+  "Renderer", "TensorCore", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator", "HostMemory",
+  "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
+  "Ops", "UOp", "UPat", "PatternMatcher", "GroupOp", "DType", "PtrDType", "ImageDType", "dtypes",
+  "KcError", "CompileError", "DeviceUnavailable", "ConfigError",
+}
+
+
+def test_kc_backend_exports_the_whole_contract_and_the_core_objects_themselves():
+  import kc.backend, kc.runtime.device, kc.runtime.plugins
+  assert BACKEND_CONTRACT <= set(kc.backend.__all__)
+  assert all(hasattr(kc.backend, n) for n in kc.backend.__all__)
+  # the same objects the core uses, not copies: a plugin's subclass is the core's subclass
+  assert kc.backend.BackendSpec is BackendSpec and kc.backend.hookimpl is hookimpl and kc.backend.Renderer is Renderer
+  assert kc.backend.CompiledDevice is kc.runtime.device.CompiledDevice and kc.backend.Ops is kc.Ops and kc.backend.KcError is KcError
+  assert kc.backend.ENTRY_POINT_GROUP == "kc.backends" and kc.backend.PLUGIN_API_VERSION == PLUGIN_API_VERSION
+  assert "kc_backends" in (kc.backend.__doc__ or "") and "PLUGIN_API_VERSION" in (kc.backend.__doc__ or "")
+
+
+def test_api_compatible_is_equality_with_this_kcs_version():
+  from kc.backend import api_compatible
+  assert api_compatible(PLUGIN_API_VERSION)
+  assert not api_compatible(PLUGIN_API_VERSION + 1) and not api_compatible(PLUGIN_API_VERSION - 1)
+  assert not api_compatible(str(PLUGIN_API_VERSION)) and not api_compatible(None)
+
+
+def test_a_plugin_written_against_kc_backend_alone_loads():
+  from kc import backend as kb
+  mod = types.ModuleType("kc_contract_only")
+  @kb.hookimpl
+  def kc_backends():
+    return [kb.BackendSpec(name="Contract", api_version=kb.PLUGIN_API_VERSION, priority=1, available=lambda: None,
+                           open=lambda: kb.CompiledDevice("CONTRACT", kb.HostAllocator(), None, EchoCompiler(), lambda n, lib: None))]
+  mod.kc_backends = kc_backends
+  reg = registry(FakeEntryPoint("contract", mod))
+  assert reg.names() == ["CONTRACT"] and reg.errors() == {} and reg["contract"].name == "CONTRACT"
+
+
+def test_the_hook_spec_is_the_documented_backend_hooks_class():
+  manager = kc.runtime.plugins.new_plugin_manager()
+  assert manager.hook.kc_backends.spec.namespace is kc.runtime.plugins.BackendHooks
+  assert kc.runtime.plugins.BackendHooks.kc_backends.__doc__
+
+
+def test_each_plugin_is_called_on_its_own_through_one_manager():
+  """A plugin whose hook raises is recorded, and the plugins registered before and after it still give their specs."""
+  def bad(): raise RuntimeError("boom")
+  raising = types.ModuleType("raising")
+  raising.kc_backends = hookimpl(bad, specname="kc_backends")
+  reg = registry(FakeEntryPoint("a", plugin(spec("A"))), FakeEntryPoint("m", raising), FakeEntryPoint("z", plugin(spec("Z"))))
+  assert reg.names() == ["A", "Z"] and list(reg.errors()) == ["m"] and "kc-m 1.2.3" in reg.errors()["m"]
+  assert reg.spec("A").distribution == "kc-a" and reg.spec("Z").distribution == "kc-z"
+
+
+def test_two_entry_points_of_one_object_are_refused_for_the_second():
+  shared = plugin(spec("ONE"))
+  reg = registry(FakeEntryPoint("first", shared), FakeEntryPoint("second", shared))
+  assert reg.names() == ["ONE"] and reg.spec("ONE").distribution == "kc-first" and "kc-second 1.2.3" in reg.errors()["second"]
+  assert "already registered" in reg.errors()["second"] and "kc-first 1.2.3" in reg.errors()["second"]
+
+
+def test_emu_is_registered_through_the_kc_distributions_entry_point():
+  eps = {ep.name: ep for ep in kc.runtime.plugins.installed_entry_points()}
+  assert eps["emu"].value == "kc.runtime.emulator"
+  assert kc.runtime.plugins._distribution_of(eps["emu"])[0] == "kc"
+  # found by discovery like any plugin, not registered in-process by the core
+  table = PluginTable(entry_points=lambda: [eps["emu"]])
+  assert list(table.specs()) == ["EMU"] and table.errors() == {} and table.specs()["EMU"].distribution == "kc"
+
+
+def test_the_root_pyproject_declares_the_emu_entry_point():
+  import tomllib
+  from pathlib import Path
+  project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+  assert project["entry-points"]["kc.backends"] == {"emu": "kc.runtime.emulator"}

@@ -263,6 +263,9 @@ def register_entry_point(manager: pluggy.PluginManager, ep, origin: str) -> Any:
   """Load entry point `ep` and register its object with `manager`, which checks its hookimpls against BackendHooks.
   Returns the registered object; an object that implements no kc hook is refused, naming `origin`."""
   obj = ep.load()
+  if manager.is_registered(obj):  # pluggy would refuse it too, in its own words
+    raise PluginError(f"{origin}: entry point {ep.name} = {getattr(ep, 'value', '?')} loads the object that "
+                      f"{manager.get_name(obj)} already registered; a plugin object has one entry point")
   manager.register(obj, name=f"{origin}: {ep.name} = {getattr(ep, 'value', '?')}")
   if not manager.get_hookcallers(obj):
     manager.unregister(obj)
