@@ -1,10 +1,11 @@
 """Every OptOps check of the Kernel: it applies where legal, and where not it raises KernelOptError and leaves the
 Kernel exactly as it was."""
+import dataclasses
 import pytest
 from target_renderers import LimitsRenderer
 import kc
 from kc import ast as A, dtypes, KernelOptError, Variable
-from kc.kernel import Kernel, Opt, OptOps
+from kc.kernel import Kernel, KernelState, Opt, OptOps
 
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
 
@@ -18,8 +19,8 @@ def rowsum(R=64, C=256): return A.sink(A.store(0, F(1, R, C).sum(1)))
 
 
 def state(k: Kernel):
-  return (tuple(k.sts), tuple(k.applied_opts), k.group_for_reduces, k.upcasted, k.local_dims, k.dont_use_locals, k.tensor_core,
-          k.use_tensor_cores, k.full_shape)
+  """Everything an opt may change (every KernelState field, compared by value) and the shape it gives."""
+  return k.state.copy(), k.full_shape
 
 
 def refused(k: Kernel, opt: Opt, match: str):
@@ -173,6 +174,43 @@ def test_copy_is_independent(gpu):
   c = k.copy()
   c.apply_opt(Opt(OptOps.LOCAL, 0, 4))
   assert k.local_dims == 0 and c.local_dims == 1 and len(k.applied_opts) == 1 and len(c.applied_opts) == 2
+
+
+def test_kernel_state_fields_are_the_kernels_attributes(gpu):
+  k = Kernel(matmul(), gpu)
+  for f in dataclasses.fields(KernelState): assert getattr(k, f.name) is getattr(k.state, f.name)
+  k.upcasted = 3  # writing the attribute writes the state
+  assert k.state.upcasted == 3
+
+
+def test_state_copy_shares_nothing_mutable(gpu):
+  k = Kernel(matmul(), gpu)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+  saved = k.state.copy()
+  assert saved == k.state and saved.sts is not k.state.sts and saved.applied_opts is not k.state.applied_opts
+  assert saved.bufs_for_tensor_core is not k.state.bufs_for_tensor_core
+  k.apply_opt(Opt(OptOps.LOCAL, 0, 4))
+  assert saved != k.state and saved.local_dims == 0 and len(saved.applied_opts) == 1
+
+
+def test_a_refused_opt_restores_every_state_field():
+  # the work-group check comes after the LOCAL has moved the axes: the rollback has a changed state to undo
+  small = LimitsRenderer(has_local=True, has_shared=True, global_max=(65535, 65535, 65535), local_max=(4, 4, 4), shared_max=32768)
+  k = Kernel(elementwise(64, 64), small)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+  before = k.state.copy()
+  with pytest.raises(KernelOptError, match="work-group of 128 threads"): k.apply_opt(Opt(OptOps.LOCAL, 0, 128))
+  assert k.state == before
+
+
+def test_kc_kernel_is_the_kernel_layers_kernel_that_builds_programs(gpu):
+  assert issubclass(kc.Kernel, Kernel) and kc.Kernel is not Kernel
+  assert not hasattr(Kernel, "to_program")  # the kernel layer cannot reach lowering and rendering
+  k = kc.Kernel(elementwise(4, 4), kc.Device["CLANG"].renderer)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+  c = k.copy()
+  assert type(c) is kc.Kernel and c.to_program().src == k.to_program(name_override=c.name).src
+  assert c.linearize() == k.linearize()
 
 
 def test_names_are_unique_and_source_safe(gpu):

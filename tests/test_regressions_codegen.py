@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes, Ops, UOp, ShapeTracker, InvalidASTError, KernelOptError
-from kc.kernel import Kernel, Opt, OptOps, verify_ast
+from kc import Kernel
+from kc.kernel import Opt, OptOps, verify_ast
 
 f32 = dtypes.float32
 

@@ -9,9 +9,9 @@ from kc.ir.rewrite import UPat, PatternMatcher, graph_rewrite
 from kc.ir.symbolic import resolve, sym_infer, ssimplify, smax, smin
 from kc.shape import ShapeTracker, View
 from kc.runtime.device import Device, Buffer
-from kc.kernel import Kernel, Opt, OptOps
+from kc.kernel import Opt, OptOps
+from kc.codegen import Kernel  # the kernel layer's Kernel with linearize and to_program
 from kc.renderer import Renderer, TensorCore, Program
-import kc.codegen.program  # noqa: F401  (installs Kernel.to_program)
 from kc.api import compile, run, CompiledKernel  # noqa: A004
 from kc import ast  # noqa: E402
 

@@ -6,7 +6,8 @@ from kc.runtime.device import Device
 from kc.errors import KcError, SymbolicError
 from kc.helpers import debug_level
 from kc.ir.symbolic import sym_infer
-from kc.kernel import Kernel, Opt
+from kc.codegen import Kernel
+from kc.kernel import Opt
 from kc.runtime.arguments import ArgumentError, buffer_specs
 from kc.renderer import Program
 from kc.ir.uop import UOp

@@ -154,7 +154,7 @@ def cmd_render(args) -> int:
   from kc.api import optimize
   from kc.runtime.device import Device
   from kc.examples import example
-  from kc.kernel import Kernel
+  from kc.codegen import Kernel
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
   k = optimize(Kernel(sink, Device.renderer(device)), args.opts)

@@ -1,12 +1,13 @@
 """From an optimized Kernel to a Program: get_optimized_ast -> lower -> graph rewrites -> linearize -> render.
 
-This module sits above lower/linearize and above the renderer it calls. Kernel.to_program reaches it through
-set_program_builder, so the kernel layer imports nothing above itself."""
+This module sits above lower/linearize and above the renderer it calls. The kernel layer's Kernel only holds the
+optimization state; the Kernel here (kc.Kernel) is that class with the steps of this layer added: linearize and
+to_program."""
 from __future__ import annotations
 from typing import Optional
 from kc.errors import KernelOptError
 from kc.helpers import debug_level
-from kc.kernel.kernel import Kernel, set_program_builder
+from kc.kernel import kernel
 from kc.kernel.naming import to_function_name
 from kc.kernel.verify import st_arg
 from kc.codegen.graph import rewrite_lowered
@@ -16,7 +17,7 @@ from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 
 
-def linearize_kernel(k: Kernel) -> list[UOp]:
+def linearize_kernel(k: kernel.Kernel) -> list[UOp]:
   """The linear UOps of a Kernel with its applied opts."""
   return linearize(rewrite_lowered(lower(k.get_optimized_ast(), k.opts), k.opts))
 
@@ -33,7 +34,8 @@ def mem_estimate(ast: UOp) -> int:
   return sum(most.values())
 
 
-def to_program(k: Kernel, name_override: Optional[str] = None) -> Program:
+def to_program(k: kernel.Kernel, name_override: Optional[str] = None) -> Program:
+  """The Program of a Kernel with its applied opts: lowered, linearized and rendered by its renderer (`k.opts`)."""
   uops = linearize_kernel(k)
   name = to_function_name(name_override if name_override is not None else k.name)
   if debug_level() >= 5: print_uops(name, uops)
@@ -61,4 +63,14 @@ def _check_launch_limits(prg: Program, renderer) -> None:
       if top > m: raise KernelOptError(f"{prg.name}: {what} size {sizes} exceeds the renderer's {what}_max {limits}")
 
 
-set_program_builder(to_program)
+
+class Kernel(kernel.Kernel):
+  """kc.Kernel: a kernel under optimization (every opt of the kernel layer's Kernel) that also builds its Program."""
+
+  def linearize(self) -> list[UOp]:
+    """The linear UOps of this kernel with its applied opts, as the renderer receives them."""
+    return linearize_kernel(self)
+
+  def to_program(self, name_override: Optional[str] = None) -> Program:
+    """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by `opts`."""
+    return to_program(self, name_override)

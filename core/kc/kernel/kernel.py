@@ -11,12 +11,15 @@ first_reduce is the first axis whose output size differs from the full size; fir
 from __future__ import annotations
 import dataclasses, itertools
 from collections import defaultdict
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from kc.ir.dtype import ImageDType, dtypes
 from kc.errors import ConfigError, KcError, KernelOptError
 from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
+from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
 from kc.kernel.naming import colored, ansilen, to_function_name
 from kc.kernel.opt import Opt, OptOps, check
+from kc.kernel.optimized_ast import get_optimized_ast
 from kc.kernel.verify import reduce_axes, st_arg, verify_ast
 from kc.shape import ShapeTracker, strides_for_shape
 from kc.ir.symbolic import resolve, ssimplify
@@ -48,32 +51,49 @@ def get_contraction(old_shape: tuple[sint, ...], new_shape: tuple[sint, ...]) ->
   return [list(range(st, ed)) for st, ed in zip([0] + split[:-1], split[:-1] + [len(old_shape)])]
 
 
-# a renderer for Kernels built without one: the device layer installs a lookup of the default device's renderer
-_default_renderer: Optional[Callable[[], Any]] = None
+@dataclasses.dataclass
+class KernelState:
+  """Everything an optimization changes in a Kernel, declared once: Kernel.copy and the rollback of an opt that fails
+  half-way both take a KernelState.copy(). The Kernel reads and writes these fields as its own attributes."""
+  sts: list[ShapeTracker]            # per buffer, then (output, input) per reduce, then per broadcast
+  applied_opts: list[Opt] = dataclasses.field(default_factory=list)
+  group_for_reduces: int = 0
+  upcasted: int = 0
+  local_dims: int = 0
+  tensor_core: Optional["TensorCore"] = None
+  tensor_core_opts: Optional[TensorCoreOptions] = None
+  use_tensor_cores: int = 0
+  bufs_for_tensor_core: dict[UOp, tuple[int, int]] = dataclasses.field(default_factory=dict)
+  dont_use_locals: bool = False
+
+  def copy(self) -> "KernelState":
+    """A copy that shares nothing mutable with this one (trackers, opts and UOps are immutable values)."""
+    return KernelState(**{f.name: _unshared(getattr(self, f.name)) for f in dataclasses.fields(self)})
 
 
-def set_default_renderer(fxn: Callable[[], Any]) -> None:
-  global _default_renderer
-  _default_renderer = fxn
+def _unshared(value: Any) -> Any:
+  """`value`, or a copy of it where it is a container or record the Kernel changes in place."""
+  if isinstance(value, list): return list(value)
+  if isinstance(value, dict): return dict(value)
+  if isinstance(value, TensorCoreOptions): return dataclasses.replace(value)
+  return value
 
 
-# lowering, linearizing and rendering live in layers above this one; they install the Program builder here
-_program_builder: Optional[Callable[..., Any]] = None
-
-
-def set_program_builder(fxn: Callable[..., Any]) -> None:
-  global _program_builder
-  _program_builder = fxn
+def _state_attribute(name: str) -> property:
+  """Kernel.<name> reads and writes KernelState.<name> of the Kernel's current state."""
+  def set_field(k: "Kernel", value: Any) -> None: setattr(k.state, name, value)
+  return property(attrgetter(f"state.{name}"), set_field, doc=f"KernelState.{name} of this Kernel")
 
 
 class Kernel:
-  """One kernel AST under optimization for one renderer (`opts`)."""
+  """One kernel AST under optimization for one renderer (`opts`). The AST and what is read off it are fixed; what
+  the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel."""
   kernel_cnt: defaultdict[str, int] = defaultdict(int)
+  state: KernelState
 
   def __init__(self, ast: UOp, opts: Optional["Renderer"] = None):
-    if opts is None:
-      if _default_renderer is None: raise KcError("Kernel needs a renderer: pass opts=kc.Device[name].renderer")
-      opts = _default_renderer()
+    # the kernel layer sits below the devices: it cannot look up a default device's renderer by itself
+    if opts is None: raise KcError("Kernel needs a renderer: pass opts=kc.Device[name].renderer")
     self.opts, self.ast = opts, ast
     uop_sts = verify_ast(ast)
 
@@ -88,33 +108,23 @@ class Kernel:
     earlybufs = [x for r in self.reduceops for x in _preorder(r) if x.op in GroupOp.Buffer]
     self.full_buf_index: int = self.bufs.index(earlybufs[0]) if earlybufs else 0
 
-    self.sts: list[ShapeTracker] = [st_arg(x) for x in self.bufs]
-    for r in self.reduceops: self.sts += [uop_sts[r], uop_sts[r.src[0]]]  # which axes each reduce reduces
-    for b in self.broadcasts: self.sts.append(b.arg)
+    sts = [st_arg(x) for x in self.bufs]
+    for r in self.reduceops: sts += [uop_sts[r], uop_sts[r.src[0]]]  # which axes each reduce reduces
+    for b in self.broadcasts: sts.append(b.arg)
+    self.state = KernelState(sts)
 
     # reduce axes go last
     pairs = list(enumerate(zip(self.full_shape, self.output_shape)))
     self.reshape_and_permute(None, [i for i, (s, n) in pairs if not resolve(s != n)] + [i for i, (s, n) in pairs if resolve(s != n)])
-
-    self.applied_opts: list[Opt] = []
-    self.group_for_reduces: int = 0
-    self.upcasted: int = 0
-    self.local_dims: int = 0
-    self.tensor_core: Optional["TensorCore"] = None
-    self.tensor_core_opts: Optional[TensorCoreOptions] = None
-    self.use_tensor_cores: int = 0
-    self.bufs_for_tensor_core: dict[UOp, tuple[int, int]] = {}
-    self.dont_use_locals: bool = False
-
     self.simplify_ones()
     self.simplify_merge_adjacent()
 
   def copy(self) -> "Kernel":
+    """An independent Kernel of the same class with the same AST, renderer and optimizations (and a name of its own)."""
     ret = type(self).__new__(type(self))
     ret.__dict__.update(self.__dict__)
     ret.__dict__.pop("name", None)
-    ret.sts, ret.applied_opts, ret.bufs_for_tensor_core = list(self.sts), list(self.applied_opts), dict(self.bufs_for_tensor_core)
-    ret.tensor_core_opts = dataclasses.replace(self.tensor_core_opts) if self.tensor_core_opts is not None else None
+    ret.state = self.state.copy()
     return ret
 
   # ***** what the axes are *****
@@ -235,29 +245,22 @@ class Kernel:
 
   # ***** applying optimizations *****
 
-  def _state(self) -> dict:
-    return {"sts": list(self.sts), "applied_opts": list(self.applied_opts), "group_for_reduces": self.group_for_reduces,
-            "upcasted": self.upcasted, "local_dims": self.local_dims, "tensor_core": self.tensor_core,
-            "tensor_core_opts": dataclasses.replace(self.tensor_core_opts) if self.tensor_core_opts else None,
-            "use_tensor_cores": self.use_tensor_cores, "bufs_for_tensor_core": dict(self.bufs_for_tensor_core),
-            "dont_use_locals": self.dont_use_locals}
-
   def apply_opt(self, opt: Opt, append_opt: bool = True) -> None:
     """Apply one optimization, or raise KernelOptError saying why not and leave the Kernel as it was."""
     self._apply_opt(opt, append_opt, tc_level=None)
 
   def _apply_opt(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
     if not isinstance(opt, Opt) or not isinstance(opt.op, OptOps): raise KernelOptError(f"not an Opt: {opt!r}")
-    saved = self._state()
+    saved = self.state.copy()
     try: self._apply_checked(opt, append_opt, tc_level)
     except KernelOptError:
-      self.__dict__.update(saved)
+      self.state = saved
       raise
     except ConfigError:  # a bad environment variable is the user's setting, not this opt's fault: say so as it is
-      self.__dict__.update(saved)
+      self.state = saved
       raise
     except KcError as e:  # a movement the trackers refuse is a refused opt too
-      self.__dict__.update(saved)
+      self.state = saved
       raise KernelOptError(f"{opt} cannot be applied: {e}") from e
 
   def _apply_checked(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
@@ -433,7 +436,7 @@ class Kernel:
     reduce axes, 2 also M/N/K that need padding to the tensor core's dims (default: KC_TC_OPT, else 0)."""
     if tc_opt is None: tc_opt = env_value("KC_TC_OPT", 0)
     if not use_tensor_cores or not self.opts.tensor_cores: return False
-    saved = self._state()
+    saved = self.state.copy()
     try:
       self._apply_opt(Opt(OptOps.TC, axis, tc_opt), True, use_tensor_cores)
       if (tc_opts := self.tensor_core_opts) is not None:
@@ -447,19 +450,17 @@ class Kernel:
             self.apply_opt(Opt(OptOps.LOCAL, tc_opts.axes[0], szs[0]))
       return True
     except KernelOptError:
-      self.__dict__.update(saved)
+      self.state = saved
       return False
 
   # ***** heuristics *****
 
   def required_optimizations(self) -> "Kernel":
-    from kc.kernel.heuristics import required_optimizations
-    required_optimizations(self)
+    run_required(self)
     return self
 
   def hand_coded_optimizations(self) -> "Kernel":
-    from kc.kernel.heuristics import hand_coded_optimizations
-    hand_coded_optimizations(self)
+    run_hand_coded(self)
     return self
 
   # ***** outputs *****
@@ -475,15 +476,12 @@ class Kernel:
       self.__dict__["name"] = name + (colored(f"n{Kernel.kernel_cnt[fname] - 1}", "BLACK") if Kernel.kernel_cnt[fname] > 1 else "")
     return self.__dict__["name"]
 
-  def to_program(self, name_override: Optional[str] = None):
-    """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by `opts`."""
-    if _program_builder is None: raise KcError("kc.codegen.program is not loaded; import kc first")
-    return _program_builder(self, name_override)
-
   def get_optimized_ast(self) -> UOp:
     """The AST with every applied opt folded in (views, reduce axes, local-memory reduces, WMMA)."""
-    from kc.kernel.optimized_ast import get_optimized_ast
     return get_optimized_ast(self)
+
+
+for _field in dataclasses.fields(KernelState): setattr(Kernel, _field.name, _state_attribute(_field.name))
 
 
 def can_pad(u: UOp) -> bool:

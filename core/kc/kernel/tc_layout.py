@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from kc.ir.dtype import dtypes
 from kc.errors import KcError
-from kc.helpers import prod
+from kc.kernel.kernel import Kernel
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.ir.uop import Ops, UOp
@@ -56,7 +56,6 @@ def _matmul_ast(tc: "TensorCore") -> UOp:
 
 
 def derive_fragment_layout(tc: "TensorCore") -> FragmentLayout:
-  from kc.kernel.kernel import Kernel
   N, M, K = tc.dims
   k = Kernel(_matmul_ast(tc), _Limits(tc))
   if not k.apply_tensor_cores(1, extra_opts=[]): raise KcError(f"{tc} does not apply to a {M}x{K} @ {K}x{N} matmul: its description is inconsistent")
@@ -98,8 +97,3 @@ def _check_covers(tc: "TensorCore", layout: FragmentLayout) -> None:
   for name, frag, size in (("A", layout.a, M * K), ("B", layout.b, K * N), ("D", layout.c, M * N)):
     if len({c for lane in frag for c in lane}) != size:
       raise KcError(f"{tc}: the fragments of {name} hold {len({c for lane in frag for c in lane})} of its {size} elements")
-
-
-def fragment_sizes(tc: "TensorCore") -> tuple[int, int, int]:
-  """Slots per lane of A, B and C."""
-  return tuple(prod(sz for _, sz in ax) for ax in tc.upcast_axes)  # type: ignore[return-value]
