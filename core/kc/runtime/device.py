@@ -1,8 +1,10 @@
 """The runtime API every backend implements: Buffer, Allocator, Compiler (with its disk cache), the program
-handle protocol, CompiledDevice, and the device registry exposed as `kc.Device`.
+handle protocol, CompiledDevice, and the device registry exposed as `kc.Device`. Backend authors import these
+names from `kc.backend`.
 
-The core names no backend: which devices exist is decided by the plugins (`kc.runtime.plugins`), found lazily the
-first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin."""
+The registry names no backend: which devices exist is decided by the plugins (`kc.runtime.plugins`), found lazily
+the first time `kc.Device` is used, so `import kc` never pays for (or fails because of) a plugin. The core's own EMU
+device is one of them, registered through the kc distribution's entry point like any other."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
 import hashlib, json, operator, os, threading
@@ -323,7 +325,8 @@ class DeviceRegistry:
   @property
   def table(self) -> PluginTable:
     if self._given_table is not None: return self._given_table
-    from kc.runtime.plugins import BACKENDS  # imported on first use so `import kc` does not load the plugin machinery
+    # imported on first use so that `import kc` does not import pluggy; plugins imports nothing from this module
+    from kc.runtime.plugins import BACKENDS
     return BACKENDS
 
   def names(self) -> list[str]:
