@@ -55,10 +55,6 @@ def ceildiv(a: int, b: int) -> int:
   return -(-a // b)
 
 
-def is_pow2(x: int) -> bool:
-  return x > 0 and x & (x - 1) == 0
-
-
 def round_up(x: int, multiple: int) -> int:
   return ceildiv(x, multiple) * multiple
 
