@@ -4,6 +4,7 @@ import argparse, ast, json, os, sys, warnings
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
+from kc.helpers import env_value
 from kc.ir.uop import UOp, Variable
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
@@ -98,7 +99,7 @@ def cmd_devices(args) -> int:
 def _kc_device_problem() -> Optional[str]:
   """What is wrong with $KC_DEVICE (an unknown name), or None."""
   from kc.runtime.device import Device
-  if not (chosen := os.environ.get("KC_DEVICE")): return None
+  if not (chosen := env_value("KC_DEVICE", "")): return None
   try: Device.spec(chosen)
   except KcError as e: return f"KC_DEVICE={chosen}: {e}"
   return None

@@ -31,7 +31,7 @@ class CacheWarning(UserWarning):
 def compile_cache_dir() -> Optional[str]:
   """Where compiled programs are kept: $KC_CACHE_DIR, default ~/.cache/kc. KC_CACHE_DIR set to the empty
   string turns the cache off."""
-  d = os.environ.get("KC_CACHE_DIR")
+  d = env_value("KC_CACHE_DIR", "")
   if d is None: return os.path.join(os.path.expanduser("~"), ".cache", "kc")
   return d or None
 

@@ -7,12 +7,13 @@ the first time `kc.Device` is used, so `import kc` never pays for (or fails beca
 device is one of them, registered through the kc distribution's entry point like any other."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import hashlib, json, operator, os, threading
+import hashlib, json, operator, threading
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
 from kc.runtime.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
 from kc.ir.dtype import DType, PtrDType
+from kc.helpers import env_value
 from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ class DeviceRegistry:
   @property
   def DEFAULT(self) -> str:
     """$KC_DEVICE if set (or a name assigned here), else the highest-priority available device."""
-    if (chosen := self._default or os.environ.get("KC_DEVICE")):
+    if (chosen := self._default or env_value("KC_DEVICE", "")):
       return self.spec(chosen).name
     if avail := self.available(): return avail[0]
     reasons = "; ".join(f"{n}: {self.table.unavailable_reason(n)}" for n in self.names()) or "no device is registered"

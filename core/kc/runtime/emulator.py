@@ -18,7 +18,7 @@ storing different values to one element, launch sizes beyond the renderer's limi
 NAME's Renderer (its limits, locals, float4, tensor cores and dialect rewrites); only the final rendering step
 is EMU's. Without it EMU uses EmuRenderer, a generic GPU-like target with locals."""
 from __future__ import annotations
-import base64, functools, io, os, pickle, time, zlib
+import base64, functools, io, pickle, time, zlib
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 import numpy as np
@@ -26,7 +26,7 @@ from kc.runtime.device import CompiledDevice, Compiler, HostAllocator, raw_buffe
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
 from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
-from kc.helpers import prod
+from kc.helpers import env_value, prod
 from kc.renderer import Renderer, TensorCore
 from kc.renderer.cstyle import CStyleLanguage
 from kc.ir.symbolic import sym_infer
@@ -822,7 +822,7 @@ class EmuDevice(CompiledDevice):
   def __repr__(self): return f"<EmuDevice impersonating {self.impersonating or 'nothing (generic renderer)'}>"
 
 
-def open_device() -> EmuDevice: return EmuDevice(os.environ.get("KC_EMULATE") or None)
+def open_device() -> EmuDevice: return EmuDevice(env_value("KC_EMULATE", "") or None)
 
 
 def backend_spec() -> BackendSpec:

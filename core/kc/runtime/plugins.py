@@ -20,11 +20,12 @@ name (upper case) when one device of an otherwise loaded plugin was rejected or 
 This module imports nothing from the rest of the runtime: `kc.runtime.device` (the registry) and
 `kc.runtime.emulator` (a backend) import it, so an import back would be a cycle."""
 from __future__ import annotations
-import dataclasses, os, re, threading, warnings
+import dataclasses, re, threading, warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 import pluggy
 from kc.errors import PluginError
+from kc.helpers import env_value
 from kc.renderer import Renderer
 
 PROJECT = "kc"
@@ -98,7 +99,7 @@ class BackendHooks:
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
 
-def _strict() -> bool: return os.environ.get("KC_STRICT_PLUGINS", "").strip() not in ("", "0")
+def _strict() -> bool: return env_value("KC_STRICT_PLUGINS", 0) != 0
 
 
 def installed_entry_points() -> list:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from typing import Optional
-from kc.backend import CompileError, Compiler
+from kc.backend import CompileError, Compiler, env_value
 
 
 def compiler_command() -> list[str]:
   """$KC_CC split like a shell would (it may carry arguments), else `cc`."""
-  return shlex.split(os.environ.get("KC_CC", "").strip() or "cc")
+  return shlex.split(env_value("KC_CC", "") or "cc")
 
 
 def compile_flags() -> list[str]:
@@ -15,7 +15,7 @@ def compile_flags() -> list[str]:
   # binaries it makes do not run on other CPUs
   # -fopenmp: the renderer may split a kernel's outermost loop across threads (KC_CLANG_THREADS=1 turns that off)
   # -fwrapv: signed overflow wraps as numpy's does (the renderer relies on it: CLANGRenderer.signed_overflow_wraps)
-  return ["-shared", "-fPIC", "-O2", "-fwrapv", "-fopenmp"] + (["-march=native"] if os.environ.get("KC_CLANG_MARCH_NATIVE", "") == "1" else [])
+  return ["-shared", "-fPIC", "-O2", "-fwrapv", "-fopenmp"] + (["-march=native"] if env_value("KC_CLANG_MARCH_NATIVE", 0) == 1 else [])
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,7 @@ and converted to float for arithmetic with integer bit operations."""
 from __future__ import annotations
 import os, platform
 from typing import Optional
-from kc.backend import (CStyleLanguage, ConfigError, DType, GroupOp, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes, env_value,
+from kc.backend import (CStyleLanguage, ConfigError, DType, Ops, PtrDType, UOp, dtypes, env_value,
                         estimate_ops)
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves

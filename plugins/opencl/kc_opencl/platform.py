@@ -4,10 +4,10 @@ time, so `import kc_opencl` works (and says why the device is unavailable) where
 The device is `KC_OPENCL_DEVICE=platform:device` (indices into pyopencl's lists) when set; otherwise the first
 GPU or accelerator of any platform, else the first device of the first platform that has one."""
 from __future__ import annotations
-import functools, importlib.util, os
+import functools, importlib.util
 from dataclasses import dataclass
 from typing import Any, Optional
-from kc.backend import DeviceUnavailable
+from kc.backend import DeviceUnavailable, env_value
 
 ENV_DEVICE = "KC_OPENCL_DEVICE"
 INSTALL_HINT = "pip install 'kc-opencl[pocl]' for PoCL's CPU device, or install your GPU vendor's OpenCL driver"
@@ -49,7 +49,7 @@ def select_device() -> Any:
   import pyopencl as cl
   platforms = list_platforms()
   if not platforms: raise DeviceUnavailable(f"no OpenCL platform is installed (the ICD loader found none): {INSTALL_HINT}")
-  if (choice := os.environ.get(ENV_DEVICE, "").strip()):
+  if (choice := env_value(ENV_DEVICE, "")):
     p, d = _parse_choice(choice)
     devices = _devices_of(platforms[p]) if 0 <= p < len(platforms) else []
     if not 0 <= d < len(devices):
@@ -107,4 +107,4 @@ def _info_for(choice: str) -> DeviceInfo:
 
 def selected_info() -> DeviceInfo:
   """The DeviceInfo of the selected device (queried once per KC_OPENCL_DEVICE value); DeviceUnavailable if none."""
-  return _info_for(os.environ.get(ENV_DEVICE, "").strip())
+  return _info_for(env_value(ENV_DEVICE, ""))

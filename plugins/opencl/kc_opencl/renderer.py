@@ -13,7 +13,7 @@ signalling NaN bitcast to half come back as the quiet NaN."""
 from __future__ import annotations
 import threading
 from typing import Optional
-from kc.backend import CStyleLanguage, CompileError, DType, GroupOp, ImageDType, Ops, PatternMatcher, PtrDType, UOp, UPat, dtypes
+from kc.backend import CStyleLanguage, CompileError, DType, ImageDType, Ops, PtrDType, UOp, dtypes
 from kc_opencl.platform import DeviceInfo
 
 INT32_MAX = 2**31 - 1
