@@ -18,7 +18,7 @@ from __future__ import annotations
 import builtins, math
 from typing import Optional, Union
 import numpy as np
-from kc import ast_promotion as P
+import kc.ast_promotion as P
 from kc.ast_movement import Move, extents, move
 from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.errors import DTypeError, InvalidASTError, KcError, ShapeError

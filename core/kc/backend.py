@@ -65,7 +65,7 @@ from kc.helpers import env_value
 from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat
 from kc.ir.uop import GroupOp, Ops, UOp
-from kc.renderer import Program, Renderer, TensorCore, estimate_ops
+from kc.renderer import Program, Renderer, TensorCore, WMMAArg, estimate_ops
 from kc.renderer.cstyle import CStyleLanguage
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
@@ -77,7 +77,7 @@ __all__ = [
   "ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "api_compatible", "hookspec", "hookimpl", "BackendHooks", "BackendSpec",
   "register", "unregister", "PluginWarning",
   # what a backend subclasses or returns
-  "Renderer", "TensorCore", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
+  "Renderer", "TensorCore", "WMMAArg", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
   # the UOp-level names a renderer matches on
   "Ops", "UOp", "UPat", "PatternMatcher", "GroupOp", "DType", "PtrDType", "ImageDType", "dtypes",
