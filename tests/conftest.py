@@ -1,7 +1,14 @@
 """Fixtures shared by the tests under tests/. Helpers that tests import by name live in plain modules
 (target_renderers.py); pytest's `pythonpath` setting puts this folder on sys.path."""
+import os
 import pytest
+from hypothesis import settings
 from target_renderers import MiniC, cpu_limits, gpu_limits, tensor_core_gpu_limits
+
+# .ci/run sets HYPOTHESIS_PROFILE=ci: the same examples on every CI run, so a red CI reproduces; a developer's run
+# draws new ones and keeps exploring
+settings.register_profile("ci", derandomize=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 @pytest.fixture
