@@ -29,8 +29,8 @@ def build(kind, shape):
   if kind == "rowsum": return A.sink(A.store(0, F(1, *shape).sum(1)))
   if kind == "softmax":
     x = F(1, *shape)
-    e = (x - x.max(1)).exp2()
-    return A.sink(A.store(0, e / e.sum(1)))
+    e = (x - x.max(1, keepdims=True)).exp2()  # numpy's reduce: keepdims to broadcast per row
+    return A.sink(A.store(0, e / e.sum(1, keepdims=True)))
   if kind == "conv2d":
     cin, cout, H, W, k = shape
     x = F(1, cin, H, W).pad(((0, 0), (1, 1), (1, 1)))

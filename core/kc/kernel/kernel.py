@@ -10,14 +10,13 @@ first_reduce is the first axis whose output size differs from the full size; fir
 """
 from __future__ import annotations
 import dataclasses, itertools
-from collections import defaultdict
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from kc.ir.dtype import ImageDType, dtypes
 from kc.errors import ConfigError, KcError, KernelOptError
 from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
 from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
-from kc.kernel.naming import colored, ansilen, to_function_name
+from kc.kernel.naming import colored, ansilen
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.optimized_ast import get_optimized_ast
 from kc.kernel.verify import reduce_axes, st_arg, verify_ast
@@ -88,7 +87,6 @@ def _state_attribute(name: str) -> property:
 class Kernel:
   """One kernel AST under optimization for one renderer (`opts`). The AST and what is read off it are fixed; what
   the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel."""
-  kernel_cnt: defaultdict[str, int] = defaultdict(int)
   state: KernelState
 
   def __init__(self, ast: UOp, opts: Optional["Renderer"] = None):
@@ -467,13 +465,14 @@ class Kernel:
 
   @property
   def name(self) -> str:
-    """r_ (reduce), E_ (elementwise) or C_ (copy) and the full shape coloured by axis kind, unique per process."""
+    """r_ (reduce), E_ (elementwise) or C_ (copy) and the full shape coloured by axis kind. Two kernels of one shape
+    share a name: the name is part of the source, and a source that depended on what the process compiled before
+    (a per-process counter) would miss the compile cache in every other process."""
     if "name" not in self.__dict__:
       kind = "r" if self.reduceop is not None else ("C" if all(x.op in GroupOp.Buffer or x.op in (Ops.VIEW, Ops.DEFINE_GLOBAL) for x in self.ast.parents) else "E")
       suffix = colored("_", "BLACK").join(colored(x.render() if isinstance(x, UOp) else str(x), c) for x, c in zip(self.full_shape, self.colors()))
       name = kind + (f"{len(self.ast.src)}" if len(self.ast.src) > 1 else "") + "_" + suffix
-      Kernel.kernel_cnt[fname := to_function_name(name)] += 1
-      self.__dict__["name"] = name + (colored(f"n{Kernel.kernel_cnt[fname] - 1}", "BLACK") if Kernel.kernel_cnt[fname] > 1 else "")
+      self.__dict__["name"] = name
     return self.__dict__["name"]
 
   def get_optimized_ast(self) -> UOp:
