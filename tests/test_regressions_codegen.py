@@ -273,3 +273,12 @@ def test_reshape_after_an_index_keeps_every_element():
   buf = kc.Buffer("EMU", 4, f32).allocate().copyin(memoryview(a.reshape(-1).view(np.uint8)))
   got = kc.run(A.sink(A.store(0, e)), {1: buf}, device="EMU")[0]
   np.testing.assert_allclose(got, np.sin(a)[0].reshape(-1), rtol=1e-6)
+
+
+def test_reduces_nested_across_axes_no_load_covers_are_refused_at_build():
+  # x - x.max(1) (no keepdims) broadcasts the row maxima along axis 0, so its sum over axis 1 nests a max per element:
+  # no load spans that kernel's full shape, and the Kernel used to fail later with a reshape error
+  x = A.arg(1, f32, (4, 4))
+  e = (x - x.max(1)).exp2()
+  with pytest.raises(InvalidASTError, match=r"no buffer read under a reduce spans the kernel's full shape \(4, 4, 4, 4, 4\)"):
+    A.sink(A.store(0, e / e.sum(1)))

@@ -19,7 +19,7 @@ from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, req
 from kc.kernel.naming import colored, ansilen
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.optimized_ast import get_optimized_ast
-from kc.kernel.verify import reduce_axes, st_arg, verify_ast
+from kc.kernel.verify import preorder, full_buffer, reduce_axes, st_arg, verify_ast
 from kc.shape import ShapeTracker, strides_for_shape
 from kc.ir.symbolic import resolve, ssimplify
 from kc.ir.uop import GroupOp, Ops, UOp, sint
@@ -99,12 +99,13 @@ class Kernel:
     self.reduceops: list[UOp] = [x for x in order if x.op is Ops.REDUCE_AXIS]
     # keepdim-expands of reduce results (fused reduce chains): their views move with every opt like a buffer's
     self.broadcasts: list[UOp] = [x for x in order if x.op is Ops.VIEW and x.src]
-    self.bufs: list[UOp] = list(ast.src) + dedup(x for x in _preorder(ast) if x.op in (Ops.LOAD, Ops.VALID))
+    self.bufs: list[UOp] = list(ast.src) + dedup(x for x in preorder(ast) if x.op in (Ops.LOAD, Ops.VALID))
     self.vars: list[UOp] = sorted({v for u in self.bufs for v in st_arg(u).vars()} |
                                   {v for b in self.broadcasts for v in b.arg.vars()} | set(ast.variables()), key=lambda v: v.arg)
 
-    earlybufs = [x for r in self.reduceops for x in _preorder(r) if x.op in GroupOp.Buffer]
-    self.full_buf_index: int = self.bufs.index(earlybufs[0]) if earlybufs else 0
+    # the buffer whose view is the full shape: the first read under a reduce that spans every dim (verify_ast refused
+    # the AST if there is none), else the first output
+    self.full_buf_index: int = self.bufs.index(full_buffer(ast, uop_sts))
 
     sts = [st_arg(x) for x in self.bufs]
     for r in self.reduceops: sts += [uop_sts[r], uop_sts[r.src[0]]]  # which axes each reduce reduces
@@ -494,18 +495,6 @@ def can_pad(u: UOp) -> bool:
     elif x.op in (Ops.REDUCE_AXIS, Ops.VIEW) and x.src: return False  # another reduce's value is not 0 in the padding
   at_padding = u.src[0].substitute(zeros).simplify()
   return at_padding.op is Ops.CONST and at_padding.arg == 0
-
-
-def _preorder(root: UOp) -> list[UOp]:
-  """Every node under root once, parents before children, sources left to right: the order buffers are read in."""
-  seen: dict[UOp, None] = {}
-  stack = [root]
-  while stack:
-    u = stack.pop()
-    if u in seen: continue
-    seen[u] = None
-    stack.extend(reversed(u.src))
-  return list(seen)
 
 
 def _is_zero(x) -> bool: return isinstance(x, int) and x == 0

@@ -166,4 +166,35 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
     if len(distinct) > 1: raise InvalidASTError(f"dim {i} must be 1 or one size n across the kernel, got sizes {distinct}")
   if len({len(st.shape) for st in sts.values()}) > 1:
     raise InvalidASTError(f"every shape in a kernel has the same number of dims, got {sorted({fmt_shape(st.shape) for st in sts.values()})}")
+  if not optimized and full_buffer(ast, sts) is None:
+    full = kernel_full_shape(sts)
+    raise InvalidASTError(f"no buffer read under a reduce spans the kernel's full shape {fmt_shape(full)}: reduces nest over axes that "
+                          "no one load covers (x - x.max(1) broadcasts the row maxima along the other axis, so a sum of it nests "
+                          "one reduce per element of another); one kernel cannot run that, split it into kernels or keepdims=True")
   return sts
+
+
+def kernel_full_shape(sts: dict[UOp, ShapeTracker]) -> tuple:
+  """Per dim, the size that is not 1 (verify_ast makes it unique), else 1."""
+  return tuple(next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*[st.shape for st in sts.values()]))
+
+
+def full_buffer(ast: UOp, sts: dict[UOp, ShapeTracker]) -> UOp | None:
+  """The buffer whose view the Kernel takes as its full shape: the first one read under a reduce that spans every
+  dim of the kernel (the first output where there is no reduce), None where no read spans it."""
+  under = [x for r in ast.toposort if r.op is Ops.REDUCE_AXIS for x in preorder(r) if x.op in GroupOp.Buffer]
+  if not under: return ast.src[0]
+  full = kernel_full_shape(sts)
+  return next((x for x in under if sts[x].shape == full), None)
+
+
+def preorder(root: UOp) -> list[UOp]:
+  """Every node under root once, parents before children, sources left to right: the order buffers are read in."""
+  seen: dict[UOp, None] = {}
+  stack = [root]
+  while stack:
+    u = stack.pop()
+    if u in seen: continue
+    seen[u] = None
+    stack.extend(reversed(u.src))
+  return list(seen)
