@@ -1,0 +1,30 @@
+"""sha256 (first 16 hex digits) of the generated source of the benchmark kernels: every kc.examples kernel on CLANG,
+OPENCL and EMU under opts none and hand, and bench_clang.py's CLANG workloads under hand. Run it before and after a
+change that must not change code generation and diff the two outputs. (EMU's source embeds its pickled UOps, so a
+moved class changes its lines and nothing else.)
+
+  python benchmarks/source_hashes.py > before.txt; ...; python benchmarks/source_hashes.py | diff before.txt -"""
+import hashlib, os, sys, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kc  # noqa: E402
+from kc.api import optimize  # noqa: E402
+from kc.examples import EXAMPLES  # noqa: E402
+
+
+def source_hash(k) -> str: return hashlib.sha256(k.to_program().src.encode()).hexdigest()[:16]
+
+
+def main():
+  for dev in ("CLANG", "OPENCL", "EMU"):
+    if kc.Device.unavailable_reason(dev) is not None: continue
+    r = kc.Device[dev].renderer
+    for name, ex in EXAMPLES.items():
+      for opts in ("none", "hand"): print(f"{dev}/{name}/{opts}", source_hash(optimize(kc.Kernel(ex.build()[0], r), opts)))
+  from bench_clang import kc_ast
+  from clang_workloads import WORKLOADS
+  for name, (_, _, shapes) in WORKLOADS.items():
+    print(f"CLANG/workload/{name}/hand", source_hash(optimize(kc.Kernel(kc_ast(name, shapes), kc.Device["CLANG"].renderer), "hand")))
+
+
+if __name__ == "__main__": main()
