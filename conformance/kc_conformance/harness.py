@@ -23,7 +23,7 @@ def from_bytes(raw: bytearray, dt: DType) -> np.ndarray:
 
 def compile_source(device: str, src: str) -> int:
   """The compile tier: the device's compiler accepts the source. Returns the binary's size."""
-  return len(kc.Device[device].compiler.compile(src))
+  return len(kc.Device.compiler(device).compile(src))
 
 
 def launch(device: str, prg: Program, setup: Setup) -> dict[int, np.ndarray]:

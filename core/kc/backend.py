@@ -67,6 +67,7 @@ from kc.ir.rewrite import PatternMatcher, UPat
 from kc.ir.uop import GroupOp, Ops, UOp
 from kc.renderer import Program, Renderer, TensorCore, WMMAArg, estimate_ops
 from kc.renderer.cstyle import CStyleLanguage
+from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
 from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, BackendHooks, BackendSpec, PluginWarning, api_compatible,
@@ -79,6 +80,8 @@ __all__ = [
   # what a backend subclasses or returns
   "Renderer", "TensorCore", "WMMAArg", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
+  # checking a TensorCore's declared layout against the instruction's documented one
+  "FragmentLayout", "derive_fragment_layout", "layout_mismatch",
   # the UOp-level names a renderer matches on
   "Ops", "UOp", "UPat", "PatternMatcher", "GroupOp", "DType", "PtrDType", "ImageDType", "dtypes",
   # the errors a backend raises

@@ -97,3 +97,29 @@ def _check_covers(tc: "TensorCore", layout: FragmentLayout) -> None:
   for name, frag, size in (("A", layout.a, M * K), ("B", layout.b, K * N), ("D", layout.c, M * N)):
     if len({c for lane in frag for c in lane}) != size:
       raise KcError(f"{tc}: the fragments of {name} hold {len({c for lane in frag for c in lane})} of its {size} elements")
+
+
+def layout_mismatch(tc: "TensorCore", hardware: FragmentLayout) -> "str | None":
+  """None when kc lays out `tc`'s fragments as the hardware does, else what differs.
+
+  `hardware` is the instruction's documented layout: for each lane and register slot, the (row, col) of A, B and D
+  it holds. kc's layout may number M, N and K differently from the documentation and still be right: D = A @ B holds
+  under any renumbering of the rows of M (in A and D together), of N (in B and D) and of K (in A and B). So the check
+  is that one such renumbering exists: every (lane, slot) of kc's layout, renumbered, is the hardware's (lane, slot).
+  Lane numbers are the warp's lane ids and slots are register order, so the renderer packs fragments as they come."""
+  derived = derive_fragment_layout(tc)
+  maps: dict[str, dict[int, int]] = {"M": {}, "N": {}, "K": {}}
+  for name, ours, theirs, (row, col) in (("A", derived.a, hardware.a, ("M", "K")), ("B", derived.b, hardware.b, ("K", "N")),
+                                         ("D", derived.c, hardware.c, ("M", "N"))):
+    if len(ours) != len(theirs) or any(len(o) != len(t) for o, t in zip(ours, theirs)):
+      return (f"{tc}: the fragments of {name} are {len(ours)} lanes x {len(ours[0]) if ours else 0} slots in kc, {len(theirs)} x "
+              f"{len(theirs[0]) if theirs else 0} in the hardware")
+    for lane, (o_slots, t_slots) in enumerate(zip(ours, theirs)):
+      for slot, (o, t) in enumerate(zip(o_slots, t_slots)):
+        for dim, mine, hw in ((row, o[0], t[0]), (col, o[1], t[1])):
+          if maps[dim].setdefault(mine, hw) != hw:
+            return (f"{tc}: lane {lane} slot {slot} of {name} holds {dim} index {mine} in kc, which elsewhere stands for the hardware's "
+                    f"{maps[dim][mine]}, but here for {hw}")
+  for dim, m in maps.items():
+    if len(set(m.values())) != len(m): return f"{tc}: two of kc's {dim} indices stand for the same hardware index ({m})"
+  return None

@@ -321,6 +321,7 @@ class DeviceRegistry:
 
   def __init__(self, table: Optional[PluginTable] = None):
     self._given_table, self._opened, self._lock = table, {}, threading.RLock()
+    self._device_free_compilers: dict = {}  # name -> (spec, Compiler) for devices that cannot open here
     self._default: Optional[str] = None
 
   @property
@@ -369,6 +370,19 @@ class DeviceRegistry:
                               "opening it: the plugin needs a BackendSpec.renderer factory for that")
     if (r := self[spec.name].renderer) is None: raise KcError(f"device {spec.name} from {spec.origin} has no renderer")
     return r
+
+  def compiler(self, name: str) -> Compiler:
+    """The device's Compiler: the opened device's where it can open here, else the plugin's device-free one
+    (BackendSpec.compiler, made once); DeviceUnavailable names why when neither exists here."""
+    spec = self.spec(name)
+    if (reason := self.table.unavailable_reason(spec.name)) is None: return self[spec.name].compiler
+    if spec.compiler is None:
+      raise DeviceUnavailable(f"device {spec.name} cannot open here ({reason}) and {spec.origin} gives no compiler without "
+                              "opening it (BackendSpec.compiler)")
+    with self._lock:
+      if (hit := self._device_free_compilers.get(spec.name)) is None or hit[0] is not spec:
+        hit = self._device_free_compilers[spec.name] = (spec, spec.compiler())
+    return hit[1]
 
   def __getitem__(self, name: str) -> CompiledDevice:
     spec = self.spec(name)

@@ -68,6 +68,9 @@ class BackendSpec:
   renderer: builds the device's Renderer without opening the device, so source can be rendered (and compiled,
     where the compiler needs no device) on machines that cannot run it. None: the renderer is taken from the
     opened device, so the device can only render where it can open.
+  compiler: builds the device's Compiler without opening the device, for backends whose compiler needs no device
+    (NVRTC, a cross compiler): the conformance compile tier then runs on machines that cannot run the device. None:
+    the compiler is taken from the opened device.
   distribution / version: the distribution that provides the device and its version, shown by `kc devices` and
     in every error about the device; filled in from the entry point's distribution when left empty."""
   name: str
@@ -78,6 +81,7 @@ class BackendSpec:
   renderer: Optional[Callable[[], Renderer]] = None
   distribution: str = ""
   version: str = ""
+  compiler: Optional[Callable[[], Any]] = None  # -> kc.backend.Compiler (declared by kc.runtime.device)
 
   @property
   def origin(self) -> str:
@@ -129,6 +133,8 @@ def validate_spec(spec: Any, origin: str) -> BackendSpec:
     if not callable(getattr(spec, field)): raise PluginError(f"{origin}: device {spec.name} has a {field} that is not callable")
   if spec.renderer is not None and not callable(spec.renderer):
     raise PluginError(f"{origin}: device {spec.name} has a renderer that is not callable")
+  if spec.compiler is not None and not callable(spec.compiler):
+    raise PluginError(f"{origin}: device {spec.name} has a compiler that is not callable")
   return dataclasses.replace(spec, name=spec.name.upper())
 
 
