@@ -39,6 +39,8 @@ class Case:
   HAND. tensor_core: the (dtype_in, dtype_out) a tensor core needs to run this matmul (tensor-core specs only then).
   needs: capabilities beyond the dtypes of its buffers (which are always needed). tolerance: a per-case override,
   {dtype name: Tolerance}, for a case whose numerics differ from its class (say why where it is declared).
+  tc_tolerance: the override that applies under the tensor-core specs on top of `tolerance` (a float32 tensor core
+  may round its inputs to tf32).
   vector_access: the render tier also checks that the Program's loads and stores are vectors under an opt that
   upcasts the last axis by 4 (only meaningful with needs=("float4",))."""
   name: str
@@ -48,8 +50,15 @@ class Case:
   tensor_core: Optional[tuple[DType, DType]] = None
   needs: tuple[str, ...] = ()
   tolerance: Optional[dict] = None
+  tc_tolerance: Optional[dict] = None
   group: str = ""
   vector_access: bool = False  # under a spec that upcasts its last axis by 4, the Program must load and store vectors
+
+
+  def overrides(self, tensor_core: bool = False) -> Optional[dict]:
+    """The tolerance overrides of this case when run with (tensor_core=True) or without a tensor core."""
+    if not (tensor_core and self.tc_tolerance): return self.tolerance
+    return {**(self.tolerance or {}), **self.tc_tolerance}
 
 
 CASES: dict[str, Case] = {}

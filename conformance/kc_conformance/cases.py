@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
-from .case import BASIC, Setup, arg, bf16_round, case, ints, nonzero, single, uniform
+from .case import BASIC, Case, Setup, arg, bf16_round, case, ints, nonzero, register, single, uniform
 from .tolerance import Tolerance
 
 
@@ -375,15 +375,20 @@ def _matmul(rng, M, K, N, transposed=False, dt=dtypes.float32) -> Setup:
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
-@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
+# a float32 tensor core may round its inputs to tf32 (10 mantissa bits, CUDA's m16n8k8): a product is then good to about
+# 1e-3 relative, and a sum of K of them to about K * 1e-3 of its terms' size
+TF32 = {"float32": Tolerance(1e-2, 1e-2)}
+
+
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32), tc_tolerance=TF32)
 def matmul_square(rng): return _matmul(rng, 16, 16, 16)
 
 
-@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32), tc_tolerance=TF32)
 def matmul_odd(rng): return _matmul(rng, 7, 9, 5)
 
 
-@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32), tc_tolerance=TF32)
 def matmul_transposed(rng): return _matmul(rng, 8, 12, 6, transposed=True)
 
 
@@ -391,7 +396,7 @@ def matmul_transposed(rng): return _matmul(rng, 8, 12, 6, transposed=True)
 def matmul_half_in_float_acc(rng): return _matmul(rng, 8, 16, 8, dt=dtypes.float16)
 
 
-@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32), tc_tolerance=TF32)
 def matmul_batched(rng):
   B, M, K, N = 3, 8, 6, 4
   a, b = uniform(rng, (B, M, K)), uniform(rng, (B, K, N))
@@ -400,7 +405,7 @@ def matmul_batched(rng):
   return single(A.sink(A.store(0, out)), {1: a, 2: b}, {0: want})
 
 
-@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32))
+@case("reduce", "matmul", tensor_core=(dtypes.float32, dtypes.float32), tc_tolerance=TF32)
 def matmul_both_transposed(rng):
   M, K, N = 6, 10, 4
   a, b = uniform(rng, (K, M)), uniform(rng, (N, K))
@@ -411,6 +416,33 @@ def matmul_both_transposed(rng):
 
 @case("reduce", "matmul", tensor_core=(dtypes.float16, dtypes.float32))
 def matmul_half_32(rng): return _matmul(rng, 32, 32, 32, dt=dtypes.float16)
+
+
+# A tensor core for each (input, accumulator) pair a backend may declare: a square matmul of whole tensor-core tiles,
+# an odd one (PADTO pads M, K and N) and a batched one, in the tensor core's own dtypes (numpy computes in float64
+# from the same inputs, which the input dtype holds exactly).
+
+def _tc_matmul(rng, B: int, M: int, K: int, N: int, dt_in: DType, dt_acc: DType) -> Setup:
+  """B matmuls (M, K) @ (K, N) in dt_in accumulating in dt_acc; B == 1 is a plain 2-D matmul."""
+  lead = (B,) if B > 1 else ()
+  def data(shape):
+    x = uniform(rng, lead + shape, -1.0, 1.0)
+    return bf16_round(x) if dt_in == dtypes.bfloat16 else x.astype(dt_in.np)
+  a, b = data((M, K)), data((K, N))
+  x, y = arg(1, lead + (M, K), dt_in).reshape(*lead, M, K, 1), arg(2, lead + (K, N), dt_in).reshape(*lead, 1, K, N)
+  prod = x * y if dt_in == dt_acc else x.cast(dt_acc) * y.cast(dt_acc)
+  want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+  want = (bf16_round(want) if dt_acc == dtypes.bfloat16 else want.astype(dt_acc.np)).reshape(*lead, M, 1, N)
+  return single(A.sink(A.store(0, prod.sum(len(lead) + 1))), {1: a, 2: b}, {0: want})
+
+
+# half accumulation rounds every partial sum to half: K = 32 of them stay within 2e-2 of the float64 answer
+_HALF_ACC = {"float16": Tolerance(2e-2, 2e-2)}
+for _in, _acc, _tol in ((dtypes.float16, dtypes.float32, None), (dtypes.bfloat16, dtypes.float32, None), (dtypes.float16, dtypes.float16, _HALF_ACC)):
+  _tag = f"{'bf16' if _in == dtypes.bfloat16 else 'f16'}_{'f16' if _acc == dtypes.float16 else 'f32'}"
+  for _suffix, _dims in (("tiles", (1, 16, 32, 16)), ("odd", (1, 9, 20, 7)), ("batched", (3, 16, 16, 8))):
+    register(Case(f"tc_matmul_{_tag}_{_suffix}", lambda rng, d=_dims, i=_in, o=_acc: _tc_matmul(rng, *d, i, o), "reduce",
+                  tensor_core=(_in, _acc), tolerance=_tol, group="matmul"))
 
 
 # ----------------------------------------------------------------------------------------------------- past launch limits

@@ -55,8 +55,10 @@ def limit_violations(prg: Program, renderer) -> list[str]:
   return out
 
 
-def comparisons(case: Case, setup: Setup, outs: dict[int, np.ndarray]) -> list[Comparison]:
-  return [compare(i, outs[i], want, setup.dtypes[i], tolerance(setup.dtypes[i], case.kind, case.tolerance)) for i, want in setup.expected.items()]
+def comparisons(case: Case, setup: Setup, outs: dict[int, np.ndarray], tensor_core: bool = False) -> list[Comparison]:
+  """Each output against numpy's; `tensor_core`: the kernel ran with a tensor core (Case.tc_tolerance applies)."""
+  over = case.overrides(tensor_core)
+  return [compare(i, outs[i], want, setup.dtypes[i], tolerance(setup.dtypes[i], case.kind, over)) for i, want in setup.expected.items()]
 
 
 @dataclass
@@ -67,8 +69,8 @@ class Verdict:
   reason: Optional[str] = None
 
 
-def judge(case: Case, setup: Setup, outs: dict[int, np.ndarray]) -> Verdict:
-  comps = comparisons(case, setup, outs)
+def judge(case: Case, setup: Setup, outs: dict[int, np.ndarray], tensor_core: bool = False) -> Verdict:
+  comps = comparisons(case, setup, outs, tensor_core)
   bad = [c for c in comps if not c.ok]
   return Verdict(not bad, comps, "; ".join(c.describe() for c in bad) or None)
 

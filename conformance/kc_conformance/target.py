@@ -126,10 +126,10 @@ class Target:
     self._needs_device("run")
     setup, prg = self.program(case, spec, record)
     outs = self._outcome(self._call("run", self.device, prg, setup), record, "running", prg.src)
-    verdict = judge(case, setup, outs)
+    verdict = judge(case, setup, outs, tensor_core=spec.kind == "tc")
     record("kc_errors", [c.to_json() for c in verdict.comparisons])
     if not verdict.ok:
-      record("kc_mismatches", mismatch_sample(case, setup, outs))
+      record("kc_mismatches", mismatch_sample(case, setup, outs, tensor_core=spec.kind == "tc"))
       fail(record, "WrongResult", verdict.reason, f"wrong result: {verdict.reason}", source=prg.src)
 
   def _outcome(self, result, record, doing: str, src: str):
@@ -194,7 +194,7 @@ def _plain(x) -> Any:
   return x if isinstance(x, (bool, int)) else float(x)
 
 
-def mismatch_sample(case: Case, setup: Setup, outs: dict, limit: int = 5) -> list[dict]:
+def mismatch_sample(case: Case, setup: Setup, outs: dict, limit: int = 5, tensor_core: bool = False) -> list[dict]:
   """Up to `limit` elements per output that are outside the tolerance, worst first: their index, numpy's value and
   the device's. Candidates are the elements with the largest absolute and relative errors; each is judged by the
   same comparison the test uses."""
@@ -202,7 +202,7 @@ def mismatch_sample(case: Case, setup: Setup, outs: dict, limit: int = 5) -> lis
   for i, want in setup.expected.items():
     got, dt = np.asarray(outs[i]), setup.dtypes[i]
     if got.shape != want.shape: continue  # the comparison already says so; there are no matching indices
-    tol = tolerance(dt, case.kind, case.tolerance)
+    tol = tolerance(dt, case.kind, case.overrides(tensor_core))
     g, w = got.reshape(-1), np.asarray(want).reshape(-1)
     with np.errstate(all="ignore"):
       diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
