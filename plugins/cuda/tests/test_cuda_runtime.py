@@ -281,3 +281,146 @@ def test_dynamic_shared_memory_above_48k(gpu):
   np.testing.assert_array_equal(out, (data * 2)[::-1])
   with pytest.raises(KcError, match="shared memory"):
     CUDAProgram(gpu, "big_shared", pack_library({"dynamic_shared": gpu.props.shared_per_block_optin + 1}, cubin))
+
+
+# ---------------------------------------------------------------------------------------------------------- a stand-in driver
+# Without a GPU the runtime's calls go to FakeDriver: host memory stands in for device memory (so pointers, offsets and
+# copies are real addresses), and a launch records its arguments and runs a Python version of the kernel. This checks
+# the runtime's use of the driver API (argument order, handles, params, events) where no driver exists.
+
+class FakeDriver:
+  def __init__(self):
+    self.CUresult, self.CUstream_flags, self.CUevent_flags = cu.CUresult, cu.CUstream_flags, cu.CUevent_flags
+    self.CUfunction_attribute = cu.CUfunction_attribute
+    self.memory, self.launches, self.attributes, self.current, self.unloaded = {}, [], {}, None, []
+    self.kernels = {}  # name -> python function(params address, grid, block)
+    self.fail_alloc = 0
+
+  def ok(self, *values): return (cu.CUresult.CUDA_SUCCESS, *values)
+  def cuDeviceGet(self, ordinal): return self.ok(ordinal)
+  def cuDevicePrimaryCtxRetain(self, dev): return self.ok("ctx")
+  def cuDevicePrimaryCtxRelease(self, dev): return self.ok()
+  def cuCtxSetCurrent(self, ctx): self.current = ctx; return self.ok()
+  def cuCtxSynchronize(self): return self.ok()
+  def cuStreamCreate(self, flags): return self.ok("stream")
+  def cuStreamDestroy(self, stream): return self.ok()
+  def cuStreamSynchronize(self, stream): return self.ok()
+
+  def cuMemAlloc(self, n):
+    assert self.current == "ctx" and n > 0
+    if self.fail_alloc: self.fail_alloc -= 1; return (cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY, None)
+    buf = ctypes.create_string_buffer(n)
+    self.memory[ctypes.addressof(buf)] = buf
+    return self.ok(cu.CUdeviceptr(ctypes.addressof(buf)))
+
+  def cuMemFree(self, ptr): del self.memory[int(ptr)]; return self.ok()
+  def cuMemcpyHtoDAsync(self, dst, src, n, stream): ctypes.memmove(dst, src, n); return self.ok()
+  def cuMemcpyDtoHAsync(self, dst, src, n, stream): ctypes.memmove(dst, src, n); return self.ok()
+  def cuMemcpyDtoDAsync(self, dst, src, n, stream): ctypes.memmove(dst, src, n); return self.ok()
+
+  def cuModuleLoadData(self, image):
+    assert isinstance(image, int) and ctypes.string_at(image, 4) == b"\x7fELF"
+    return self.ok("module")
+  def cuModuleUnload(self, module): self.unloaded.append(module); return self.ok()
+  def cuModuleGetFunction(self, module, name):
+    return self.ok(name.decode()) if name.decode() in self.kernels else (cu.CUresult.CUDA_ERROR_NOT_FOUND, None)
+  def cuFuncSetAttribute(self, fn, attr, value): self.attributes[(fn, attr)] = value; return self.ok()
+
+  def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+    assert self.current == "ctx" and stream == "stream" and extra == 0
+    self.launches.append(((gx, gy, gz), (bx, by, bz), shared))
+    self.kernels[fn](params, (gx, gy, gz), (bx, by, bz))
+    return self.ok()
+
+  def cuEventCreate(self, flags): return self.ok(object())
+  def cuEventRecord(self, event, stream): return self.ok()
+  def cuEventSynchronize(self, event): return self.ok()
+  def cuEventElapsedTime(self, start, end): return self.ok(0.25)
+  def cuEventDestroy(self, event): return self.ok()
+
+
+def _scale_kernel(params, grid, block):
+  """out[i] = in[i] * k for the n = grid*block floats: params are (out, in, k)."""
+  slots = (ctypes.c_void_p * 3).from_address(params)
+  out, src = (ctypes.c_uint64.from_address(slots[i]).value for i in range(2))
+  k = ctypes.c_int32.from_address(slots[2]).value
+  n = grid[0] * block[0]
+  x = np.frombuffer((ctypes.c_float * n).from_address(src), np.float32)
+  np.frombuffer((ctypes.c_float * n).from_address(out), np.float32)[:] = x * k
+
+
+@pytest.fixture
+def fake(monkeypatch):
+  pytest.importorskip("kc_cuda.compiler")
+  import kc_cuda.runtime as runtime
+  drv = FakeDriver()
+  drv.kernels["scale"] = _scale_kernel
+  monkeypatch.setattr(runtime, "cu", drv)
+  monkeypatch.setattr(runtime, "init_driver", lambda: None)
+  monkeypatch.setattr(runtime, "device_props", lambda ordinal: H100)
+  return drv, runtime.CUDADevice("CUDA", 0, "kc-cuda test")
+
+
+def test_fake_device_memory_and_copies(fake):
+  drv, dev = fake
+  a = dev.allocator
+  data = np.arange(64, dtype=np.float32)
+  mem = a.alloc(data.nbytes)
+  a.copyin(mem, memoryview(data).cast("B"))
+  out = np.zeros(8, np.float32)
+  a.copyout(memoryview(out).cast("B"), a.offset(mem, 32, 64))
+  np.testing.assert_array_equal(out, data[16:24])
+  other = a.alloc(data.nbytes)
+  a.copy_device(other, mem, data.nbytes)
+  assert ctypes.string_at(other.ptr, data.nbytes) == data.tobytes()
+  assert a.alloc(0).nbytes == 0
+  with pytest.raises(KcError, match="do not fit"): a.copyin(a.alloc(4), memoryview(data).cast("B"))
+
+
+def test_fake_out_of_memory_frees_the_cache_and_retries(fake):
+  drv, dev = fake
+  a = dev.allocator
+  a.free(a.alloc(128), 128)
+  drv.fail_alloc = 1
+  assert a.alloc(256).nbytes == 256 and not a.cache
+  drv.fail_alloc = 1
+  with pytest.raises(CUDAOutOfMemory, match="CUDA_ERROR_OUT_OF_MEMORY"): a.alloc(256)
+
+
+def test_fake_launch_packs_params_and_times(fake):
+  from kc_cuda.compiler import pack_library
+  drv, dev = fake
+  prg = dev.runtime("scale", pack_library({"dynamic_shared": 0}, b"\x7fELF fake cubin"))
+  data = np.arange(512, dtype=np.float32)
+  src, dst = dev.allocator.alloc(data.nbytes), dev.allocator.alloc(data.nbytes)
+  dev.allocator.copyin(src, memoryview(data).cast("B"))
+  assert prg(dst, src, global_size=(4, 1, 1), local_size=(128, 1, 1), vals=(3,), wait=True) == pytest.approx(0.25e-3)
+  assert drv.launches[-1] == ((4, 1, 1), (128, 1, 1), 0)
+  out = np.empty_like(data)
+  dev.allocator.copyout(memoryview(out).cast("B"), dst)
+  np.testing.assert_array_equal(out, data * 3)
+  assert prg(dst, src, global_size=(512,), local_size=None, vals=(1,)) is None  # no wait: nothing to time
+  assert drv.launches[-1][:2] == ((2, 1, 1), (256, 1, 1))
+  n = len(drv.launches)
+  assert prg(dst, src, global_size=(0, 1, 1), local_size=(128, 1, 1), vals=(1,), wait=True) == 0.0 and len(drv.launches) == n
+  with pytest.raises(KcError, match="buffer 1"): prg(dst, np.zeros(4), global_size=(1,), local_size=(1,), vals=(1,))
+  with pytest.raises(KcError, match="int32"): prg(dst, src, global_size=(1,), local_size=(1,), vals=(2**40,))
+
+
+def test_fake_program_loading(fake):
+  from kc_cuda.compiler import pack_library
+  drv, dev = fake
+  drv.kernels["big"] = _scale_kernel
+  prg = dev.runtime("big", pack_library({"dynamic_shared": 100_000}, b"\x7fELF"))
+  attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  assert drv.attributes[("big", attr)] == 100_000 and prg.dynamic_shared == 100_000
+  with pytest.raises(KcError, match='extern "C"'): dev.runtime("missing", pack_library({}, b"\x7fELF"))
+  del prg
+  import gc; gc.collect()
+  assert "module" in drv.unloaded  # the module goes when its program does
+
+
+def test_fake_close(fake):
+  drv, dev = fake
+  dev.close()
+  with pytest.raises(KcError, match="closed"): dev.allocator.alloc(4)
