@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 from kc import DType, dtypes
 from kc import ast as A
+from kc.ir.dtype import float_to_fp8, fp8_to_float32, round_fp8
 from .case import BASIC, HAND, Case, Setup, arg, bf16_round, nonzero, register, single
 
 SHAPE = (5, 12)
@@ -18,11 +19,14 @@ INTS = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dty
 
 
 def short(dt: DType) -> str:
-  return {"bool": "bool", "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}.get(dt.name, dt.name.replace("int", "i"))
+  return {"bool": "bool", "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+          "fp8e4m3": "fp8e4m3", "fp8e5m2": "fp8e5m2"}.get(dt.name, dt.name.replace("int", "i"))
 
 
 def as_dtype(x: np.ndarray, dt: DType) -> np.ndarray:
-  """numpy values of `dt` (bfloat16: float32 values rounded to bfloat16)."""
+  """numpy values of `dt` (bfloat16: float32 values rounded to bfloat16; fp8: float32 values of the fp8 type, rounded
+  once from float64 by kc's own conversion, which the tests check against ml_dtypes)."""
+  if dt in dtypes.fp8s: return round_fp8(np.asarray(x, np.float64), dt)
   return bf16_round(np.asarray(x, np.float32)) if dt == dtypes.bfloat16 else np.asarray(x).astype(dt.np)
 
 
@@ -63,9 +67,11 @@ FLOAT_ONLY = {"fdiv": (lambda x, y: x / y, lambda a, b: a / b)}
 UNARY = {"neg": (lambda x: -x, np.negative)}
 # transcendental: builder, float64 reference, input range per float dtype
 TRANSCENDENTAL = {
-  "exp2": (lambda x: x.exp2(), np.exp2, {dtypes.float16: (-12, 12), dtypes.bfloat16: (-20, 20), dtypes.float32: (-60, 60), dtypes.float64: (-500, 500)}),
+  "exp2": (lambda x: x.exp2(), np.exp2, {dtypes.float16: (-12, 12), dtypes.bfloat16: (-20, 20), dtypes.float32: (-60, 60), dtypes.float64: (-500, 500),
+                                          dtypes.fp8e4m3: (-6, 6), dtypes.fp8e5m2: (-12, 12)}),
   "log2": (lambda x: x.log2(), np.log2, None),
-  "sin": (lambda x: x.sin(), np.sin, {dtypes.float16: (-6, 6), dtypes.bfloat16: (-6, 6), dtypes.float32: (-20, 20), dtypes.float64: (-20, 20)}),
+  "sin": (lambda x: x.sin(), np.sin, {dtypes.float16: (-6, 6), dtypes.bfloat16: (-6, 6), dtypes.float32: (-20, 20), dtypes.float64: (-20, 20),
+                                      dtypes.fp8e4m3: (-6, 6), dtypes.fp8e5m2: (-6, 6)}),
   "sqrt": (lambda x: x.sqrt(), np.sqrt, None),
   "recip": (lambda x: x.recip(), np.reciprocal, None),
 }
@@ -175,18 +181,22 @@ def _bits(rng, dt: DType) -> np.ndarray:
     top = nbits - 2
     raw &= ~np.uint64(1 << top)
     raw |= np.uint64(1 << (top - 4 if nbits == 16 else top - 1))
+  if nbits == 8: raw &= ~np.uint64(0x40)  # both fp8 layouts: the exponent's top bit clear, so never inf or NaN
   u = raw.astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize])
   if dt == dtypes.bfloat16: return (u.astype(np.uint32) << 16).view(np.float32)
+  if dt in dtypes.fp8s: return fp8_to_float32(u, dt)
   return u.view(dt.np)
 
 
 def _as_bits(a: np.ndarray, dt: DType) -> np.ndarray:
   if dt == dtypes.bfloat16: return (np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+  if dt in dtypes.fp8s: return float_to_fp8(a, dt)
   return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize])
 
 
 def _from_bits(bits: np.ndarray, dt: DType) -> np.ndarray:
   if dt == dtypes.bfloat16: return (bits.astype(np.uint32) << 16).view(np.float32)
+  if dt in dtypes.fp8s: return fp8_to_float32(bits, dt)
   return bits.view(dt.np)
 
 

@@ -8,7 +8,7 @@ from kc.helpers import debug_level
 from kc.ir.symbolic import sym_infer
 from kc.codegen import Kernel
 from kc.kernel import Opt
-from kc.runtime.arguments import ArgumentError, buffer_specs
+from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs
 from kc.renderer import Program
 from kc.ir.uop import UOp
 
@@ -118,8 +118,18 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = "hand") -> 
   return CompiledKernel(sink, k, prg, dev.name, handle)
 
 
+def _output_np_dtype(dt, specs, inputs: dict[int, np.ndarray]) -> np.dtype:
+  """numpy's dtype for an output of `dt`; for a dtype numpy lacks, the array type an input of `dt` came in (an
+  ml_dtypes type, found without importing it), else the raw bits."""
+  if (bits := bits_dtype(dt)) is None: return dt.np
+  given = [a.dtype for s in specs if not s.output and s.dtype == dt and isinstance(a := inputs.get(s.index), np.ndarray)]
+  return next((g for g in given if g != bits and array_fits(dt, g)), bits)
+
+
 def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, opts: OptsArg = "hand", **var_vals) -> dict[int, np.ndarray]:
-  """Compile and run once; the outputs are allocated here (shaped like each store) and returned by index."""
+  """Compile and run once; the outputs are allocated here (shaped like each store) and returned by index. An output
+  of a dtype numpy lacks (bfloat16, fp8) comes back in the type its inputs of that dtype were given in (ml_dtypes'),
+  else as its raw bits (uint16, uint8)."""
   ck = compile(sink, device, opts)
   vals = ck._var_values(var_vals)
   args: list = []
@@ -127,7 +137,7 @@ def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, 
   for spec in ck.specs:
     if spec.output:
       shape = spec.shape_at(vals)  # numpy's shape where kc.ast recorded it (x.sum(1) is (M,), not the kernel's (M, 1))
-      outs[spec.index] = np.zeros(shape if shape is not None else spec.elements_at(vals), dtype=spec.dtype.np)
+      outs[spec.index] = np.zeros(shape if shape is not None else spec.elements_at(vals), dtype=_output_np_dtype(spec.dtype, ck.specs, inputs))
       args.append(outs[spec.index])
     elif spec.index in inputs: args.append(inputs[spec.index])
     else: raise KcError(f"kc.run needs an input for buffer {spec.index}")

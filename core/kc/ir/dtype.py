@@ -108,7 +108,8 @@ class dtypes:
   @staticmethod
   def finfo(dt: DType) -> tuple[int, int]:
     """(exponent bits, mantissa bits) of a float dtype."""
-    if (r := {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52)}.get(dt.scalar())) is None:
+    if (r := {dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7), dtypes.float32: (8, 23), dtypes.float64: (11, 52),
+              dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2)}.get(dt.scalar())) is None:
       raise DTypeError(f"{dt} is not a float type")
     return r
 
@@ -164,15 +165,23 @@ class dtypes:
   bfloat16: Final[DType] = _intern(DType, 10, 2, "bfloat16", None, 1, None)
   float32: Final[DType] = _intern(DType, 11, 4, "float32", "f", 1, None)
   float64: Final[DType] = _intern(DType, 12, 8, "float64", "d", 1, None)
+  # OCP FP8 (numpy has none): e4m3 is the "fn" variant (no infinities, NaN = S.1111.111, max 448), e5m2 is IEEE-like
+  # (infinities, max 57344). They share float16's priority: the promotion lattice, not the priority, orders them
+  # below it, and a sort puts them first among the floats (itemsize breaks the tie). The existing types keep their
+  # numbers, so pickled UOps of kernels without fp8 stay byte-identical.
+  fp8e4m3: Final[DType] = _intern(DType, 9, 1, "fp8e4m3", None, 1, None)
+  fp8e5m2: Final[DType] = _intern(DType, 9, 1, "fp8e5m2", None, 1, None)
 
   # aliases
   half = float16; float = float32; double = float64
+  float8_e4m3fn = fp8e4m3; float8_e5m2 = fp8e5m2  # ml_dtypes' (and PyTorch's) names
   char = int8; uchar = uint8; short = int16; ushort = uint16; int = int32; uint = uint32; long = int64; ulong = uint64
 
   uints = (uint8, uint16, uint32, uint64)
   sints = (int8, int16, int32, int64)
   ints = uints + sints
-  floats = (float16, bfloat16, float32, float64)
+  fp8s = (fp8e4m3, fp8e5m2)
+  floats = (float16, bfloat16, float32, float64) + fp8s  # fp8 last: code that walks the floats in order sees them as before
   all = (bool,) + ints + floats
 
   default_int = int32
@@ -189,7 +198,10 @@ def _image(base: DType, shp) -> ImageDType:
 
 _KIND: dict[DType, str] = {dtypes.bool: "b", **{d: "i" for d in dtypes.sints}, **{d: "u" for d in dtypes.uints},
                            **{d: "f" for d in dtypes.floats}}
+# e4m3 has no infinities: its range ends at its largest finite values, which also makes -448 the identity of a max
+# reduce (-inf would become NaN in it)
 _RANGE: dict[DType, tuple] = {dtypes.bool: (False, True), **{d: (-math.inf, math.inf) for d in dtypes.floats},
+                              dtypes.fp8e4m3: (-448.0, 448.0),
                               **{d: (0, 2 ** (8 * d.itemsize) - 1) for d in dtypes.uints},
                               **{d: (-2 ** (8 * d.itemsize - 1), 2 ** (8 * d.itemsize - 1) - 1) for d in dtypes.sints}}
 _BY_NAME: dict[str, DType] = {dt.name: dt for dt in dtypes.all}
@@ -198,8 +210,14 @@ _FROM_NUMPY: dict[np.dtype, DType] = {np.dtype(dt.fmt): dt for dt in _BY_NAME.va
 # The promotion lattice: each type's immediate supertypes. It reproduces numpy's promote_types for every
 # pair numpy has (int8+uint8 -> int16, int64+uint64 -> float64, int16+float16 -> float32, ...), with
 # bfloat16 placed beside float16 (both widen to float32, and to each other only through float32).
+# fp8: every e4m3 and every e5m2 value is exact in float16 and in bfloat16 (their exponent ranges and mantissas fit in
+# both), so each fp8 type sits directly below both 16-bit floats, and bool below each fp8 type (0 and 1 are exact).
+# Neither fp8 type holds the other (e4m3 has the finer mantissa, e5m2 the wider range), so they meet in float16, the
+# lower-priority of the two minimal common supertypes, as int8 + bfloat16 does. No existing pair's result changes:
+# the new types only add supertypes to bool, whose joins with the others are still the others.
 _PROMOTES_TO: dict[DType, tuple[DType, ...]] = {
-  dtypes.bool: (dtypes.int8, dtypes.uint8),
+  dtypes.bool: (dtypes.int8, dtypes.uint8, dtypes.fp8e4m3, dtypes.fp8e5m2),
+  dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16),
   dtypes.int8: (dtypes.int16, dtypes.float16, dtypes.bfloat16), dtypes.uint8: (dtypes.int16, dtypes.uint16, dtypes.float16, dtypes.bfloat16),
   dtypes.int16: (dtypes.int32, dtypes.float32), dtypes.uint16: (dtypes.int32, dtypes.uint32, dtypes.float32),
   dtypes.int32: (dtypes.int64, dtypes.float64), dtypes.uint32: (dtypes.int64, dtypes.uint64, dtypes.float64),
@@ -245,6 +263,71 @@ def _round_bfloat16(x: float) -> float:
   return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
+# ***** fp8 <-> float: the one implementation the emulator, the argument checks and constant folding share
+
+@dataclass(frozen=True)
+class FP8Format:
+  """The encoding of one fp8 type: sign, `exp_bits` exponent bits with bias 2^(exp_bits-1)-1, `man_bits` mantissa bits."""
+  exp_bits: int
+  man_bits: int
+  max_value: float    # the largest finite value
+  has_inf: bool       # e5m2: an all-ones exponent is inf (mantissa 0) or NaN; e4m3fn: only S.1111.111 is NaN
+
+  @property
+  def bias(self) -> int: return (1 << (self.exp_bits - 1)) - 1
+
+
+FP8_FORMATS: dict[DType, FP8Format] = {dtypes.fp8e4m3: FP8Format(4, 3, 448.0, False), dtypes.fp8e5m2: FP8Format(5, 2, 57344.0, True)}
+
+
+def _fp8_decode_table(f: FP8Format) -> np.ndarray:
+  """The float32 value of each of the 256 codes (all exact in float32)."""
+  codes = np.arange(256)
+  exp, man = (codes >> f.man_bits) & ((1 << f.exp_bits) - 1), codes & ((1 << f.man_bits) - 1)
+  # exponent 0 is subnormal: no implicit 1, and the smallest normal exponent
+  mag = np.ldexp(np.where(exp == 0, man, man + (1 << f.man_bits)).astype(np.float64), np.maximum(exp, 1) - f.bias - f.man_bits)
+  top = exp == (1 << f.exp_bits) - 1
+  if f.has_inf: mag = np.where(top, np.where(man == 0, np.inf, np.nan), mag)
+  else: mag = np.where(top & (man == (1 << f.man_bits) - 1), np.nan, mag)
+  return np.where(codes & 0x80, -mag, mag).astype(np.float32)
+
+
+_FP8_VALUES = {dt: _fp8_decode_table(f) for dt, f in FP8_FORMATS.items()}
+# the finite non-negative values, codes 0.. in increasing order: a rounded magnitude's code is its position here
+_FP8_FINITE = {dt: t[:0x80][np.isfinite(t[:0x80])].astype(np.float64) for dt, t in _FP8_VALUES.items()}
+for _t in (*_FP8_VALUES.values(), *_FP8_FINITE.values()): _t.flags.writeable = False
+
+
+def fp8_to_float32(bits, dt: DType) -> np.ndarray:
+  """fp8 codes (any integer array, read as uint8) to their float32 values: exact."""
+  return _FP8_VALUES[dt.scalar()][np.asarray(bits).astype(np.uint8)]
+
+
+def float_to_fp8(x, dt: DType) -> np.ndarray:
+  """Float values (float64 or narrower, rounded once) to fp8 codes as uint8: round to nearest even, subnormals
+  included; past the largest finite value e4m3 becomes NaN and e5m2 inf (ml_dtypes' conversion, CUDA's
+  __nv_cvt_float_to_fp8 with __NV_NOSAT); NaN stays NaN. The sign of zeros and NaNs is kept."""
+  f = FP8_FORMATS[dt.scalar()]
+  x = np.asarray(x, dtype=np.float64)
+  mag = np.abs(x)
+  with np.errstate(invalid="ignore", over="ignore"):
+    # the quantum of |x|'s binade (subnormals share the smallest normal binade's); dividing by a power of two is
+    # exact, so np.rint (ties to even) rounds to the nearest representable value exactly once
+    exp = np.maximum(np.frexp(mag)[1] - 1, 1 - f.bias)
+    quantum = np.ldexp(1.0, exp - f.man_bits)
+    rounded = np.rint(mag / quantum) * quantum
+    code = np.searchsorted(_FP8_FINITE[dt.scalar()], np.minimum(rounded, f.max_value)).astype(np.uint8)
+  overflow, nan = rounded > f.max_value, np.isnan(x)
+  code = np.where(overflow, 0x7C if f.has_inf else 0x7F, code)
+  code = np.where(nan, 0x7E if f.has_inf else 0x7F, code)
+  return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
+def round_fp8(x, dt: DType) -> np.ndarray:
+  """`x` rounded to the fp8 type `dt`, as float32 values."""
+  return fp8_to_float32(float_to_fp8(x, dt), dt)
+
+
 def _round_float(fmt: str):
   def rnd(x: float) -> float:
     with np.errstate(over="ignore"): return float(np.array(x, dtype=fmt))
@@ -266,4 +349,5 @@ def truncate(dt: DType, x):
 
 
 _TRUNCATE = {dtypes.bool: bool, dtypes.float64: float, dtypes.float32: _round_float("f"), dtypes.float16: _round_float("e"),
-             dtypes.bfloat16: lambda x: _round_bfloat16(float(x)), **{dt: _wrap_int(dt) for dt in dtypes.ints}}
+             dtypes.bfloat16: lambda x: _round_bfloat16(float(x)), **{dt: _wrap_int(dt) for dt in dtypes.ints},
+             **{dt: (lambda x, dt=dt: float(round_fp8(float(x), dt))) for dt in dtypes.fp8s}}

@@ -4,10 +4,10 @@ and overrides only its dialect: qualifiers, type names, work-item functions, bar
 render() walks the linearized UOps once. Expressions used once are inlined into their user; everything else
 becomes a named local (val0, alu1, acc0, ...). Loops and gated stores are blocks."""
 from __future__ import annotations
-import math, re
+import math, re, struct
 from collections import Counter
 from typing import Callable, Optional
-from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
+from kc.ir.dtype import FP8_FORMATS, DType, ImageDType, PtrDType, dtypes
 from kc.errors import CompileError
 from kc.renderer import Renderer
 from kc.ir.rewrite import PatternMatcher, UPat
@@ -38,18 +38,33 @@ def _operand(x: str) -> str:
   return f"({x})" if x.startswith("-") else x
 
 
-def _bf16_arithmetic_in_float(x: UOp) -> Optional[UOp]:
-  """bfloat16 arithmetic, done in float and rounded back: a dialect holding bfloat16 as bits has no bfloat16 ops."""
-  if x.dtype.scalar() != dtypes.bfloat16: return None
-  f = dtypes.float32.vec(x.dtype.count)
-  return UOp(x.op, f, tuple(s.cast(f) if s.dtype.scalar() == dtypes.bfloat16 else s for s in x.src), x.arg).cast(x.dtype)
+def _arithmetic_in_float(held: frozenset[DType]):
+  """A rule computing arithmetic on the `held` dtypes in float and rounding back: a dialect holding them as bits has
+  no ops on them."""
+  def rule(x: UOp) -> Optional[UOp]:
+    if x.dtype.scalar() not in held: return None
+    f = dtypes.float32.vec(x.dtype.count)
+    return UOp(x.op, f, tuple(s.cast(f) if s.dtype.scalar() in held else s for s in x.src), x.arg).cast(x.dtype)
+  return rule
 
 
-def _bf16_compare_in_float(x: UOp) -> Optional[UOp]:
-  """A comparison of bfloat16 values, done on their float values (comparing the bits would order negatives wrongly)."""
-  if x.src[0].dtype.scalar() != dtypes.bfloat16: return None
-  f = dtypes.float32.vec(x.src[0].dtype.count)
-  return x.replace(src=tuple(s.cast(f) for s in x.src))
+def _compare_in_float(held: frozenset[DType]):
+  """A rule comparing values of the `held` dtypes on their float values (comparing the bits would order negatives wrongly)."""
+  def rule(x: UOp) -> Optional[UOp]:
+    if x.src[0].dtype.scalar() not in held: return None
+    f = dtypes.float32.vec(x.src[0].dtype.count)
+    return x.replace(src=tuple(s.cast(f) for s in x.src))
+  return rule
+
+
+def _in_float(held: frozenset[DType]) -> PatternMatcher:
+  return PatternMatcher([
+    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _arithmetic_in_float(held)),
+    (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _compare_in_float(held)),
+  ], memoize=True)  # pure rules: results are remembered on the UOps
+
+
+def _float_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[0]
 
 
 class CStyleLanguage(Renderer):
@@ -112,12 +127,20 @@ class CStyleLanguage(Renderer):
   converted with __kc_bf2f (bits to float) and __kc_f2bf (float to bits, rounding to nearest even), which the dialect
   defines in its kernel prelude (render_kernel); its arithmetic and comparisons run in float when the dialect's
   extra_matcher includes bfloat16_in_float."""
-  bfloat16_in_float = PatternMatcher([
-    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _bf16_arithmetic_in_float),
-    (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _bf16_compare_in_float),
-  ], memoize=True)  # pure rules: results are remembered on the UOps
+  bfloat16_in_float = _in_float(frozenset({dtypes.bfloat16}))
   """The rules that compute bfloat16 arithmetic and comparisons in float: the extra_matcher (or a part of it) of a
   dialect with bfloat16_as_bits."""
+  fp8_as_bits: bool = True
+  """True (the default) where the dialect has no fp8 types, as C and OpenCL C have none: an fp8e4m3 or fp8e5m2 is held
+  as its 8 bits in the dialect's uint8 type and converted with __kc_<fp8 name>_to_f (bits to float, exact) and
+  __kc_f_to_<fp8 name> (float to bits: round to nearest even; past the largest finite value e4m3 becomes NaN and e5m2
+  inf), which render_kernel defines from fp8_helpers in every kernel that uses fp8; its arithmetic and comparisons run
+  in float when the dialect's extra_matcher includes fp8_in_float. A dialect with native fp8 types (CUDA's
+  __nv_fp8_e4m3) sets it False and renders them itself."""
+  fp8_in_float = _in_float(frozenset(dtypes.fp8s))
+  """The rules that compute fp8 arithmetic and comparisons in float: part of the extra_matcher of a dialect with fp8_as_bits."""
+  narrow_floats_in_float = _in_float(frozenset({dtypes.bfloat16, *dtypes.fp8s}))
+  """bfloat16_in_float and fp8_in_float in one matcher: the extra_matcher of a dialect holding both as bits."""
 
   # ***** dialect pieces a backend may override *****
 
@@ -130,20 +153,58 @@ class CStyleLanguage(Renderer):
       return prefix + self.render_dtype(dt.base) + "*"
     scalar = dt.scalar()
     if scalar == dtypes.bfloat16 and self.bfloat16_as_bits: scalar = dtypes.uint16  # held as its bits
+    if scalar in dtypes.fp8s and self.fp8_as_bits: scalar = dtypes.uint8
     name = self.type_map.get(scalar, _C_NAMES.get(scalar, scalar.name))
     return name + (str(dt.count) if dt.count > 1 else "")
 
   def render_cast(self, dt: DType, val: str) -> str:
-    """`val` converted to `dt` whatever its type: a C cast, or __kc_f2bf of its float value for bfloat16 held as bits."""
+    """`val` converted to `dt` whatever its type: a C cast, or the conversion of its float value to the bits of a
+    bfloat16 (__kc_f2bf) or fp8 (__kc_f_to_fp8e4m3, ...) held as bits."""
     if dt.scalar() == dtypes.bfloat16 and self.bfloat16_as_bits: return f"__kc_f2bf((float)({val}))"
+    if self._fp8_bits(dt): return f"__kc_f_to_{dt.scalar().name}((float)({val}))"
     return f"({self.render_dtype(dt)})({val})"
 
   def render_cast_uop(self, u: UOp, val: str) -> str:
-    """A CAST UOp: render_cast, except that bfloat16 held as bits is read through its float value (__kc_bf2f). A
-    dialect whose conversions depend on the source type in other ways overrides this."""
-    if self.bfloat16_as_bits and u.src[0].dtype.scalar() == dtypes.bfloat16 and u.dtype.scalar() != dtypes.bfloat16:
+    """A CAST UOp: render_cast, except that a bfloat16 or fp8 held as bits is read through its float value (__kc_bf2f,
+    __kc_fp8e4m3_to_f, ...). A dialect whose conversions depend on the source type in other ways overrides this."""
+    src = u.src[0].dtype.scalar()
+    if self.bfloat16_as_bits and src == dtypes.bfloat16 and u.dtype.scalar() != dtypes.bfloat16:
       return self.render_cast(u.dtype, f"__kc_bf2f({val})")
+    if self._fp8_bits(src):
+      if u.dtype.scalar() == src: return val  # the same bits
+      return self.render_cast(u.dtype, f"__kc_{src.name}_to_f({val})")
     return self.render_cast(u.dtype, val)
+
+  def _fp8_bits(self, dt: DType) -> bool: return self.fp8_as_bits and dt.scalar() in dtypes.fp8s
+
+  def fp8_helpers(self, dt: DType) -> list[str]:
+    """The dialect's C of __kc_<dt>_to_f and __kc_f_to_<dt> for the fp8 type `dt` held as bits, in uint32 bit
+    arithmetic on the float's bits (read with render_bitcast), so that every C-style dialect can use them."""
+    f = FP8_FORMATS[dt]
+    u8, u32, f32 = (self.render_dtype(t) for t in (dtypes.uint8, dtypes.uint32, dtypes.float32))
+    to_bits, from_bits = self.render_bitcast(dtypes.uint32, dtypes.float32, "f"), self.render_bitcast(dtypes.float32, dtypes.uint32, "u")
+    top, man_mask, drop, rebias = (1 << f.exp_bits) - 1, (1 << f.man_bits) - 1, 23 - f.man_bits, 127 - f.bias
+    # the largest finite value's mantissa decides a tie at the midpoint to the next binade value: an even one keeps it
+    mid = _float_bits(f.max_value + 2.0 ** (math.frexp(f.max_value)[1] - 1 - f.man_bits) / 2)
+    overflow_at = mid + 1 if (_float_bits(f.max_value) >> drop) & 1 == 0 else mid
+    nan_code, overflow_code = (0x7E, 0x7C) if f.has_inf else (0x7F, 0x7F)
+    # decode: e5m2's all-ones exponent is inf or NaN; e4m3's only NaN is S.1111.111; subnormals are m * 2^(1-bias-man_bits)
+    special = f"e == {top}u" if f.has_inf else f"e == {top}u && m == {man_mask}u"
+    special_bits = f"s | 0x7f800000u | (m ? 0x400000u : 0u)" if f.has_inf else "s | 0x7fc00000u"
+    decode = (f"static inline {f32} __kc_{dt.name}_to_f({u8} b) {{ {u32} s = (({u32})(b & 0x80u)) << 24, e = (b >> {f.man_bits}) & {top}u, "
+              f"m = b & {man_mask}u, u; if ({special}) u = {special_bits}; "
+              f"else if (e == 0u) {{ {f32} v = ({f32})m * {2.0 ** (1 - f.bias - f.man_bits)!r}f; return s ? -v : v; }} "
+              f"else u = s | ((e + {rebias}u) << 23) | (m << {drop}); return {from_bits}; }}")
+    # encode: NaN and overflow first; a normal result rounds the float's bits to nearest even on the dropped bits and
+    # rebiases the exponent (a carry into it is right); a subnormal one rounds the full mantissa shifted to its quantum
+    encode = (f"static inline {u8} __kc_f_to_{dt.name}({f32} f) {{ {u32} u = {to_bits}, s = (u >> 24) & 0x80u, a = u & 0x7fffffffu; "
+              f"if (a > 0x7f800000u) return ({u8})(s | {nan_code}u); if (a >= {overflow_at}u) return ({u8})(s | {overflow_code}u); "
+              f"int e = (int)(a >> 23) - 127; if (e >= {1 - f.bias}) {{ a += {(1 << (drop - 1)) - 1}u + ((a >> {drop}) & 1u); "
+              f"return ({u8})(s | ((a >> {drop}) - {rebias << f.man_bits}u)); }} "
+              f"int shift = {23 + 1 - f.bias - f.man_bits} - e; if (shift > 24) return ({u8})s; "
+              f"{u32} mant = (a & 0x7fffffu) | 0x800000u, n = mant >> shift, rem = mant & ((1u << shift) - 1u), tie = 1u << (shift - 1); "
+              f"if (rem > tie || (rem == tie && (n & 1u))) n++; return ({u8})(s | n); }}")
+    return [decode, encode]
 
   def render_bitcast(self, dt: DType, src_dt: DType, val: str) -> str:
     """`val` (an lvalue of `src_dt`: the walk names it first) with its bits read as `dt`, by default through a pointer
@@ -192,6 +253,9 @@ class CStyleLanguage(Renderer):
       if isinstance(dt, PtrDType): args.append(f"{self.render_dtype(dt, mutable)}{self.buffer_suffix} {name}")
       else: args.append(f"{self.arg_int_prefix} {name}")
     src = f"{self.kernel_prefix}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
+    if self.fp8_as_bits:  # after the dialect's own lines (includes, typedefs): the helpers use only its basic types
+      used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in uops}
+      prefix = (prefix or []) + [line for dt in dtypes.fp8s if dt in used for line in self.fp8_helpers(dt)]
     return "\n".join(prefix) + "\n" + src if prefix else src
 
   def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str:

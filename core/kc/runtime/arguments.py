@@ -7,20 +7,49 @@ the kernel reaches is checked.
 
 A numpy argument must have the declared shape, ignoring size-1 dims (a reduce keeps its axes as 1, so a (M, 1, N)
 output takes an (M, N) array), or be 1-D with as many elements (frameworks that hold flat buffers). Its dtype must
-be the buffer's. A non-contiguous input is copied, which is correct and only slower; an output is written in
+be the buffer's; for the dtypes numpy lacks (bfloat16, fp8e4m3, fp8e5m2) either ml_dtypes' array type of that name or the
+raw bits in the unsigned int of the same size (uint16, uint8). A non-contiguous input is copied, which is correct and only slower; an output is written in
 place, so it must be C-contiguous and writeable."""
 from __future__ import annotations
 from math import prod
 from typing import Optional, Union
 import numpy as np
 from kc.runtime.device import Allocator, Buffer
-from kc.ir.dtype import DType
+from kc.ir.dtype import DType, dtypes
 from kc.errors import ArgumentError, KcError  # noqa: F401  (ArgumentError: its home was here)
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.ir.symbolic import sym_infer
 from kc.ir.uop import Ops, UOp, sint
+
+
+# The dtypes numpy has no type for, each with ml_dtypes' name for it (recognized by name: kc never imports ml_dtypes,
+# a user who has it passes its arrays) and the unsigned int its bits are passed in otherwise.
+_WITHOUT_NUMPY: dict[DType, tuple[str, np.dtype]] = {
+  dtypes.bfloat16: ("bfloat16", np.dtype(np.uint16)),
+  dtypes.fp8e4m3: ("float8_e4m3fn", np.dtype(np.uint8)),
+  dtypes.fp8e5m2: ("float8_e5m2", np.dtype(np.uint8)),
+}
+
+
+def bits_dtype(dt: DType) -> Optional[np.dtype]:
+  """The numpy dtype an array of raw `dt` bits has, for the dtypes numpy lacks; None for the others."""
+  return None if (entry := _WITHOUT_NUMPY.get(dt)) is None else entry[1]
+
+
+def array_fits(dt: DType, arr_dtype: np.dtype) -> bool:
+  """Whether an array of `arr_dtype` holds `dt` values: numpy's own type, or ml_dtypes' type or the raw bits for
+  the dtypes numpy lacks."""
+  if (entry := _WITHOUT_NUMPY.get(dt)) is None: return arr_dtype == dt.np
+  name, bits = entry
+  return arr_dtype == bits or (arr_dtype.name == name and arr_dtype.itemsize == bits.itemsize)
+
+
+def as_bits(arr: np.ndarray, dt: DType) -> np.ndarray:
+  """`arr` seen as its raw bits (a view: the memory is shared) for the dtypes numpy lacks, else `arr` itself."""
+  bits = bits_dtype(dt)
+  return arr if bits is None or arr.dtype == bits else arr.view(bits)
 
 
 def declared_shape(st: ShapeTracker) -> Optional[tuple[sint, ...]]:
@@ -96,7 +125,10 @@ class BufferSpec:
 
   def check_array(self, arr: np.ndarray, vals: dict[str, int]) -> None:
     """Raise ArgumentError unless `arr` has this buffer's dtype and shape, and can be written if it is an output."""
-    if arr.dtype != self.np_dtype:
+    if not array_fits(self.dtype, arr.dtype):
+      if (bits := bits_dtype(self.dtype)) is not None:
+        raise ArgumentError(f"{self._name()} is {self.dtype.name}, which numpy has no dtype for: pass an array of ml_dtypes."
+                            f"{_WITHOUT_NUMPY[self.dtype][0]}, its raw bits as np.{bits}, or a kc.Buffer; got an array of {arr.dtype}")
       if self.np_dtype is None:
         raise ArgumentError(f"{self._name()} is {self.dtype.name}, which numpy has no dtype for: pass a kc.Buffer")
       raise ArgumentError(f"{self._name()} must be {self.np_dtype}, got an array of {arr.dtype}; convert it with .astype(np.{self.np_dtype})")
@@ -136,8 +168,10 @@ class BufferSpec:
     the array itself."""
     self.check(arg, device, vals)
     if isinstance(arg, Buffer): return arg.allocate(), None
+    arg = as_bits(arg, self.dtype)  # ml_dtypes' types are opaque to the allocators: they move the bits
     if in_place and (opaque := allocator.from_numpy(arg)) is not None: return opaque, None  # the caller keeps arg alive
-    buf = Buffer(device, arg.size, self.dtype).allocate().copyin(np.ascontiguousarray(arg))
+    data = np.ascontiguousarray(arg)
+    buf = Buffer(device, arg.size, self.dtype).allocate().copyin(data if self.np_dtype is not None else memoryview(data.reshape(-1).view(np.uint8)))
     return buf, (buf if self.output else None)
 
 

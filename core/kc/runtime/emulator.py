@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from kc.runtime.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
-from kc.ir.dtype import DType, ImageDType, dtypes
+from kc.ir.dtype import DType, ImageDType, dtypes, float_to_fp8, fp8_to_float32, round_fp8
 from kc.errors import CompileError, KcError, UnknownDeviceError
 from kc.helpers import env_value, prod
 from kc.renderer import Renderer, TensorCore
@@ -186,16 +186,17 @@ class EmuCompiler(Compiler):
 # ---------------------------------------------------------------------------------------------------------- values
 
 def value_np(dt: DType) -> np.dtype:
-  """The numpy dtype values of `dt` are computed in: bfloat16 as float32 holding bfloat16-exact values."""
+  """The numpy dtype values of `dt` are computed in: bfloat16 and fp8 as float32 holding values exact in their type."""
   s = dt.scalar()
-  if s == dtypes.bfloat16: return np.dtype(np.float32)
+  if s in _IN_FLOAT32: return np.dtype(np.float32)
   if s.np is None: raise UnsupportedOpError(f"EMU has no numpy type for {dt}")
   return s.np
 
 
 def storage_np(dt: DType) -> np.dtype:
-  """The numpy dtype of `dt`'s bits in memory: bfloat16 as uint16."""
-  return np.dtype(np.uint16) if dt.scalar() == dtypes.bfloat16 else value_np(dt)
+  """The numpy dtype of `dt`'s bits in memory: bfloat16 as uint16, fp8 as uint8."""
+  s = dt.scalar()
+  return np.dtype(np.uint16) if s == dtypes.bfloat16 else np.dtype(np.uint8) if s in dtypes.fp8s else value_np(dt)
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -213,18 +214,36 @@ def bf16_values(bits: np.ndarray) -> np.ndarray:
 def round_bf16(x: np.ndarray) -> np.ndarray: return bf16_values(bf16_bits(x))
 
 
+# the types numpy lacks, computed in float32 and rounded to their precision after every op that produces one
+_IN_FLOAT32 = frozenset({dtypes.bfloat16, *dtypes.fp8s})
+
+
+def round_to(x, dt: DType) -> np.ndarray:
+  """Values (float32, or float64 for a cast from double: fp8 rounds it once) as the float32 values `dt` holds, for
+  bfloat16 and fp8. bfloat16 goes through float32 first, as the C dialects' __kc_f2bf((float)x) does."""
+  s = dt.scalar()
+  if s == dtypes.bfloat16: return round_bf16(np.asarray(x).astype(np.float32))
+  return round_fp8(x, s)
+
+
 def to_storage(x: np.ndarray, dt: DType) -> np.ndarray:
-  return bf16_bits(x) if dt.scalar() == dtypes.bfloat16 else np.asarray(x, dtype=storage_np(dt))
+  s = dt.scalar()
+  if s == dtypes.bfloat16: return bf16_bits(x)
+  if s in dtypes.fp8s: return float_to_fp8(x, s)  # exact: the values are fp8 values already
+  return np.asarray(x, dtype=storage_np(dt))
 
 
 def from_storage(bits: np.ndarray, dt: DType) -> np.ndarray:
-  return bf16_values(bits) if dt.scalar() == dtypes.bfloat16 else bits
+  s = dt.scalar()
+  if s == dtypes.bfloat16: return bf16_values(bits)
+  if s in dtypes.fp8s: return fp8_to_float32(bits, s)
+  return bits
 
 
 def _fix(dt: DType, fn: Callable) -> Callable:
-  """`fn` with its result held in `dt` exactly: the numpy type, and bfloat16 rounding."""
+  """`fn` with its result held in `dt` exactly: the numpy type, and bfloat16 / fp8 rounding."""
   vnp = value_np(dt)
-  if dt.scalar() == dtypes.bfloat16: return lambda *a: round_bf16(np.asarray(fn(*a), dtype=np.float32))
+  if dt.scalar() in _IN_FLOAT32: return lambda *a: round_to(np.asarray(fn(*a), dtype=np.float32), dt)
   return lambda *a: np.asarray(fn(*a)).astype(vnp, copy=False)
 
 
@@ -268,7 +287,7 @@ def alu_function(op: Ops, dt: DType, src_dt: DType) -> Callable:
   elif op in _ALU: fn = _ALU[op]
   else: raise UnsupportedOpError(f"EMU does not know the ALU op {op.name}")
   if op in GroupOp.Comparison:
-    if src_dt.scalar() == dtypes.bfloat16: return fn  # compared as the float32 values they are
+    if src_dt.scalar() in _IN_FLOAT32: return fn  # compared as the float32 values they are
     return lambda a, b: np.asarray(fn(a, b))
   if op in (Ops.IDIV, Ops.MOD) and not is_int: raise UnsupportedOpError(f"EMU runs {op.name} on ints only, got {dt}")
   return _fix(dt, fn)
@@ -276,7 +295,7 @@ def alu_function(op: Ops, dt: DType, src_dt: DType) -> Callable:
 
 def cast_function(src: DType, dt: DType) -> Callable:
   """A value conversion with C's rules: floats to ints truncate, anything to bool is `!= 0`."""
-  if dt.scalar() == dtypes.bfloat16: return lambda x: round_bf16(np.asarray(x).astype(np.float32))
+  if dt.scalar() in _IN_FLOAT32: return lambda x: round_to(x, dt)
   vnp = value_np(dt)
   return lambda x: np.asarray(x).astype(vnp)
 
@@ -296,7 +315,7 @@ def bitcast_function(src: DType, dt: DType) -> Callable:
 
 def const_value(u: UOp) -> np.ndarray:
   v = np.asarray(u.arg, dtype=np.float64 if isinstance(u.arg, float) else None)
-  v = round_bf16(v.astype(np.float32)) if u.dtype.scalar() == dtypes.bfloat16 else v.astype(value_np(u.dtype))
+  v = round_to(v, u.dtype) if u.dtype.scalar() in _IN_FLOAT32 else v.astype(value_np(u.dtype))
   return np.full((1, u.dtype.count), v) if u.dtype.count > 1 else v
 
 
@@ -584,7 +603,7 @@ class _Run:
     for lane, slots in enumerate(lay.c):
       for slot, (r, q) in enumerate(slots): res[:, lane, slot] = d[:, r, q]
     out = res.reshape(lanes, -1)
-    return round_bf16(out.astype(np.float32)) if dt_out == dtypes.bfloat16 else out.astype(value_np(dt_out))
+    return round_to(out.astype(np.float32), dt_out) if dt_out in _IN_FLOAT32 else out.astype(value_np(dt_out))
 
   # -- memory ---------------------------------------------------------------------------------------------------------
 

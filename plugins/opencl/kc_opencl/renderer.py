@@ -59,7 +59,8 @@ class OpenCLRenderer(CStyleLanguage):
   type_map = {dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.int64: "long",
               dtypes.uint64: "ulong"}
   bfloat16_as_bits = True
-  extra_matcher = CStyleLanguage.bfloat16_in_float
+  fp8_as_bits = True  # OpenCL C has no fp8: CStyleLanguage.render_kernel defines its conversions
+  extra_matcher = CStyleLanguage.narrow_floats_in_float  # bfloat16 and fp8 are held as bits and computed in float
 
   def __init__(self, info: Optional[DeviceInfo] = None):
     self.info = info
