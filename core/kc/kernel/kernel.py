@@ -251,7 +251,9 @@ class Kernel:
   def _apply_opt(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
     if not isinstance(opt, Opt) or not isinstance(opt.op, OptOps): raise KernelOptError(f"not an Opt: {opt!r}")
     saved = self.state.copy()
-    try: self._apply_checked(opt, append_opt, tc_level)
+    try:
+      self._apply_checked(opt, append_opt, tc_level)
+      if self.use_tensor_cores == 3: self._check_tc_staging()
     except KernelOptError:
       self.state = saved
       raise
@@ -381,6 +383,14 @@ class Kernel:
       check(prod(dims) <= most, f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the device's max work-group size {most}")
 
   # ***** tensor cores *****
+
+  def _check_tc_staging(self) -> None:
+    """Tensor-core level 3 stages both inputs through local memory in the warp's layout (optimized_ast): those
+    buffers, one element per position outside the reduce's unrolled axes, must fit the renderer's shared memory."""
+    tc = self.tensor_core
+    staged = prod(1 if self.first_reduce <= j < self.first_upcast else s for j, s in enumerate(self.full_shape))
+    need = 2 * staged * tc.dtype_in.itemsize
+    check(resolve(need <= self.opts.shared_max, False), f"tensor-core level 3 stages {need} bytes of inputs in local memory, more than shared_max {self.opts.shared_max}")
 
   def _create_tc_opts(self, reduceop: UOp, tc: "TensorCore", axis: int, opt_level: int) -> Optional[TensorCoreOptions]:
     has_cast = tc.dtype_in != tc.dtype_out
