@@ -4,6 +4,7 @@ from target_renderers import LimitsRenderer, TC_HALF, TC_FLOAT
 from kc import ast as A, dtypes, Ops
 from kc.kernel import Kernel, Opt, OptOps, verify_ast
 from kc.renderer import WMMAArg
+from kc.errors import KernelOptError
 
 H = lambda i, *s: A.arg(i, dtypes.half, s)  # noqa: E731
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
@@ -62,7 +63,8 @@ def test_not_a_matmul_gets_no_tensor_core(tc_gpu):
 
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_levels_fold_into_the_ast(tc_gpu, level):
-  k = Kernel(half_matmul(64, 64, 64), tc_gpu)
+  # level 3 stages whole inputs in local memory: 64x64 halves twice fit 48 KiB with the unrolled K kept apart
+  k = Kernel(half_matmul(32, 32, 32), tc_gpu)
   assert k.apply_tensor_cores(level)
   ast = k.get_optimized_ast()
   verify_ast(ast, optimized=True)
@@ -72,6 +74,13 @@ def test_levels_fold_into_the_ast(tc_gpu, level):
   if level == 1:
     wmma = next(u for u in ast.toposort if u.op is Ops.WMMA)
     assert isinstance(wmma.arg, WMMAArg) and wmma.arg.name == str(TC_HALF) and wmma.dtype == dtypes.float.vec(4) and [s.op for s in wmma.src] == [Ops.CONTRACT, Ops.CONTRACT, Ops.VECTORIZE]
+
+
+def test_level_3_staging_must_fit_shared_memory(tc_gpu):
+  # 64x64x64: both inputs staged per output position and unrolled K element are 256 KiB, over the 48 KiB declared
+  k = Kernel(half_matmul(64, 64, 64), tc_gpu)
+  assert not k.apply_tensor_cores(3) and k.applied_opts == [] and k.tensor_core is None
+  with pytest.raises(KernelOptError, match="shared_max"): k._apply_opt(Opt(OptOps.TC, 0, 0), True, 3)
 
 
 def test_hand_coded_tc_follow_ups(tc_gpu):
