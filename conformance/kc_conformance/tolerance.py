@@ -38,6 +38,10 @@ TABLE: dict[DType, dict[str, Tolerance]] = {
   dtypes.float32: {"arith": Tolerance(1e-6, 1e-6), "transcendental": Tolerance(ulp=4, atol=1e-6), "reduce": Tolerance(2e-5, 2e-5)},
   dtypes.float16: {"arith": Tolerance(2e-3, 2e-3), "transcendental": Tolerance(ulp=2, atol=2e-3), "reduce": Tolerance(1e-2, 1e-2)},
   dtypes.bfloat16: {"arith": Tolerance(1.6e-2, 1e-2), "transcendental": Tolerance(ulp=2, atol=1e-2), "reduce": Tolerance(5e-2, 5e-2)},
+  # fp8 is computed in float and rounded to fp8 after each op, the oracle rounds float64 once: the two roundings of
+  # a device differ from the one of numpy by at most one fp8 ulp (atol: the smallest subnormal)
+  dtypes.fp8e4m3: {"arith": Tolerance(ulp=1, atol=2.0 ** -9), "transcendental": Tolerance(ulp=1, atol=2.0 ** -9), "reduce": Tolerance(0.25, 2.0 ** -6)},
+  dtypes.fp8e5m2: {"arith": Tolerance(ulp=1, atol=2.0 ** -16), "transcendental": Tolerance(ulp=1, atol=2.0 ** -16), "reduce": Tolerance(0.5, 2.0 ** -14)},
 }
 
 
@@ -52,6 +56,10 @@ def tolerance(dtype: DType, kind: str, override: Optional[dict] = None) -> Toler
 def _spacing(want: np.ndarray, dtype: DType) -> np.ndarray:
   """The size of one ulp of each expected value in `dtype`."""
   if dtype == dtypes.bfloat16: return np.spacing(np.abs(want).astype(np.float32)).astype(np.float64) * 65536.0
+  if dtype in dtypes.fp8s:  # the quantum of want's binade; subnormals share the smallest normal binade's
+    exp_bits, man_bits = dtypes.finfo(dtype)
+    binade = np.maximum(np.frexp(np.abs(want).astype(np.float64))[1] - 1, 2 - 2 ** (exp_bits - 1))
+    return np.ldexp(1.0, binade - man_bits)
   return np.spacing(np.abs(want).astype(dtype.np)).astype(np.float64)
 
 
