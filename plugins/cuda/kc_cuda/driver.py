@@ -134,6 +134,8 @@ def _reason_for(ordinal: int) -> Optional[str]:
     count = device_count()
   except DeviceUnavailable as e:
     return f"the NVIDIA driver cannot start CUDA ({e}); nvidia-smi shows whether the driver and the GPU are healthy"
+  except Exception as e:  # the bindings failed to reach the driver their own way (e.g. a library search error)
+    return f"cuda-bindings cannot use the NVIDIA driver ({type(e).__name__}: {e}): {INSTALL_HINT} into this Python, and check nvidia-smi"
   if count == 0: return "the NVIDIA driver sees no CUDA device: check nvidia-smi, and CUDA_VISIBLE_DEVICES if it is set"
   if ordinal >= count: return f"{ENV_DEVICE}={ordinal} names no device: the driver sees {count} (ordinals 0..{count - 1})"
   return None
@@ -199,8 +201,9 @@ def _attribute(dev, name: str, optional: bool = False) -> Optional[int]:
   return value if value or not optional else None
 
 
+@functools.cache
 def device_props(ordinal: int) -> DeviceProps:
-  """The properties of device `ordinal`, asked from the driver (cuInit is called first)."""
+  """The properties of device `ordinal`, asked from the driver once per process (cuInit is called first)."""
   from cuda.bindings import driver as cu
   init_driver()
   dev = check(cu.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})", opening=True)
