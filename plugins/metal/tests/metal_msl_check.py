@@ -61,7 +61,18 @@ def translation_unit(kernels: Iterable[Kernel]) -> str:
   return "\n".join(parts) + "\n"
 
 
-_DIAG = re.compile(r":(\d+):\d+: error: (.*)")
+_LOCATION = re.compile(r"^(.+?):(\d+):\d+: (.*)$")
+
+
+def _errors(stderr: str, unit: str, labels: dict[int, str]) -> list[str]:
+  """The compiler's errors, each named by the kernel it is in. An error inside the shim (a static_assert of as_type,
+  say) belongs to the kernel line that instantiated it, which GCC and clang print just before it."""
+  out, last = [], "the shim"
+  for line in stderr.splitlines():
+    if not (m := _LOCATION.match(line)): continue
+    if m.group(1) == unit: last = labels.get(int(m.group(2)), last)
+    if m.group(3).startswith(("error: ", "fatal error: ")): out.append(f"{last}: {m.group(3).split(': ', 1)[1]}")
+  return out
 
 
 def _compile(compiler: str, kernels: list[Kernel], workdir: str, index: int) -> list[str]:
@@ -72,15 +83,12 @@ def _compile(compiler: str, kernels: list[Kernel], workdir: str, index: int) -> 
   res = subprocess.run([compiler, "-std=c++17", "-fsyntax-only", "-Wno-attributes", "-fmax-errors=50", path],
                        capture_output=True, text=True)
   if res.returncode == 0: return []
-  # map a line number back to its kernel: the label comment that precedes it
-  lines = src.splitlines()
-  labels = {}
-  current = "the shim"
-  for n, ln in enumerate(lines, 1):
-    if ln.startswith("// ") and ln[3:] in {k.label for k in kernels}: current = ln[3:]
+  # each line of the unit belongs to the kernel whose label comment last preceded it
+  names, labels, current = {k.label for k in kernels}, {}, "the shim"
+  for n, ln in enumerate(src.splitlines(), 1):
+    if ln.startswith("// ") and ln[3:] in names: current = ln[3:]
     labels[n] = current
-  out = [f"{labels.get(int(m.group(1)), '?')}: {m.group(2)}" for m in _DIAG.finditer(res.stderr)]
-  return out or [res.stderr.strip()[-2000:]]
+  return _errors(res.stderr, path, labels) or [res.stderr.strip()[-2000:]]
 
 
 def check(kernels: list[Kernel], jobs: int = 2, compiler: Optional[str] = None) -> list[str]:

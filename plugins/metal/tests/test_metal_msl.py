@@ -1,0 +1,29 @@
+"""Every Metal kernel of the conformance corpus, rendered and checked as C++ against msl_shim.h (see
+metal_msl_check.py for what that proves and what it cannot). Skips where no C++ compiler or no kc-conformance is
+installed."""
+import importlib.util, os
+import pytest
+from kc_metal.family import family_named
+from kc_metal.renderer import MetalRenderer
+from metal_msl_check import Kernel, check, corpus_kernels, cxx
+
+pytestmark = [pytest.mark.skipif(cxx() is None, reason="no C++ compiler (g++ or clang++) to check MSL with"),
+              pytest.mark.skipif(importlib.util.find_spec("kc_conformance") is None, reason="kc-conformance is not installed")]
+
+
+def test_corpus_kernels_check_as_cxx():
+  # apple9 declares every tensor core, so every simdgroup helper is among the kernels
+  kernels, _ = corpus_kernels(MetalRenderer(family_named("apple9")))
+  assert len(kernels) > 500
+  assert any("simdgroup_multiply_accumulate" in k.src for k in kernels)
+  assert check(kernels, jobs=os.cpu_count() or 2) == []
+
+
+def test_the_check_finds_errors_and_names_the_kernel():
+  head = "using namespace metal;\nkernel void f(device float* d [[buffer(0)]]) {"
+  kernels = [Kernel("fine", f"{head} float4 v = float4(1.0f, 2.0f, 3.0f, 4.0f); d[0] = v.w + sqrt(d[1]); }}"),
+             Kernel("undeclared", f"{head} d[0] = frobnicate(d[1]); }}"),
+             Kernel("bitcast", f"{head} d[0] = as_type<float>((half)(1.0f)); }}"),  # 2 bytes to 4: as_type<> refuses
+             Kernel("no_int_sqrt", f"{head} d[0] = sqrt(3); }}")]
+  errors = check(kernels, jobs=1)
+  assert {e.split(":")[0] for e in errors} == {"undeclared", "bitcast", "no_int_sqrt"}, errors
