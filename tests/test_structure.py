@@ -314,7 +314,9 @@ def declared_distributions(pyproject: Path) -> set[str]:
 def import_names(distributions: set[str]) -> set[str]:
   """The top-level modules these distributions provide: from the installed metadata, else the usual spelling."""
   provided = {name for name, dists in packages_distributions().items() if any(_normalize(d) in distributions for d in dists)}
-  return provided | {d.replace("-", "_") for d in distributions}
+  # pyobjc names its framework wrappers pyobjc-framework-<Framework> (module <Framework>), installed or not
+  pyobjc = {d[len("pyobjc-framework-"):] for d in distributions if d.startswith("pyobjc-framework-")}
+  return provided | {d.replace("-", "_") for d in distributions} | pyobjc
 
 
 def plugin_packages() -> list[Path]:
@@ -329,7 +331,7 @@ def disallowed_plugin_imports(package: Path, core: set[str]) -> list[str]:
   for path in python_files(package):
     for s in read_imports(path, package.parent):
       top = s.module.split(".")[0]
-      if top == own or (top != "kc" and (top in sys.stdlib_module_names or top in third_party)): continue
+      if top == own or (top != "kc" and (top in sys.stdlib_module_names or top in third_party or top.lower() in third_party)): continue
       if top == "kc":
         # `from kc import ir` imports the submodule kc.ir: judge the submodules it names, not just `kc`
         reached = [s.module] if s.names is None else \
