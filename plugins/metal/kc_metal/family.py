@@ -52,4 +52,4 @@ def newest_supported(supports) -> GPUFamily:
     if supports(fam.mtl_value): return fam
   for fam in MAC_FAMILIES:
     if supports(fam.mtl_value): return fam
-  return APPLE_FAMILIES[0]
+  return APPLE_FAMILIES[0]  # none kc knows: the oldest family, which declares no tensor cores

@@ -12,7 +12,7 @@ that puts the thread's fragment into the simdgroup matrices through thread_eleme
 and returns the thread's elements of D."""
 from __future__ import annotations
 from typing import Optional
-from kc.backend import CStyleLanguage, DType, Ops, PtrDType, TensorCore, UOp, WMMAArg, dtypes
+from kc.backend import CStyleLanguage, DType, Ops, PtrDType, TensorCore, WMMAArg, dtypes
 from kc_metal.family import GPUFamily, family_from_env
 from kc_metal.tensor_cores import BASE_PAIRS, BFLOAT_PAIRS, simdgroup_tensor_core
 
@@ -57,14 +57,14 @@ class MetalRenderer(CStyleLanguage):
   kernel_prefix = "kernel "
   buffer_prefix = "device "
   smem_prefix = "threadgroup "
-  smem_align = "alignas(16) "
+  smem_align = "__attribute__((aligned(16))) "  # float4 reads of threadgroup arrays need 16-byte alignment
   arg_int_prefix = "constant int&"  # Metal takes a scalar argument by reference into an address space
   barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
   float4 = "float4"  # MSL builds vectors with constructors: float4(a,b,c,d), half2(a,b)
   code_for_workitem = {kind: _index_reader(kind) for kind in _INDEX_PARAMS}
   type_map = {dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.int16: "short", dtypes.uint16: "ushort", dtypes.uint32: "uint",
               dtypes.int64: "long", dtypes.uint64: "ulong", dtypes.float16: "half", dtypes.bfloat16: "bfloat"}
-  # bfloat is a storage type in spirit: compute in float and round back, which is what numpy-side bfloat16 does
+  # bfloat arithmetic and comparisons run in float, rounded back to bfloat: the same numbers as kc's other backends
   extra_matcher = CStyleLanguage.bfloat16_in_float
 
   def __init__(self, family: Optional[GPUFamily] = None):
