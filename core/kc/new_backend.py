@@ -161,9 +161,11 @@ class ${cls}Renderer(CStyleLanguage):
   local_max = None
   supports_float4 = False
   # half and bfloat16 have no C arithmetic every compiler accepts: kernels in them are not made for this device,
-  # and the conformance suite skips their tests, naming the missing dtype
+  # and the conformance suite skips their tests, naming the missing dtype. fp8 needs none: the base holds it as its
+  # bits (fp8_as_bits), defines its conversions in C, and extra_matcher computes its arithmetic in float.
   supported_dtypes = frozenset({dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16,
-                                dtypes.uint32, dtypes.uint64, dtypes.float32, dtypes.float64})
+                                dtypes.uint32, dtypes.uint64, dtypes.float32, dtypes.float64, dtypes.fp8e4m3, dtypes.fp8e5m2})
+  extra_matcher = CStyleLanguage.fp8_in_float
   # built with -fwrapv (compiler.py): signed overflow wraps as in numpy, so int arithmetic is rendered as is
   signed_overflow_wraps = True
   # _Float16 (GCC 12+, Clang): a kernel on float32 buffers may still round through half (x.astype(float16))

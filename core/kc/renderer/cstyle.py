@@ -127,20 +127,19 @@ class CStyleLanguage(Renderer):
   converted with __kc_bf2f (bits to float) and __kc_f2bf (float to bits, rounding to nearest even), which the dialect
   defines in its kernel prelude (render_kernel); its arithmetic and comparisons run in float when the dialect's
   extra_matcher includes bfloat16_in_float."""
-  bfloat16_in_float = _in_float(frozenset({dtypes.bfloat16}))
-  """The rules that compute bfloat16 arithmetic and comparisons in float: the extra_matcher (or a part of it) of a
-  dialect with bfloat16_as_bits."""
+  bfloat16_in_float = _in_float(frozenset({dtypes.bfloat16, *dtypes.fp8s}))
+  """The rules that compute bfloat16 and fp8 arithmetic and comparisons in float (and round back): the extra_matcher
+  (or a part of it) of a dialect with bfloat16_as_bits or fp8_as_bits. fp8 has no arithmetic in any dialect (CUDA's
+  native fp8 types convert and nothing more), so these rules suit a dialect with native fp8 types too."""
   fp8_as_bits: bool = True
   """True (the default) where the dialect has no fp8 types, as C and OpenCL C have none: an fp8e4m3 or fp8e5m2 is held
   as its 8 bits in the dialect's uint8 type and converted with __kc_<fp8 name>_to_f (bits to float, exact) and
   __kc_f_to_<fp8 name> (float to bits: round to nearest even; past the largest finite value e4m3 becomes NaN and e5m2
   inf), which render_kernel defines from fp8_helpers in every kernel that uses fp8; its arithmetic and comparisons run
-  in float when the dialect's extra_matcher includes fp8_in_float. A dialect with native fp8 types (CUDA's
+  in float when the dialect's extra_matcher includes bfloat16_in_float or fp8_in_float. A dialect with native fp8 types (CUDA's
   __nv_fp8_e4m3) sets it False and renders them itself."""
   fp8_in_float = _in_float(frozenset(dtypes.fp8s))
-  """The rules that compute fp8 arithmetic and comparisons in float: part of the extra_matcher of a dialect with fp8_as_bits."""
-  narrow_floats_in_float = _in_float(frozenset({dtypes.bfloat16, *dtypes.fp8s}))
-  """bfloat16_in_float and fp8_in_float in one matcher: the extra_matcher of a dialect holding both as bits."""
+  """The fp8 rules alone: the extra_matcher of a dialect that computes bfloat16 natively (or has none) and fp8 in float."""
 
   # ***** dialect pieces a backend may override *****
 

@@ -45,7 +45,7 @@ class ClangRenderer(CStyleLanguage):
   type_map = {dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
   bfloat16_as_bits = True  # C has no portable bfloat16: __kc_bf2f / __kc_f2bf are defined in render_kernel
   fp8_as_bits = True  # nor fp8: CStyleLanguage.render_kernel defines its conversions
-  extra_matcher = CStyleLanguage.narrow_floats_in_float  # bfloat16 and fp8 are held as bits and computed in float
+  extra_matcher = CStyleLanguage.bfloat16_in_float  # bfloat16 and fp8 are held as bits and computed in float
   code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}}
 
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:

@@ -60,7 +60,7 @@ class OpenCLRenderer(CStyleLanguage):
               dtypes.uint64: "ulong"}
   bfloat16_as_bits = True
   fp8_as_bits = True  # OpenCL C has no fp8: CStyleLanguage.render_kernel defines its conversions
-  extra_matcher = CStyleLanguage.narrow_floats_in_float  # bfloat16 and fp8 are held as bits and computed in float
+  extra_matcher = CStyleLanguage.bfloat16_in_float  # bfloat16 and fp8 are held as bits and computed in float
 
   def __init__(self, info: Optional[DeviceInfo] = None):
     self.info = info
