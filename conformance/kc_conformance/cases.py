@@ -10,6 +10,7 @@ from kc import DType, Variable, dtypes
 from kc import ast as A
 from .case import BASIC, Case, Setup, arg, bf16_round, case, ints, nonzero, register, single, uniform
 from .tolerance import Tolerance
+from kc.ir.dtype import round_fp8
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise
@@ -427,19 +428,22 @@ def _tc_matmul(rng, B: int, M: int, K: int, N: int, dt_in: DType, dt_acc: DType)
   lead = (B,) if B > 1 else ()
   def data(shape):
     x = uniform(rng, lead + shape, -1.0, 1.0)
+    if dt_in in dtypes.fp8s: return round_fp8(x.astype(np.float64), dt_in).astype(np.float32)  # fp8 data as its float32 values
     return bf16_round(x) if dt_in == dtypes.bfloat16 else x.astype(dt_in.np)
   a, b = data((M, K)), data((K, N))
   x, y = arg(1, lead + (M, K), dt_in).reshape(*lead, M, K, 1), arg(2, lead + (K, N), dt_in).reshape(*lead, 1, K, N)
   prod = x * y if dt_in == dt_acc else x.cast(dt_acc) * y.cast(dt_acc)
   want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
   want = (bf16_round(want) if dt_acc == dtypes.bfloat16 else want.astype(dt_acc.np)).reshape(*lead, M, 1, N)
-  return single(A.sink(A.store(0, prod.sum(len(lead) + 1))), {1: a, 2: b}, {0: want})
+  return single(A.sink(A.store(0, prod.sum(len(lead) + 1, acc_dtype=dt_acc))), {1: a, 2: b}, {0: want})
 
 
 # half accumulation rounds every partial sum to half: K = 32 of them stay within 2e-2 of the float64 answer
 _HALF_ACC = {"float16": Tolerance(2e-2, 2e-2)}
-for _in, _acc, _tol in ((dtypes.float16, dtypes.float32, None), (dtypes.bfloat16, dtypes.float32, None), (dtypes.float16, dtypes.float16, _HALF_ACC)):
-  _tag = f"{'bf16' if _in == dtypes.bfloat16 else 'f16'}_{'f16' if _acc == dtypes.float16 else 'f32'}"
+_TAGS = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "f32", dtypes.fp8e4m3: "fp8e4m3", dtypes.fp8e5m2: "fp8e5m2"}
+for _in, _acc, _tol in ((dtypes.float16, dtypes.float32, None), (dtypes.bfloat16, dtypes.float32, None), (dtypes.float16, dtypes.float16, _HALF_ACC),
+                        (dtypes.fp8e4m3, dtypes.float32, None), (dtypes.fp8e5m2, dtypes.float32, None)):
+  _tag = f"{_TAGS[_in]}_{_TAGS[_acc]}"
   for _suffix, _dims in (("tiles", (1, 16, 32, 16)), ("odd", (1, 9, 20, 7)), ("batched", (3, 16, 16, 8))):
     register(Case(f"tc_matmul_{_tag}_{_suffix}", lambda rng, d=_dims, i=_in, o=_acc: _tc_matmul(rng, *d, i, o), "reduce",
                   tensor_core=(_in, _acc), tolerance=_tol, group="matmul"))

@@ -342,10 +342,11 @@ class Expr:
     kshape = tuple(1 if i in kaxes else s for i, s in enumerate(me.kshape))
     return Expr(uop, kshape, me.hidden if keepdims else me.hidden + kaxes)
 
-  def sum(self, axis=None, keepdims: bool = False, dtype=None) -> "Expr":
-    """numpy's sum: small ints widen to int64/uint64 unless `dtype` is given; half sums accumulate in float32."""
+  def sum(self, axis=None, keepdims: bool = False, dtype=None, acc_dtype=None) -> "Expr":
+    """numpy's sum: small ints widen to int64/uint64 unless `dtype` is given; half sums accumulate in float32 unless
+    `acc_dtype` (kc's own keyword) names the accumulator, e.g. float16 for a tensor core that accumulates in half."""
     out = P.sum_dtype(self.dtype) if dtype is None else _dtype(dtype)
-    return self._reduce(Ops.ADD, axis, keepdims, P.ACCUMULATE.get(out, out)).cast(out)
+    return self._reduce(Ops.ADD, axis, keepdims, P.ACCUMULATE.get(out, out) if acc_dtype is None else _dtype(acc_dtype)).cast(out)
 
   def prod(self, axis=None, keepdims: bool = False, dtype=None) -> "Expr":
     out = P.sum_dtype(self.dtype) if dtype is None else _dtype(dtype)

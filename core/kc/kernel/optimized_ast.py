@@ -33,6 +33,11 @@ def _with_view(src: UOp, fix: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
   return src.replace(src=(src.src[0], fix(st_arg(src)).to_uop(), *src.src[2:]))
 
 
+def _widened(x: UOp, tc: TensorCore) -> bool:
+  """x is an input of the tensor core's dtype_in cast to its dtype_out (the multiply happens in dtype_out)."""
+  return tc.dtype_in != tc.dtype_out and x.op is Ops.CAST and x.dtype == tc.dtype_out and x.src[0].dtype == tc.dtype_in
+
+
 def get_optimized_ast(k: "Kernel") -> UOp:
   memo: dict[UOp, UOp] = {}
   for op in k.ast.toposort:
@@ -92,6 +97,9 @@ def _tensor_core_reduce(k: "Kernel", tc: TensorCore, ret: UOp, axes: tuple[int, 
 
   mul = ret.src[0] if ret.src[0].op is not Ops.CAST else ret.src[0].src[0]
   srcs = list(mul.src)
+  # inputs widened to dtype_out before the multiply (products exact in dtype_out, as the instruction computes them):
+  # the instruction takes the narrow values
+  widened = [_widened(x, tc) for x in srcs]
   for i, pattern in enumerate([tc.st1_pattern, tc.st2_pattern]):
     if pattern: srcs[i] = _with_view(srcs[i], lambda st, p=pattern: fix_st(st, *p))
     if k.use_tensor_cores == 3:  # emulate the warp's addressing: stage the input through local memory in its layout
@@ -99,8 +107,9 @@ def _tensor_core_reduce(k: "Kernel", tc: TensorCore, ret: UOp, axes: tuple[int, 
       st = store_st = ShapeTracker.from_shape(local_shape)
       local_buffer = UOp(Ops.DEFINE_LOCAL, tc.dtype_in.ptr(local=True, size=st.real_size()), (), (f"temp{i + 1}", st.real_size()))
       if pattern: store_st = fix_st(store_st, *pattern)
-      local_store = UOp(Ops.STORE, dtypes.void, (local_buffer, store_st.to_uop(), srcs[i]))
+      local_store = UOp(Ops.STORE, dtypes.void, (local_buffer, store_st.to_uop(), srcs[i].src[0] if widened[i] else srcs[i]))
       srcs[i] = UOp(Ops.LOAD, tc.dtype_in, (local_buffer, st.to_uop(), local_store))
+      if widened[i]: srcs[i] = srcs[i].cast(tc.dtype_out)
 
   tc_reduce_axes = tuple(k.first_upcast + ax for ax, _ in tc.reduce_axes)
   if k.use_tensor_cores == 1:  # real WMMA: CONTRACT gathers each thread's fragment, EXPAND spreads the result back
@@ -108,8 +117,7 @@ def _tensor_core_reduce(k: "Kernel", tc: TensorCore, ret: UOp, axes: tuple[int, 
     wmma_arg = WMMAArg.of(tc, k.opts.device, upcast_axes, tc_reduce_axes)
     sz = [prod(x[1] for x in ax) for ax in upcast_axes]
     wmma = UOp(Ops.WMMA, tc.dtype_out.vec(sz[2]), (
-      UOp(Ops.CONTRACT, srcs[0].dtype.vec(sz[0]), (srcs[0],), upcast_axes[0]),
-      UOp(Ops.CONTRACT, srcs[1].dtype.vec(sz[1]), (srcs[1],), upcast_axes[1]),
+      *(UOp(Ops.CONTRACT, tc.dtype_in.vec(sz[i]), (srcs[i].src[0] if widened[i] else srcs[i],), upcast_axes[i]) for i in range(2)),
       UOp.const(tc.dtype_out.vec(sz[2]), 0.0)), wmma_arg)
     tc_uop = UOp(Ops.EXPAND, tc.dtype_out, (wmma,), upcast_axes[2])
   else:

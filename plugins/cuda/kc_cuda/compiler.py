@@ -88,7 +88,8 @@ class NVRTCCompiler(Compiler):
     if self.arch not in supported_archs():
       raise CompileError(f"NVRTC {nvrtc_version()} cannot compile for {self.arch}; it supports {', '.join(supported_archs())}")
     # FMA contraction on (the default of nvcc and NVRTC; kc's tolerances allow a fused multiply-add)
-    self.options = [f"--gpu-architecture={self.arch}", "--std=c++17", "--fmad=true", f"-I{include_dir()}"]
+    # -default-device: helper functions the C-style base writes without __device__ (fp8 conversions) are device code
+    self.options = [f"--gpu-architecture={self.arch}", "--std=c++17", "--fmad=true", "-default-device", f"-I{include_dir()}"]
 
   def identity(self) -> str:
     return " | ".join([type(self).__qualname__, f"nvrtc {nvrtc_version()}", *self.options[:-1]])

@@ -79,10 +79,11 @@ def fp8_dtypes() -> tuple[DType, ...]:
 
 
 def all_mmas() -> list[MMA]:
-  """Every tensor-core instruction kc uses, in the order the Kernel tries them."""
-  out = [_mma(_tc_k16(dtypes.float16, dtypes.float32), 80), _mma(_tc_k16(dtypes.bfloat16, dtypes.float32), 80),
-         _mma(_tc_k16(dtypes.float16, dtypes.float16), 80), _mma(_tc_k8_tf32(), 80, tf32=True)]
-  return out + [_mma(_tc_k32_fp8(dt), 89) for dt in fp8_dtypes()]
+  """Every tensor-core instruction kc uses, in the order the Kernel tries them: tf32 last, since a float32 tensor core
+  also takes half, bfloat16 or fp8 inputs widened to float (exactly, at a quarter of the K per instruction)."""
+  return [_mma(_tc_k16(dtypes.float16, dtypes.float32), 80), _mma(_tc_k16(dtypes.bfloat16, dtypes.float32), 80),
+          _mma(_tc_k16(dtypes.float16, dtypes.float16), 80), *(_mma(_tc_k32_fp8(dt), 89) for dt in fp8_dtypes()),
+          _mma(_tc_k8_tf32(), 80, tf32=True)]
 
 
 def mmas_for(capability: int) -> list[MMA]:

@@ -33,7 +33,9 @@ def test_tensor_core_kernels_compile_to_cubin(arch):
     k = Kernel(matmul(dt_in, dt_acc), r)
     assert k.apply_tensor_cores(1, tc_opt=2), (dt_in, dt_acc)
     prg = k.to_program()
-    assert "mma.sync.aligned" in prg.src and any(u.op is Ops.WMMA for u in prg.uops)
+    assert "mma.sync.aligned" in prg.src
+    # the tensor core of the kernel's own dtypes, not the tf32 one that also takes widened inputs
+    assert {u.arg.dtype_in for u in prg.uops if u.op is Ops.WMMA} == {dt_in}
     meta, cubin = unpack_library(c.compile(prg.src))
     assert meta == {"arch": arch, "dynamic_shared": 0}
     assert cubin[:4] == b"\x7fELF"  # cubin is an ELF image, not PTX text

@@ -48,3 +48,21 @@ def test_archs_declare_what_they_have():
 def test_fp8_is_declared_where_kc_has_it():
   assert len(fp8_dtypes()) == 2, "kc.dtypes has fp8e4m3 and fp8e5m2"
   assert {m.ptx.split(".")[-2] for m in mmas_for(89) if m.tc.dims[2] == 32} == {"e4m3", "e5m2"}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_each_conformance_matmul_uses_its_own_tensor_core(arch):
+  # the corpus's tensor-core matmuls widen their inputs to the accumulator's dtype before multiplying (exact products,
+  # as the instruction computes them): each must run on the tensor core of its own dtypes, not on tf32's
+  from kc.codegen.program import Kernel
+  from kc_conformance.case import CASES, setup_of
+  r = CUDARenderer(arch)
+  have = {(t.dtype_in, t.dtype_out) for t in r.tensor_cores}
+  checked = 0
+  for name, case in CASES.items():
+    if not name.startswith("tc_matmul_") or case.tensor_core not in have: continue
+    k = Kernel(setup_of(name).sink, r)
+    assert k.apply_tensor_cores(1, tc_opt=2), name
+    assert (k.tensor_core.dtype_in, k.tensor_core.dtype_out) == case.tensor_core, name
+    checked += 1
+  assert checked == len(have - {(dtypes.float32, dtypes.float32)}) * 3
