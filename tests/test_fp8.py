@@ -147,3 +147,14 @@ def test_a_new_backend_from_the_template_runs_fp8_through_the_base(tmp_path):
   finally:
     sys.path.remove(str(folder))
     for mod in [m for m in sys.modules if m == "kc_fp8toy" or m.startswith("kc_fp8toy.")]: del sys.modules[mod]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_cast_from_float64_rounds_once(device):
+  # each just off a tie: between 0.6875 and 0.75, and at 464, the midpoint past which e4m3 overflows to NaN. Through
+  # float32 these would round onto the tie and then to even; one rounding gives the nearer value
+  x = np.array([0.71875 - 1e-9, 0.71875 + 1e-9, -(0.71875 - 1e-9), 464 - 1e-7, 464 + 1e-7, 0.5, 1e300, -1e-300, np.nan], np.float64)
+  got = kc.run(_cast_kernel(dtypes.float64, dtypes.fp8e4m3, x.size), {1: x}, device=device)[0]
+  assert np.array_equal(got.view(np.uint8), float_to_fp8(x, dtypes.fp8e4m3))
+  vals = fp8_to_float32(got.view(np.uint8), dtypes.fp8e4m3)
+  assert vals[:4].tolist() == [0.6875, 0.75, -0.6875, 448.0] and np.isnan(vals[4]) and vals[5] == 0.5 and np.isnan(vals[6]) and vals[7] == 0

@@ -172,6 +172,8 @@ class CStyleLanguage(Renderer):
     if self._fp8_bits(src):
       if u.dtype.scalar() == src: return val  # the same bits
       return self.render_cast(u.dtype, f"__kc_{src.name}_to_f({val})")
+    # double -> float -> fp8 would round twice; rounding to float "to odd" first keeps the result that of one rounding
+    if self._fp8_bits(u.dtype) and src == dtypes.float64: return self.render_cast(u.dtype, f"__kc_d2f_odd({val})")
     return self.render_cast(u.dtype, val)
 
   def _fp8_bits(self, dt: DType) -> bool: return self.fp8_as_bits and dt.scalar() in dtypes.fp8s
@@ -204,6 +206,16 @@ class CStyleLanguage(Renderer):
               f"{u32} mant = (a & 0x7fffffu) | 0x800000u, n = mant >> shift, rem = mant & ((1u << shift) - 1u), tie = 1u << (shift - 1); "
               f"if (rem > tie || (rem == tie && (n & 1u))) n++; return ({u8})(s | n); }}")
     return [decode, encode]
+
+  def round_to_odd_helper(self) -> str:
+    """The dialect's C of __kc_d2f_odd: a double to the float next to it whose last bit is odd where the conversion
+    is inexact ("round to odd"), so that a second rounding to a type with fewer bits (fp8) rounds as one would."""
+    u32, f32, f64 = (self.render_dtype(t) for t in (dtypes.uint32, dtypes.float32, dtypes.float64))
+    to_bits, from_bits = self.render_bitcast(dtypes.uint32, dtypes.float32, "f"), self.render_bitcast(dtypes.float32, dtypes.uint32, "u")
+    # d - (double)f is exact; an inexact f with an even last bit moves one step toward d, to the odd neighbour (f takes
+    # d's sign, so a positive e means a larger magnitude exactly when f is positive)
+    return (f"static inline {f32} __kc_d2f_odd({f64} d) {{ {f32} f = ({f32})d; {u32} u = {to_bits}; {f64} e = d - ({f64})f; "
+            f"if (e != 0.0 && e == e && !(u & 1u)) u = ((e > 0.0) == !(u >> 31)) ? u + 1u : u - 1u; return {from_bits}; }}")
 
   def render_bitcast(self, dt: DType, src_dt: DType, val: str) -> str:
     """`val` (an lvalue of `src_dt`: the walk names it first) with its bits read as `dt`, by default through a pointer
@@ -255,6 +267,8 @@ class CStyleLanguage(Renderer):
     if self.fp8_as_bits:  # after the dialect's own lines (includes, typedefs): the helpers use only its basic types
       used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in uops}
       prefix = (prefix or []) + [line for dt in dtypes.fp8s if dt in used for line in self.fp8_helpers(dt)]
+      if any(u.op is Ops.CAST and u.dtype.scalar() in dtypes.fp8s and u.src[0].dtype.scalar() == dtypes.float64 for u in uops):
+        prefix.append(self.round_to_odd_helper())
     return "\n".join(prefix) + "\n" + src if prefix else src
 
   def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str:
