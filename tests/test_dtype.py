@@ -29,6 +29,15 @@ def test_bfloat16_has_no_numpy_type():
   assert dtypes.bfloat16.np is None and dtypes.bfloat16.itemsize == 2
 
 
+def test_fp8_types_are_one_byte_floats_without_numpy_type():
+  for name, alias in (("fp8e4m3", "float8_e4m3fn"), ("fp8e5m2", "float8_e5m2")):
+    dt = getattr(dtypes, name)
+    assert getattr(dtypes, alias) is dt and dt.name == name and dt.np is None and dt.itemsize == 1 and dtypes.is_float(dt)
+    assert pickle.loads(pickle.dumps(dt.vec(4))) is dt.vec(4)
+  assert truncate(dtypes.fp8e4m3, 1.0 + 2**-4) == 1.0 and truncate(dtypes.fp8e4m3, 1.0 + 3 * 2**-4) == 1.25  # ties to even
+  assert truncate(dtypes.fp8e5m2, 2.0**-17) == 0.0 and truncate(dtypes.fp8e5m2, 3 * 2.0**-17) == 2.0**-15  # subnormals
+
+
 def test_from_numpy_rejects_unsupported():
   with pytest.raises(DTypeError, match="complex128"): dtypes.from_numpy(np.complex128)
   with pytest.raises(DTypeError): dtypes.from_numpy("not a dtype")

@@ -158,3 +158,32 @@ def test_a_cast_from_float64_rounds_once(device):
   assert np.array_equal(got.view(np.uint8), float_to_fp8(x, dtypes.fp8e4m3))
   vals = fp8_to_float32(got.view(np.uint8), dtypes.fp8e4m3)
   assert vals[:4].tolist() == [0.6875, 0.75, -0.6875, 448.0] and np.isnan(vals[4]) and vals[5] == 0.5 and np.isnan(vals[6]) and vals[7] == 0
+
+
+@pytest.mark.parametrize("dt,md", FORMATS, ids=IDS)
+def test_emu_wmma_with_fp8_inputs_multiplies_exactly_and_accumulates_in_float32(dt, md):
+  # the built-in 4x4x4 half tensor core with fp8 inputs, as sm_89's m16n8k32 takes e4m3/e5m2 with float accumulation
+  import dataclasses
+  from kc.runtime.emulator import BUILTIN_TENSOR_CORES, EmuRenderer
+  tc = dataclasses.replace(BUILTIN_TENSOR_CORES[0], dtype_in=dt)
+  renderer = EmuRenderer()
+  renderer.tensor_cores = [tc]
+  dev = kc.Device["EMU"]
+  saved, dev.renderer = dev.renderer, renderer
+  try:
+    M = K = N = 16
+    a, b = A.arg(1, dt, (M, K)), A.arg(2, dt, (K, N))
+    k = kc.Kernel(A.sink(A.store(0, (a.reshape(M, K, 1) * b.reshape(1, K, N)).cast(dtypes.float32).sum(1))), renderer)
+    assert k.apply_tensor_cores(1, tc_opt=2, extra_opts=[])
+    assert any(u.op is kc.Ops.WMMA for u in k.get_optimized_ast().toposort)
+    rng = np.random.default_rng(2)
+    x, y = ((rng.standard_normal((16, 16)) * 4).astype(np.float32).astype(md) for _ in range(2))
+    prg = k.to_program()
+    bufs = [kc.Buffer("EMU", 256, d).allocate() for d in (dtypes.float32, dt, dt)]
+    bufs[1].copyin(memoryview(x.view(np.uint8).reshape(-1))); bufs[2].copyin(memoryview(y.view(np.uint8).reshape(-1)))
+    g, l = prg.launch_dims({})
+    dev.runtime(prg.name, dev.compiler.compile(prg.src))(*[bufs[i] for i in prg.globals], global_size=g, local_size=l)
+    # products of fp8 values are exact in float32; float64 sums of them are the reference, float32 accumulation is close
+    want = x.astype(np.float64) @ y.astype(np.float64)
+    np.testing.assert_allclose(bufs[0].numpy().reshape(M, N), want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+  finally: dev.renderer = saved
