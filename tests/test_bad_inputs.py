@@ -161,3 +161,8 @@ def test_a_plugin_spec_that_is_not_a_backend_spec_is_a_plugin_error():
 
 def test_the_catalogue_is_at_least_forty_inputs():
   assert len(AST + OPTS + CALLS + DEVICES + ENVIRONMENT) + 3 >= 40
+
+
+def test_run_refuses_inputs_that_are_not_a_dict():
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (4,)) + 1.0))
+  with pytest.raises(ArgumentError, match="dict"): kc.run(sink, [np.zeros(4, np.float32)], device="EMU")

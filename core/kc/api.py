@@ -130,6 +130,8 @@ def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, 
   """Compile and run once; the outputs are allocated here (shaped like each store) and returned by index. An output
   of a dtype numpy lacks (bfloat16, fp8) comes back in the type its inputs of that dtype were given in (ml_dtypes'),
   else as its raw bits (uint16, uint8)."""
+  if not isinstance(inputs, dict):
+    raise ArgumentError(f"kc.run takes its inputs as a dict of buffer index -> array, got {type(inputs).__name__}")
   ck = compile(sink, device, opts)
   vals = ck._var_values(var_vals)
   args: list = []

@@ -307,10 +307,17 @@ class Expr:
 
   def exp2(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.EXP2))
   def log2(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.LOG2))
-  def exp(self) -> "Expr": return self._float_unary(lambda u: (u * UOp.const(u.dtype, 1 / math.log(2))).alu(Ops.EXP2))
-  def log(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.LOG2) * UOp.const(u.dtype, math.log(2)))
+  def _composite_unary(self, fn) -> "Expr":
+    """A function kc builds from two ops (exp is exp2 of x*log2(e)): computed in float32 for the floats narrower than
+    it and rounded once, as numpy computes them; rounding the inner result to half first would put exp(9) off by 35."""
+    dt = P.unary_float(self.dtype)
+    if dt.itemsize >= dtypes.float32.itemsize: return self._float_unary(fn)
+    return _unary_uop(self, lambda u: fn(u.cast(dtypes.float32)).cast(dt))
+
+  def exp(self) -> "Expr": return self._composite_unary(lambda u: (u * UOp.const(u.dtype, 1 / math.log(2))).alu(Ops.EXP2))
+  def log(self) -> "Expr": return self._composite_unary(lambda u: u.alu(Ops.LOG2) * UOp.const(u.dtype, math.log(2)))
   def sin(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.SIN))
-  def cos(self) -> "Expr": return self._float_unary(lambda u: (UOp.const(u.dtype, math.pi / 2) - u).alu(Ops.SIN))
+  def cos(self) -> "Expr": return self._composite_unary(lambda u: (UOp.const(u.dtype, math.pi / 2) - u).alu(Ops.SIN))
   def sqrt(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.SQRT))
   def recip(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.RECIP))
   reciprocal = recip
