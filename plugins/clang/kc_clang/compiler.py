@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from typing import Optional
 from kc.backend import CompileError, Compiler, env_value
+from kc_clang import host
 
 
 def compiler_command() -> list[str]:
@@ -10,12 +11,17 @@ def compiler_command() -> list[str]:
   return shlex.split(env_value("KC_CC", "") or "cc")
 
 
-def compile_flags() -> list[str]:
-  # no -ffast-math: kernels must give the IEEE results numpy gives; -march=native is opt-in because the
-  # binaries it makes do not run on other CPUs
-  # -fopenmp: the renderer may split a kernel's outermost loop across threads (KC_CLANG_THREADS=1 turns that off)
-  # -fwrapv: signed overflow wraps as numpy's does (the renderer relies on it: CLANGRenderer.signed_overflow_wraps)
-  return ["-shared", "-fPIC", "-O2", "-fwrapv", "-fopenmp"] + (["-march=native"] if env_value("KC_CLANG_MARCH_NATIVE", 0) == 1 else [])
+def compile_flags(native: Optional[bool] = None) -> list[str]:
+  """The flags every kernel is compiled with; `native` (default: host.native_code()) adds -march=native."""
+  # no -ffast-math: kernels must give the IEEE results numpy gives
+  # -O2, not -O3: the kernels are already unrolled and vectorized by kc (explicit vector types), so -O3's extra
+  #   loop vectorization and unrolling found nothing to add on the anchor workloads (bench_clang.py: within noise
+  #   for add, mul-add-exp, sum and matmul) while it compiles slower and makes larger code
+  # -fwrapv: signed overflow wraps as numpy's does (the renderer relies on it: ClangRenderer.signed_overflow_wraps)
+  # no -fopenmp: threads come from the runtime (runtime.py), so gcc and clang work without an OpenMP library
+  # -march=native: the host's vector width and FMA; the cache key then names the CPU (ClangCompiler.identity)
+  native = host.native_code() if native is None else native
+  return ["-shared", "-fPIC", "-O2", "-fwrapv"] + (["-march=native"] if native else [])
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,8 +60,12 @@ class ClangCompiler(Compiler):
     self.flags = flags if flags is not None else compile_flags()
 
   def identity(self) -> str:
-    # the resolved path and version line catch a compiler upgrade or a different `cc` on PATH
-    return " | ".join([shutil.which(self.cmd[0]) or self.cmd[0], *self.cmd[1:], _version_line(tuple(self.cmd)) or "?", *self.flags])
+    # the resolved path and version line catch a compiler upgrade or a different `cc` on PATH; a binary built for
+    # this CPU (-march=native) is keyed on its model and ISA extensions, so a cache copied to another CPU misses
+    # instead of loading code with instructions that CPU lacks; portable code is keyed on the architecture only
+    cpu = host.host_cpu()
+    target = cpu.describe() if "-march=native" in self.flags else cpu.machine
+    return " | ".join([shutil.which(self.cmd[0]) or self.cmd[0], *self.cmd[1:], _version_line(tuple(self.cmd)) or "?", *self.flags, target])
 
   def compile_uncached(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="kc-clang-") as tmp:

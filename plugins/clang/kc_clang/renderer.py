@@ -1,18 +1,38 @@
-"""The C dialect: plain C99 plus GCC/Clang vector extensions for float4-style accesses. No work-groups: the
-global dims are loops. Transcendentals come from math.h; half is _Float16; bfloat16 is stored as its 16 bits
-and converted to float for arithmetic with integer bit operations."""
+"""The C dialect: plain C99 plus GCC/Clang vector extensions for vector accesses as wide as the host's registers.
+No work-groups: the global dims are loops. Transcendentals come from math.h; half is _Float16; bfloat16 is stored
+as its 16 bits and converted to float for arithmetic with integer bit operations.
+
+Threads: a kernel with enough work has its outermost output loop split into parts. Such a kernel takes two more
+int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_part of kc_parts of that loop's range
+(equal contiguous slices, computed in C, so a range with Variable bounds splits too). It also defines the int
+`kc_parts_<name>` (SPLIT_SYMBOL), by which the runtime (runtime.py) knows to call it once per part from its threads."""
 from __future__ import annotations
-import os, platform
+import os, platform, re
 from typing import Optional
-from kc.backend import (CStyleLanguage, ConfigError, DType, Ops, PtrDType, UOp, dtypes, env_value,
+from kc.backend import (CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, env_value,
                         estimate_ops)
+from kc_clang.host import host_cpu, native_code
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves
 PARALLEL_MIN_OPS = 1 << 17
 
+# the two int arguments of a split kernel, after its Variables
+PART_ARGS = ("kc_part", "kc_parts")
+# the comment put before the split loop; render_kernel rewrites the loop after it to run one part
+SPLIT_MARKER = "/* threads share this loop: each call runs part kc_part of kc_parts */"
+_FOR = re.compile(r"^(?P<indent>\s*)for \((?P<type>[\w ]+?) (?P<idx>\w+) = (?P<start>.+); (?P=idx) < (?P<end>.+); (?P=idx)\+\+\) \{$")
+# the first index of part `part` of `parts` of [lo, hi): q*part + r*part/parts neither overflows nor leaves a gap
+PART_START = ("static inline long long __kc_part_start(long long lo, long long hi, int part, int parts) {"
+              " long long n = hi - lo; return lo + (n / parts) * part + (n % parts) * part / parts; }")
+
+
+def split_symbol(name: str) -> str:
+  """The int a split kernel `name` defines, whose presence in the library tells the runtime to split calls."""
+  return f"kc_parts_{name}"
+
 
 def threads() -> int:
-  """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across threads (OpenMP)."""
+  """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across this many threads."""
   n = env_value("KC_CLANG_THREADS", os.cpu_count() or 1)
   if n < 1: raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count: give an int >= 1, or unset it for every core")
   return n
@@ -31,7 +51,7 @@ def _math(name: str):
 
 class ClangRenderer(CStyleLanguage):
   device = "CLANG"
-  arch = platform.machine()  # the host the C compiler builds for (no -march flags unless KC_CLANG_MARCH_NATIVE)
+  arch = platform.machine()  # the class says the architecture; an instance adds the ISA it builds for (__init__)
   has_local = False
   has_shared = False
   global_max = None
@@ -48,12 +68,27 @@ class ClangRenderer(CStyleLanguage):
   extra_matcher = CStyleLanguage.bfloat16_in_float  # bfloat16 and fp8 are held as bits and computed in float
   code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}}
 
+  def __init__(self, native: Optional[bool] = None):
+    # the same choice as the compiler's flags (compiler.compile_flags): both read host.native_code()
+    self.native = native_code() if native is None else native
+    cpu = host_cpu()
+    self.arch = f"{cpu.machine} {cpu.isa}".strip() if self.native else cpu.machine
+    # floats per vector register: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON; portable code keeps float4
+    self.float_lanes = cpu.vector_bytes // 4 if self.native else 4
+
+  def vector_widths(self, dt: DType) -> tuple[int, ...]:
+    # float and half (computed in float on most CPUs) in registers of float_lanes floats, then each narrower width
+    if dt not in (dtypes.float32, dtypes.float16): return ()
+    widths, w = [], self.float_lanes
+    while w >= 2: widths, w = widths + [w], w // 2
+    return tuple(widths)
+
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
     # the outermost loop over output elements: its iterations write disjoint outputs, so threads can share them
-    if depth != 1 or rng.arg[1] != 0 or threads() == 1: return None
+    if depth != 1 or rng.arg[1] != 0 or threads() == 1 or not _encloses_all_work(rng, uops): return None
     work = estimate_ops(uops)
     if isinstance(work, int) and work < PARALLEL_MIN_OPS: return None
-    return f"#pragma omp parallel for num_threads({threads()})"
+    return SPLIT_MARKER
 
   def render_vector(self, dt: DType, elements: list[str]) -> str: return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
 
@@ -68,4 +103,28 @@ class ClangRenderer(CStyleLanguage):
                 "static inline unsigned short __kc_f2bf(float f) { unsigned int u; memcpy(&u, &f, 4);"
                 " if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 64);"
                 " u += 0x7fff + ((u >> 16) & 1); return (unsigned short)(u >> 16); }"]
+    if any(line.strip() == SPLIT_MARKER for line in body):
+      if clash := [name for name, _, _ in params if name in PART_ARGS]:
+        raise KcError(f"kernel {function_name} has a Variable named {clash[0]!r}, a name CLANG keeps for its thread split: rename it")
+      body = _split_loop(body)
+      params = [*params, *((name, dtypes.int32, False) for name in PART_ARGS)]
+      lines += [PART_START, f"const int {split_symbol(function_name)} = 1;"]
     return super().render_kernel(function_name, body, params, uops, lines + (prefix or []))
+
+
+def _encloses_all_work(rng: UOp, uops: list[UOp]) -> bool:
+  """Whether every other loop and every store of the kernel lies inside `rng`'s loop: then the parts of that loop are
+  the whole kernel, and threads running different parts need no barrier between them."""
+  start = uops.index(rng)
+  end = next((i for i, u in enumerate(uops) if u.op is Ops.ENDRANGE and u.src[0] is rng), len(uops))
+  return all(start <= i <= end for i, u in enumerate(uops) if u.op in (Ops.RANGE, Ops.STORE))
+
+
+def _split_loop(body: list[str]) -> list[str]:
+  """The body with the loop after SPLIT_MARKER running from part kc_part's first index to part kc_part+1's."""
+  i = next(i for i, line in enumerate(body) if line.strip() == SPLIT_MARKER)
+  if (m := _FOR.match(body[i + 1])) is None: raise KcError(f"CLANG cannot split the loop {body[i + 1].strip()!r} across threads")
+  ind, ty, idx, lo, hi = m["indent"], m["type"], m["idx"], m["start"], m["end"]
+  bounds = [f"{ind}{ty} {idx}_lo = ({ty})__kc_part_start({lo}, {hi}, kc_part, kc_parts);",
+            f"{ind}{ty} {idx}_hi = ({ty})__kc_part_start({lo}, {hi}, kc_part + 1, kc_parts);"]
+  return body[:i + 1] + bounds + [f"{ind}for ({ty} {idx} = {idx}_lo; {idx} < {idx}_hi; {idx}++) {{"] + body[i + 2:]

@@ -1,24 +1,40 @@
-"""Loading and launching compiled CLANG kernels with cffi (ABI mode: no compiler needed for the binding)."""
+"""Loading and launching compiled CLANG kernels with cffi (ABI mode: no compiler needed for the binding).
+
+A kernel the renderer split (renderer.py: it defines the int kc_parts_<name>) takes two more ints, its part and the
+number of parts: a call runs it once per part, one part per thread, the calling thread taking part 0 itself and a
+persistent pool the others. cffi releases the GIL while C runs, so the parts run at once; nothing needs OpenMP."""
 from __future__ import annotations
-import ctypes, ctypes.util, os, tempfile, threading, time
+import os, tempfile, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 import cffi
 from kc.backend import HostMemory, KcError, int32_values, raw_buffers
+from kc_clang.renderer import split_symbol, threads
+
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_SIZE = 0
+_POOL_LOCK = threading.Lock()
 
 
-_OPENMP_RUNTIME = None
+def worker_pool(workers: int) -> ThreadPoolExecutor:
+  """The process's pool of kernel threads, with at least `workers` threads (kept, so a call starts none)."""
+  global _POOL, _POOL_SIZE
+  with _POOL_LOCK:
+    if _POOL is None or _POOL_SIZE < workers:
+      # a pool too small for a raised KC_CLANG_THREADS is replaced; calls already given to it still finish
+      if _POOL is not None: _POOL.shutdown(wait=False)
+      _POOL, _POOL_SIZE = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kc-clang"), workers
+    return _POOL
 
 
-def pin_openmp_runtime() -> None:
-  """Load the OpenMP runtime once and keep it for the life of the process. Kernels built with -fopenmp link it;
-  without this pin, unloading the last such kernel would unload the runtime under its idle worker threads."""
-  global _OPENMP_RUNTIME
-  if _OPENMP_RUNTIME is not None: return
-  for name in ("gomp", "omp", "iomp5"):
-    if (path := ctypes.util.find_library(name)) is not None:
-      try: _OPENMP_RUNTIME = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-      except OSError: continue
-      return
+def run_parts(fn, args: tuple, parts: int) -> None:
+  """fn(*args, part, parts) for every part: parts 1.. on the pool's threads, part 0 on this one, all finished on return."""
+  if parts == 1: return fn(*args, 0, 1)
+  pool = worker_pool(parts - 1)
+  futures = [pool.submit(fn, *args, part, parts) for part in range(1, parts)]
+  try: fn(*args, 0, parts)
+  finally:
+    for f in futures: f.result()  # the buffers must not be read (or freed) while a part still writes them
 
 
 class ClangProgram:
@@ -26,10 +42,10 @@ class ClangProgram:
   sizes are accepted (for the common launch protocol) and ignored.
 
   The C signature is `void name(T* data0, ..., const int var0, ...)`: every buffer is passed as a pointer
-  (pointer types share one calling convention, so declaring them void* is exact) and every variable as an int."""
+  (pointer types share one calling convention, so declaring them void* is exact) and every variable as an int;
+  a split kernel takes `const int kc_part, const int kc_parts` after those."""
 
   def __init__(self, name: str, lib: bytes):
-    pin_openmp_runtime()
     self.name = name
     self._ffi = cffi.FFI()
     fd, path = tempfile.mkstemp(prefix=f"kc-{name}-", suffix=".so")
@@ -38,22 +54,31 @@ class ClangProgram:
       try: self._lib = self._ffi.dlopen(path)
       except OSError as e: raise KcError(f"cannot load the compiled library of kernel {name!r}: {e}") from None
       self._check_symbol(path)
+      self.split = self._has_symbol(path, split_symbol(name))
     finally: os.unlink(path)  # the loaded mapping outlives the file; nothing is left behind in /tmp
     self._fn = None
     self._arity: Optional[tuple[int, int]] = None
     self._declare_lock = threading.Lock()
 
   def _check_symbol(self, path: str):
+    if not self._has_symbol(path, self.name):
+      raise KcError(f"the compiled library has no function named {self.name!r}")
+
+  @staticmethod
+  def _has_symbol(path: str, symbol: str) -> bool:
+    # declared as a function whatever it is: looking a function up only resolves its address, for data symbols too
     probe = cffi.FFI()
-    probe.cdef(f"void {self.name}(void);")
-    try: getattr(probe.dlopen(path), self.name)
-    except AttributeError: raise KcError(f"the compiled library has no function named {self.name!r}") from None
+    probe.cdef(f"void {symbol}(void);")
+    try: getattr(probe.dlopen(path), symbol)
+    except AttributeError: return False
+    return True
 
   def _function(self, nbufs: int, nvals: int):
     """The kernel, declared on first call with the number of buffers and variables it is called with."""
     with self._declare_lock:
       if self._arity is None:
-        self._ffi.cdef(f"void {self.name}({', '.join(['void*'] * nbufs + ['int'] * nvals) or 'void'});")
+        ints = nvals + (2 if self.split else 0)  # a split kernel's part and number of parts come last
+        self._ffi.cdef(f"void {self.name}({', '.join(['void*'] * nbufs + ['int'] * ints) or 'void'});")
         self._fn, self._arity = getattr(self._lib, self.name), (nbufs, nvals)
     if self._arity != (nbufs, nvals):
       raise KcError(f"kernel {self.name} takes {self._arity[0]} buffers and {self._arity[1]} variable values, "
@@ -70,7 +95,8 @@ class ClangProgram:
       ptrs.append(from_buffer(b.data))
     ints = int32_values(vals, self.name) if vals else ()
     start = time.perf_counter()
-    fn(*ptrs, *ints)
+    if self.split: run_parts(fn, (*ptrs, *ints), threads())
+    else: fn(*ptrs, *ints)
     return time.perf_counter() - start if wait else None
 
   def __repr__(self): return f"<ClangProgram {self.name}>"

@@ -121,14 +121,24 @@ def test_compile_is_cached_on_disk(cache_dir, monkeypatch):
   assert compile_cache().keys() == [comp.cache_key(ADD)]
 
 
-def test_compiler_identity_follows_kc_cc_and_march_native(monkeypatch):
-  monkeypatch.delenv("KC_CLANG_MARCH_NATIVE", raising=False)
-  plain = ClangCompiler()
-  monkeypatch.setenv("KC_CLANG_MARCH_NATIVE", "1")
+def test_native_code_by_default_portable_on_request(monkeypatch):
+  from kc_clang.host import host_cpu
+  for var in ("KC_CLANG_MARCH_NATIVE", "KC_CLANG_PORTABLE"): monkeypatch.delenv(var, raising=False)
   native = ClangCompiler()
-  assert "-march=native" in native.flags and "-march=native" not in plain.flags
-  assert native.cache_key(ADD) != plain.cache_key(ADD)
-  assert "-ffast-math" not in native.flags and "-O2" in native.flags
+  monkeypatch.setenv("KC_CLANG_PORTABLE", "1")
+  portable = ClangCompiler()
+  assert "-march=native" in native.flags and "-march=native" not in portable.flags
+  assert native.cache_key(ADD) != portable.cache_key(ADD)
+  # a native binary is keyed on the CPU: its model and ISA extensions; a portable one on the architecture only
+  assert host_cpu().describe() in native.identity() and host_cpu().describe() not in portable.identity()
+  assert host_cpu().machine in portable.identity()
+  assert "-ffast-math" not in native.flags and "-O2" in native.flags and "-fopenmp" not in native.flags
+  # KC_CLANG_MARCH_NATIVE, the older spelling: 1 is native (now the default), 0 portable
+  monkeypatch.delenv("KC_CLANG_PORTABLE")
+  monkeypatch.setenv("KC_CLANG_MARCH_NATIVE", "0")
+  assert ClangCompiler().flags == portable.flags
+  monkeypatch.setenv("KC_CLANG_MARCH_NATIVE", "1")
+  assert ClangCompiler().flags == native.flags
   monkeypatch.setenv("KC_CC", "cc -DKC_TEST=1")
   assert ClangCompiler().cmd == ["cc", "-DKC_TEST=1"] and ClangCompiler().cache_key(ADD) != native.cache_key(ADD)
 
@@ -161,22 +171,119 @@ def test_concurrent_processes_compile_the_same_source(tmp_path, cache_dir):
 
 
 def test_big_kernels_split_their_outer_loop_across_threads(monkeypatch):
-  import numpy as np
-  from kc import ast as A, dtypes
+  from kc import ast as A
+  from kc_clang.renderer import SPLIT_MARKER, split_symbol
   n = 256
   F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
   sink = A.sink(A.store(0, (F(1, n, n).reshape(n, n, 1) * F(2, n, n).reshape(1, n, n)).sum(1)))
   monkeypatch.setenv("KC_CLANG_THREADS", "2")
   k = kc.compile(sink, device="CLANG")
-  assert "#pragma omp parallel for num_threads(2)" in k.program.src
+  src = k.program.src
+  assert SPLIT_MARKER in src and "const int kc_part, const int kc_parts)" in src and split_symbol(k.name) in src
+  assert "omp" not in src  # threads come from the runtime, not OpenMP
   a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
-  out = np.zeros((n, n), np.float32)
-  k(out, a, b)
-  assert np.allclose(out, a @ b, atol=1e-3)
+  for parts in ("2", "3", "64", "100"):  # the number of parts is read at each call: more parts than rows leaves some empty
+    monkeypatch.setenv("KC_CLANG_THREADS", parts)
+    out = np.zeros((n, n), np.float32)
+    k(out, a, b)
+    np.testing.assert_allclose(out, a @ b, atol=1e-3)
   small = kc.compile(A.sink(A.store(0, F(1, 16) * 2.0)), device="CLANG")
-  assert "omp" not in small.program.src  # too little work to start threads for
+  assert "kc_part" not in small.program.src  # too little work to start threads for
   monkeypatch.setenv("KC_CLANG_THREADS", "1")
-  assert "omp" not in kc.compile(sink, device="CLANG").program.src
+  assert "kc_part" not in kc.compile(sink, device="CLANG").program.src
+
+
+def test_a_split_loop_with_variable_bounds(monkeypatch):
+  """The parts of a loop over a Variable's range are computed in C, so every value of the Variable splits exactly."""
+  from kc import ast as A
+  monkeypatch.setenv("KC_CLANG_THREADS", "3")
+  v = kc.Variable("n", 1, 1 << 20)
+  x = A.arg(1, dtypes.float32, (v, 512))
+  k = kc.compile(A.sink(A.store(0, (x * 2.0 + 1.0).exp2())), device="CLANG")
+  assert "kc_part" in k.program.src, "the loop over n should be split"
+  for rows in (1, 2, 7, 600):
+    inp = np.random.rand(rows, 512).astype(np.float32)
+    out = np.zeros((rows, 512), np.float32)
+    k(out, inp, n=rows)
+    np.testing.assert_allclose(out, np.exp2(inp * 2 + 1), rtol=1e-6)
+
+
+def test_run_parts_covers_every_part_once():
+  from kc_clang.runtime import run_parts
+  seen, lock = [], __import__("threading").Lock()
+  def part(tag, i, n):
+    with lock: seen.append((tag, i, n))
+  for parts in (1, 2, 5):
+    seen.clear()
+    run_parts(part, ("t",), parts)
+    assert sorted(seen) == [("t", i, parts) for i in range(parts)]
+
+
+def test_part_bounds_tile_the_range_exactly():
+  """__kc_part_start in C: consecutive parts meet, the first starts at lo and the last ends at hi, for ranges
+  that do not divide evenly, ranges shorter than the number of parts, and empty ones."""
+  from kc_clang.renderer import PART_START
+  src = PART_START + "\nvoid starts(long long* out, const int lo, const int hi, const int parts) {\n" \
+        "  for (int p = 0; p <= parts; p++) out[p] = __kc_part_start(lo, hi, p, parts);\n}\n"
+  prg = kc.Device["CLANG"].runtime("starts", ClangCompiler().compile(src))
+  for lo, hi, parts in [(0, 1024, 3), (5, 12, 4), (0, 2, 8), (3, 3, 2), (0, 2**31 - 1, 7)]:
+    out = Buffer("CLANG", parts + 1, dtypes.int64).allocate()
+    prg(out, vals=(lo, hi, parts))
+    got = out.numpy().tolist()
+    assert got[0] == lo and got[-1] == hi and all(a <= b for a, b in zip(got, got[1:])), (lo, hi, parts, got)
+    assert max(b - a for a, b in zip(got, got[1:])) - min(b - a for a, b in zip(got, got[1:])) <= 1
+
+
+def test_host_vector_widths_and_arch(monkeypatch):
+  from kc_clang.host import host_cpu
+  from kc_clang.renderer import ClangRenderer
+  cpu = host_cpu()
+  native, portable = ClangRenderer(native=True), ClangRenderer(native=False)
+  assert portable.vector_widths(dtypes.float32) == (4, 2) and portable.arch == cpu.machine
+  lanes = cpu.vector_bytes // 4
+  assert native.vector_widths(dtypes.float32)[0] == lanes and native.vector_widths(dtypes.float32)[-1] == 2
+  assert native.vector_widths(dtypes.int32) == () and native.arch == f"{cpu.machine} {cpu.isa}".strip()
+  monkeypatch.setenv("KC_CLANG_PORTABLE", "1")
+  assert ClangRenderer().vector_widths(dtypes.float32) == (4, 2)
+
+
+@pytest.mark.parametrize("width", [8, 16])
+def test_wide_vector_accesses_at_any_offset(width):
+  """float8/float16 loads and stores through a view at an element offset that is not a multiple of the width."""
+  from kc import ast as A
+  from kc import Opt, OptOps
+  from kc_clang.renderer import ClangRenderer
+  r = ClangRenderer(native=True)
+  r.float_lanes = width  # the widest access, whatever this host's registers are: the compiler lowers it
+  x = A.arg(1, dtypes.float32, (4 * width,))
+  kern = kc.Kernel(A.sink(A.store(0, x * 3.0)), r)
+  kern.apply_opt(Opt(OptOps.UPCAST, 0, width))
+  prg = kern.to_program()
+  assert f"float{width} " in prg.src
+  dev = kc.Device["CLANG"]
+  fn = dev.runtime(prg.name, dev.compiler.compile(prg.src))
+  base_in, base_out = buf(np.arange(4 * width + 3, dtype=np.float32)), buf(np.zeros(4 * width + 3, np.float32))
+  inp, out = base_in.view(4 * width, dtypes.float32, offset=12), base_out.view(4 * width, dtypes.float32, offset=4)
+  fn(out, inp)
+  np.testing.assert_array_equal(out.numpy(), 3 * np.arange(3, 4 * width + 3, dtype=np.float32))
+
+
+@pytest.mark.parametrize("cc", ["gcc", "clang"])
+def test_both_c_compilers_build_split_kernels(cc, monkeypatch):
+  """gcc and clang each build and run a kernel split across threads with nothing but the compiler installed."""
+  import shutil
+  from kc import ast as A
+  if shutil.which(cc) is None: pytest.skip(f"{cc} is not installed")
+  monkeypatch.setenv("KC_CLANG_THREADS", "2")
+  x = A.arg(1, dtypes.float32, (512, 512))
+  k = kc.compile(A.sink(A.store(0, (x * x).sum(1))), device="CLANG")
+  assert "kc_part" in k.program.src
+  dev = kc.Device["CLANG"]
+  fn = dev.runtime(k.name, ClangCompiler(cmd=[cc]).compile(k.program.src))
+  inp = np.random.rand(512, 512).astype(np.float32)
+  out = Buffer("CLANG", 512, dtypes.float32).allocate()
+  fn(out, buf(inp))
+  np.testing.assert_allclose(out.numpy(), (inp * inp).sum(1), rtol=1e-4)
 
 
 def test_compile_errors_show_the_source_around_the_error():
