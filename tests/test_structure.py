@@ -255,7 +255,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("runtime", ("kc.runtime.*",)),
   # importing the package kc itself runs kc/__init__.py, which imports everything: it is the top layer. The builder's
   # helpers (ast_movement, ast_promotion) sit with the builder.
-  ("top", ("kc", "kc.api", "kc.ast", "kc.ast_movement", "kc.ast_promotion", "kc.cli", "kc.backend", "kc.examples",
+  ("top", ("kc", "kc.api", "kc.ast", "kc.ast_movement", "kc.ast_promotion", "kc.split_reduce", "kc.cli", "kc.backend", "kc.examples",
            "kc.fuzz.*", "kc.backend_template.*", "kc.new_backend.*")),
 ]
 

@@ -2,15 +2,16 @@
 from __future__ import annotations
 from typing import Optional, Sequence, Union
 import numpy as np
-from kc.runtime.device import Device
+from kc.runtime.device import Buffer, Device
 from kc.errors import KcError, SymbolicError
-from kc.helpers import debug_level
+from kc.helpers import debug_level, env_value
 from kc.ir.symbolic import sym_infer
 from kc.codegen import Kernel
 from kc.kernel import Opt
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs
 from kc.renderer import Program
 from kc.ir.uop import UOp
+from kc.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
 
 OptsArg = Union[str, Opt, Sequence[Opt], None]
 
@@ -58,14 +59,17 @@ class CompiledKernel:
       handle, back = spec.handle(arg, vals, self.device, self._allocator, not (spec.output and _overlaps(i, args)))
       bufs.append(handle)
       if back is not None: copies.append((arg, back))
-    ordered = [vals[v.arg[0]] for v in self.program.vars] if vals else []
     # `args` holds every array a handle borrows until the launch returns
-    if self._order is not None: bufs = [bufs[g] for g in self._order]
-    seconds = self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=True)
+    seconds = self._launch(bufs, vals, global_size, local_size)
     for arr, buf in copies: buf.copyout(arr.reshape(-1).view(np.uint8).data)
-    seconds = float(seconds or 0.0)
     if debug_level() >= 2: self._report(seconds, vals)
     return seconds
+
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size) -> float:
+    """Run the program on `bufs` (in buffer-index order) and wait for it; its run time in seconds."""
+    ordered = [vals[v.arg[0]] for v in self.program.vars] if vals else []
+    if self._order is not None: bufs = [bufs[g] for g in self._order]
+    return float(self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=True) or 0.0)
 
   def _report(self, seconds: float, vals: dict[str, int]):
     ops, mem = (sym_infer(x, vals) for x in (self.program.op_estimate, self.program.mem_estimate))
@@ -84,6 +88,31 @@ class CompiledKernel:
         raise SymbolicError(f"Variable {name!r} of {self.name} must be an int in {v.arg[1]}..{v.arg[2]}, got {val!r}")
       vals[name] = val
     return vals
+
+
+class SplitCompiledKernel(CompiledKernel):
+  """A large reduce with few outputs, compiled as two kernels (kc.split_reduce): a partial kernel that reduces
+  chunks of the reduce axis in parallel into a temporary buffer, allocated once here on the device, and a combine
+  kernel that reduces the partials and computes what followed the reduce. It is called exactly as a CompiledKernel,
+  with the original AST's buffers; `.program` and `.kernel` are the partial kernel's (the one that does the work),
+  `.programs` holds both programs in launch order, and a call returns the two run times' sum."""
+
+  def __init__(self, ast: UOp, partial: CompiledKernel, combine: CompiledKernel, split: SplitReduce):
+    super().__init__(ast, partial.kernel, partial.program, partial.device, partial._handle)
+    self.partial, self.combine, self.split = partial, combine, split
+    self.programs = (partial.program, combine.program)
+    self._temp = Buffer(partial.device, split.temp_size, split.temp_dtype).allocate()
+
+  def __repr__(self): return f"<SplitCompiledKernel {self.name} + {self.combine.name} on {self.device}>"
+
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size) -> float:
+    pick = lambda order: [self._temp if i == TEMP else bufs[i] for i in order]
+    seconds = self.partial._launch(pick(self.split.partial_buffers), vals, *self.partial._dims)
+    return seconds + self.combine._launch(pick(self.split.combine_buffers), vals, *self.combine._dims)
+
+  def _report(self, seconds: float, vals: dict[str, int]):
+    print(f"{self.device:8s} split into {self.name} and {self.combine.name} ({self.split.parts} parts)")
+    super()._report(seconds, vals)
 
 
 def _overlaps(i: int, args: tuple) -> bool:
@@ -108,10 +137,19 @@ def optimize(k: Kernel, opts: OptsArg) -> Kernel:
   return k
 
 
-def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = "hand") -> CompiledKernel:  # noqa: A001
-  """Optimize, render and compile one kernel AST for `device` (default: kc.Device.DEFAULT)."""
-  name = device or Device.DEFAULT
-  dev = Device[name]
+def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = "hand", split_reduce: bool = True) -> CompiledKernel:  # noqa: A001
+  """Optimize, render and compile one kernel AST for `device` (default: kc.Device.DEFAULT).
+
+  With the hand-coded opts, a large reduce with few outputs (a full sum) becomes two kernels that use every core
+  or compute unit (a SplitCompiledKernel, see kc.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
+  one kernel. Explicit opts always compile the one kernel they were written for."""
+  dev = Device[device or Device.DEFAULT]
+  if split_reduce and env_value("KC_SPLIT_REDUCE", 1) and (opts is None or opts == "hand") and (split := plan_split(sink)) is not None:
+    return SplitCompiledKernel(sink, _compile_one(split.partial, dev, opts), _compile_one(split.combine, dev, opts), split)
+  return _compile_one(sink, dev, opts)
+
+
+def _compile_one(sink: UOp, dev, opts: OptsArg) -> CompiledKernel:
   k = optimize(Kernel(sink, dev.renderer), opts)
   prg = k.to_program()
   handle = dev.runtime(prg.name, dev.compiler.compile(prg.src))
