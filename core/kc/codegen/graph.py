@@ -1,7 +1,8 @@
 """The graph rewrites between lowering and linearizing: fold neighbouring scalar loads and stores into vector
 accesses of the widths the renderer declares (Renderer.vector_widths), then one walk that simplifies every value, drops what can never happen
 (stores behind a false gate), replaces ops the renderer lacks (transcendentals) with ones it has and applies the
-renderer's own rules."""
+renderer's own rules; last, on a renderer that computes on vectors (Renderer.vector_alu), the lanes of each vector
+become one vector computation where they line up (vectorize.py)."""
 from __future__ import annotations
 import functools
 from collections import defaultdict
@@ -11,6 +12,7 @@ from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.symbolic import split_sum, symbolic
 from kc.codegen.transcendental import transcendental_rules
+from kc.codegen.vectorize import vectorize_alu
 from kc.ir.uop import Ops, UOp
 
 
@@ -172,5 +174,7 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
   rules = lowered_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}), getattr(renderer, "extra_matcher", None))
   # the lowering left every index and gate simplified already, so the vector accesses are found before the one walk
-  sink = fold_vector_accesses(sink, renderer)
-  return graph_rewrite(sink, rules)
+  sink = graph_rewrite(fold_vector_accesses(sink, renderer), rules)
+  # vector arithmetic last: it only regroups lanes of values already simplified and rewritten into the ops the
+  # dialect spells, so the rules above never see a vector op they were not written for
+  return vectorize_alu(sink, _declared_widths(renderer)) if getattr(renderer, "vector_alu", False) else sink

@@ -42,7 +42,7 @@ def hand_coded_optimizations(k: "Kernel") -> None:
   _upcast_image_inputs(k)
   if k.group_for_reduces: return  # nothing more once the reduce is grouped
   _upcast_masked_axes(k)
-  _upcast_expanded_axes(k)
+  if not _vector_register_tile(k): _upcast_expanded_axes(k)
   _unroll_reduce(k)
   _upcast_last_axis(k)
   _locals(k)
@@ -119,6 +119,48 @@ def _upcast_expanded_axes(k: "Kernel") -> None:
     best = sorted(choices)[0]
     k.apply_opt(Opt(OptOps.UPCAST, best[2], best[3]))
     done.add(best[2])
+
+
+# vector registers of the widest vector: 32 of 64 bytes (AVX-512), 16 of 32 bytes (AVX2) or of 16 (SSE, NEON)
+def _vector_registers(vector_bytes: int) -> int: return 32 if vector_bytes >= 64 else 16
+
+
+def _vector_register_tile(k: "Kernel") -> bool:
+  """On a renderer that computes on vectors (vector_alu), a reduce whose output is contiguous along an axis and
+  whose inputs are broadcast along another (a matmul's N and M) gets a register tile: `cols` vectors of the widest
+  width along the contiguous axis times `rows` along the broadcast one, one vector accumulator each. It fits the
+  vector registers with the `cols` vectors loaded per step of the reduce and one splat: rows*cols + cols + 1 <= the
+  registers. Each step of the reduce loop then loads `cols` contiguous vectors and does rows*cols vector FMAs.
+  Returns whether it applied the tile."""
+  if not getattr(k.opts, "vector_alu", False) or k.reduceop is None or k.upcasted or k.first_reduce == 0: return False
+  out_dt = k.bufs[0].src[2].dtype if len(k.bufs[0].src) > 2 else None
+  if out_dt is None or out_dt.count != 1 or not (widths := k.opts.vector_widths(out_dt)): return False
+  width = widths[0]
+  regs = _vector_registers(width * out_dt.itemsize)
+  unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce and isinstance(k.full_shape[a], int)]
+  if not unit: return False
+  vn = unit[-1]
+  # the rows: an output axis along which some input is broadcast (each row reuses the vectors loaded for the cols)
+  rows_axes = [a for a in range(k.first_reduce) if a != vn and isinstance(k.full_shape[a], int)
+               and any(st.views[-1].strides[a] == 0 for st in k.sts[1:])]
+  for cols in (2, 1):
+    if k.full_shape[vn] % (width * cols): continue
+    for rows in (8, 6, 4, 3, 2):
+      if rows * cols + cols + 1 > regs: continue
+      vm = next((a for a in reversed(rows_axes) if k.full_shape[a] % rows == 0), None)
+      if vm is None: continue
+      # the cols as two upcasts (width, then cols of those: an upcast takes at most 16 lanes); an axis upcast whole
+      # moves to the upcast axes entirely, and the axes after it move down by one
+      before = k.shape_len
+      if not _try(k, Opt(OptOps.UPCAST, vn, width)): return False
+      if k.shape_len == before and vm > vn: vm -= 1
+      if cols > 1 and k.shape_len > before:
+        before = k.shape_len
+        _try(k, Opt(OptOps.UPCAST, vn, cols))
+        if k.shape_len == before and vm > vn: vm -= 1
+      _try(k, Opt(OptOps.UPCAST, vm, rows))  # refused: the cols alone are still a vector tile
+      return True
+  return False
 
 
 def _unroll_reduce(k: "Kernel") -> None:

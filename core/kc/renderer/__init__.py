@@ -102,6 +102,12 @@ class Renderer(ABC):
   supported_dtypes: Optional[frozenset[DType]] = None
   has_images: bool = False
   arch: str = ""
+  # vector_alu: the dialect computes on the vectors vector_widths declares (GCC/Clang vector extensions: `a*b+c` of
+  # float16 values). The lowering then keeps lanes that line up as one vector value through their arithmetic and in
+  # vector accumulators (kc.codegen.vectorize says which lanes do); the dialect must render ADD SUB MUL MULACC NEG
+  # FDIV of float32/float64 vectors, a VECTORIZE of one value (a splat) and DEFINE_ACC/ASSIGN of a vector dtype.
+  # False: every value is computed lane by lane, only loads and stores are vectors.
+  vector_alu: bool = False
   code_for_op: dict = {}          # the ops the dialect spells; the rest are rewritten into these before rendering
   extra_matcher = None            # a PatternMatcher of dialect rewrites applied to the lowered graph before linearizing
 

@@ -421,6 +421,8 @@ class CStyleLanguage(Renderer):
       # a left operand of the same op needs no parentheses: C groups a+b+c as (a+b)+c (a right one keeps them,
       # float addition is not associative)
       args = [_strip_parens(x) if i == 0 and v.op is op and op in (Ops.ADD, Ops.MUL, Ops.XOR) else x for i, (x, v) in enumerate(zip(s, u.src))]
+      # a vector's a*b+c in operators (fma() takes scalars); -ffp-contract fuses it into one vector FMA
+      if op is Ops.MULACC and u.dtype.count > 1: return f"(({args[0]}*{args[1]})+{args[2]})"
       if op in _WRAPPING_OPS and u.dtype in _WIDE_SIGNED and not self.signed_overflow_wraps and _may_overflow(u): return self._wrapping(u, args)
       expr = self._int_division(u, *args) if op in (Ops.IDIV, Ops.MOD) and dtypes.is_int(u.dtype) else self.code_for_op[op](*args, u.dtype)
       # C computes a narrow int's arithmetic in int: the cast wraps the result to the dtype, as numpy does, before a

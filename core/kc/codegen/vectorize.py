@@ -1,0 +1,111 @@
+"""Vector arithmetic for dialects that compute on vectors (Renderer.vector_alu): after the vector accesses are folded
+(graph.fold_vector_accesses) and the graph is rewritten, a vector built lane by lane from scalar values (a
+VECTORIZE, e.g. the value of a vector store) is rebuilt as one vector computation where its lanes line up:
+
+  lanes that are the lanes of one vector, in order      that vector (a vector load, a vector accumulator)
+  lanes that are one and the same value                 that value splat to every lane
+  lanes of one arithmetic op (ADD SUB MUL MULACC NEG    that op on the vectors of its sources' lanes
+    FDIV), same dtype
+  lanes that update accumulators, acc_i = acc_i <op>    one accumulator of the vector dtype updated with the vector
+    x_i (op ADD or MUL), the same loops                   of the x_i
+
+Every other set of lanes stays a VECTORIZE of scalars: lanes that mix vectors or cross lanes (GEPs out of order, a
+reduce across an upcast axis), comparisons and WHERE (a comparison of C vectors gives an int vector, not a bool
+one), casts (a C cast between vector types reinterprets, it converts nothing), transcendentals and every int
+computation. An op is only made a vector where at least one of its sources is a vector already (not only splats
+and lane-by-lane gathers): otherwise the scalar computation costs less than packing its lanes.
+
+Only the dtypes and widths the renderer declares vector accesses of (Renderer.vector_widths) are vectorized, and
+only float32 and float64, whose C arithmetic on vectors is the same IEEE arithmetic lane by lane."""
+from __future__ import annotations
+from typing import Callable, Optional
+from kc.ir.dtype import DType, dtypes
+from kc.ir.uop import Ops, UOp
+
+# the ops whose C operators compute lane by lane on GCC/Clang vector types with the scalar operators' results
+VECTOR_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.FDIV})
+# the updates of an accumulator that stay lane by lane on a vector accumulator (MAX is a WHERE by now in C)
+_ACC_UPDATES = frozenset({Ops.ADD, Ops.MUL})
+_FLOATS = frozenset({dtypes.float32, dtypes.float64})
+
+Lanes = tuple[UOp, ...]
+
+
+class _Vectorizer:
+  """Rebuilds the VECTORIZEs of one graph as vector computations. `rebuilt` maps each scalar of the original graph
+  to its rebuilt version (the walk fills it sources first); `built` remembers each set of lanes, so lanes shared by
+  two vectors (an accumulator read by its update and by the store after the loop) become one vector."""
+
+  def __init__(self, rebuilt: dict[UOp, UOp]):
+    self.rebuilt = rebuilt
+    self.built: dict[Lanes, tuple[UOp, bool]] = {}
+
+  def vector(self, lanes: Lanes) -> UOp: return self.build(lanes)[0]
+
+  def build(self, lanes: Lanes) -> tuple[UOp, bool]:
+    """(the vector of `lanes`, whether it is a true vector: neither a splat nor a lane-by-lane gather)."""
+    if (ret := self.built.get(lanes)) is None: ret = self.built[lanes] = self._build(lanes)
+    return ret
+
+  def _build(self, lanes: Lanes) -> tuple[UOp, bool]:
+    first, n = lanes[0], len(lanes)
+    vdt = first.dtype.vec(n)
+    if all(x is first for x in lanes): return self.splat(first, n), False
+    whole = first.src[0] if first.op is Ops.GEP else None
+    if whole is not None and whole.dtype == vdt and all(x.op is Ops.GEP and x.src[0] is whole and x.arg == (i,) for i, x in enumerate(lanes)):
+      return self.rebuilt[whole], True
+    if first.op is Ops.ASSIGN and (acc := self.accumulator(lanes)) is not None: return acc, True
+    if first.op in VECTOR_OPS and all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype for x in lanes) \
+       and all(s.dtype == first.dtype for x in lanes for s in x.src):
+      srcs = [self.build(tuple(x.src[j] for x in lanes)) for j in range(len(first.src))]
+      if any(real for _, real in srcs): return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
+    return self.gather(lanes), False
+
+  def splat(self, x: UOp, n: int) -> UOp:
+    """`x` in every lane of a vector (a constant stays a constant)."""
+    if x.op is Ops.CONST: return UOp.const(x.dtype.vec(n), x.arg)
+    return UOp(Ops.VECTORIZE, x.dtype.vec(n), (self.rebuilt[x],) * n)
+
+  def gather(self, lanes: Lanes) -> UOp:
+    return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(len(lanes)), tuple(self.rebuilt[x] for x in lanes))
+
+  def accumulator(self, lanes: Lanes) -> Optional[UOp]:
+    """One vector accumulator for lanes acc_i = acc_i <op> x_i (distinct scalar accumulators over the same loops,
+    with the same start), else None. The scalar accumulators' lanes are remembered as the vector one before the x_i
+    are built: a read of the running value inside them then reads the vector."""
+    accs = tuple(x.src[0] for x in lanes)
+    first, upd = accs[0], lanes[0].src[1]
+    if len(set(accs)) != len(accs) or upd.op not in _ACC_UPDATES: return None
+    for x, acc in zip(lanes, accs):
+      u = x.src[1]
+      if x.op is not Ops.ASSIGN or acc.op is not Ops.DEFINE_ACC or acc.dtype != first.dtype or acc.src[1:] != first.src[1:] \
+         or acc.src[0] is not first.src[0] or u.op is not upd.op or u.dtype != first.dtype or u.src[0] is not acc or acc in u.src[1].toposort:
+        return None
+    if accs in self.built: return None  # these accumulators are a vector already, updated elsewhere: no second update
+    vdt = first.dtype.vec(len(lanes))
+    start = self.splat(first.src[0], len(lanes))
+    vacc = UOp(Ops.DEFINE_ACC, vdt, (start, *(self.rebuilt[r] for r in first.src[1:])), tuple(a.arg[0] for a in accs))
+    self.built[accs] = (vacc, True)
+    value = self.vector(tuple(x.src[1].src[1] for x in lanes))
+    return UOp(Ops.ASSIGN, vdt, (vacc, UOp(upd.op, vdt, (vacc, value))))
+
+
+def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
+  """A VECTORIZE of scalars of a float dtype, as wide as a vector the renderer declares."""
+  dt = u.dtype.scalar()
+  return u.op is Ops.VECTORIZE and dt in _FLOATS and all(s.dtype == dt for s in u.src) and u.dtype.count in widths(dt)
+
+
+def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]]) -> UOp:
+  """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
+  lanes line up (see the module's docstring); nothing else changes."""
+  topo = sink.toposort
+  if not any(_vectorizable(u, widths) for u in topo): return sink
+  rebuilt: dict[UOp, UOp] = {}
+  vz = _Vectorizer(rebuilt)
+  for u in topo:
+    if _vectorizable(u, widths): rebuilt[u] = vz.vector(u.src)
+    else:
+      src = tuple(rebuilt[x] for x in u.src)
+      rebuilt[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+  return rebuilt[sink]
