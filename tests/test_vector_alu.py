@@ -1,0 +1,98 @@
+"""Renderer.vector_alu: lanes that line up stay one vector through their arithmetic and in vector accumulators
+(kc.codegen.vectorize), the hand-coded heuristics give a reduce a register tile of the widest vectors, and EMU runs
+the vector programs with the results of the scalar ones."""
+import numpy as np
+import pytest
+import kc
+from kc import ast as A, dtypes
+from kc.codegen import Kernel
+from kc.ir.uop import Ops
+from kc.kernel.heuristics import hand_coded_optimizations
+from kc.renderer import Renderer
+from kc.runtime.emulator import DEVICE, impersonating
+
+kc_clang_renderer = pytest.importorskip("kc_clang.renderer")
+
+F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+
+
+def vector_renderer(lanes: int = 16):
+  """A CLANG renderer with vectors of `lanes` floats that computes on them."""
+  r = kc_clang_renderer.ClangRenderer(native=False)
+  r.float_lanes, r.vector_alu = lanes, True
+  return r
+
+
+def mm(M, K, N): return A.sink(A.store(0, (F(1, M, K).reshape(M, K, 1) * F(2, K, N).reshape(1, K, N)).sum(1)))
+
+
+def hand(sink, renderer) -> Kernel:
+  k = Kernel(sink, renderer)
+  hand_coded_optimizations(k)
+  return k
+
+
+@pytest.fixture
+def emu():
+  dev = kc.Device[DEVICE]
+  dev.impersonate(None)
+  yield dev
+  dev.impersonate(None)
+
+
+def test_off_by_default():
+  assert Renderer.vector_alu is False and kc_clang_renderer.ClangRenderer(native=False).vector_alu is False
+
+
+def test_matmul_has_vector_accumulators_and_no_scalar_ones():
+  k = hand(mm(64, 64, 64), vector_renderer(16))
+  uops = k.linearize()
+  accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  assert accs and all(u.dtype == dtypes.float32.vec(16) for u in accs)
+  # a register tile: 2 vectors along N times 8 rows, each its own accumulator, that fits 32 registers
+  assert len(accs) == 16
+  src = k.to_program().src
+  assert "float16 acc0" in src and "float acc" not in src
+  assert not any(u.op is Ops.GEP and u.src[0].op is Ops.LOAD and u.src[0].dtype.count == 16 for u in uops)  # no lane reads of B
+
+
+@pytest.mark.parametrize("lanes,tile", [(16, 16), (8, 10), (4, 10)])
+def test_register_tile_fits_the_registers(lanes, tile):
+  # 32 registers of 16 floats: 8 rows x 2 vectors; 16 registers of 8 or 4: rows*2 + 2 + 1 <= 16 gives 6 x 2 ... as
+  # the rows that divide the axis allow
+  k = hand(mm(96, 32, 96), vector_renderer(lanes))
+  accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
+  assert all(u.dtype.count == lanes for u in accs)
+  regs = 32 if lanes * 4 >= 64 else 16
+  assert len(accs) + 3 <= regs
+
+
+def test_flag_off_keeps_scalar_accumulators():
+  r = vector_renderer(16)
+  r.vector_alu = False
+  accs = [u for u in hand(mm(64, 64, 64), r).linearize() if u.op is Ops.DEFINE_ACC]
+  assert accs and all(u.dtype.count == 1 for u in accs)
+
+
+CASES = {
+  "matmul": (lambda: mm(48, 40, 64), lambda a: a[1] @ a[2], {1: (48, 40), 2: (40, 64)}),
+  "mul_add": (lambda: A.sink(A.store(0, F(1, 256) * F(2, 256) + F(3, 256))), lambda a: a[1] * a[2] + a[3], {1: (256,), 2: (256,), 3: (256,)}),
+  "sub_div_neg": (lambda: A.sink(A.store(0, -(F(1, 64) - F(2, 64)) / F(3, 64))), lambda a: -(a[1] - a[2]) / a[3],
+                  {1: (64,), 2: (64,), 3: (64,)}),
+  "row_sums": (lambda: A.sink(A.store(0, F(1, 32, 64).sum(1))), lambda a: a[1].sum(1), {1: (32, 64)}),
+  "max_rows": (lambda: A.sink(A.store(0, F(1, 32, 64).max(1))), lambda a: a[1].max(1), {1: (32, 64)}),
+  "exp": (lambda: A.sink(A.store(0, F(1, 128).exp() * F(2, 128))), lambda a: np.exp(a[1]) * a[2], {1: (128,), 2: (128,)}),
+  "where": (lambda: A.sink(A.store(0, (F(1, 64) < F(2, 64)).where(F(1, 64), F(2, 64) * 2))), lambda a: np.where(a[1] < a[2], a[1], a[2] * 2),
+            {1: (64,), 2: (64,)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("lanes", [16, 4])
+def test_emu_runs_vector_programs(emu, name, lanes):
+  build, ref, shapes = CASES[name]
+  rng = np.random.default_rng(0)
+  inputs = {i: rng.standard_normal(s).astype(np.float32) + (3 if name == "sub_div_neg" and i == 3 else 0) for i, s in shapes.items()}
+  emu.renderer = impersonating(vector_renderer(lanes))
+  out = kc.run(build(), inputs, device=DEVICE)[0]
+  np.testing.assert_allclose(out.reshape(-1), np.asarray(ref(inputs), np.float32).reshape(-1), rtol=1e-5, atol=1e-4)
