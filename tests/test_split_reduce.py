@@ -148,3 +148,12 @@ def test_split_call_checks_arguments():
   ck = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (N,)).sum())), device="CLANG")
   with pytest.raises(kc.KcError): ck(np.zeros(1, np.float32), np.zeros(N - 1, np.float32))
   with pytest.raises(kc.KcError): ck(np.zeros(1, np.float32))
+
+
+def test_invalid_ast_fails_as_one_kernel():
+  # a store whose view does not fit its value: the error is verify_ast's about the user's AST
+  x = A.arg(1, dtypes.float32, (N,)).sum()
+  good = A.store(0, x)
+  bad = good.replace(src=(good.src[0], kc.ShapeTracker.from_shape((2,)).to_uop(), good.src[2]))
+  with pytest.raises(kc.InvalidASTError):
+    kc.compile(A.sink(bad), device="CLANG")
