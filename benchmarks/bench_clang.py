@@ -1,9 +1,11 @@
 """CLANG kernel speed on the anchor workloads (benchmarks/clang_workloads.py): kc's hand-coded kernels on every core
-and on one, next to numpy and tinygrad 0.10.0's CLANG backend in the same run. Each result is checked against
-numpy first; figures are medians of whole calls. Writes its section of benchmarks/RESULTS.md.
-Run: python benchmarks/bench_clang.py [--quick]"""
+and on one, next to numpy, tinygrad 0.10.0's CLANG backend and plain C loops (add and mul-add-exp, compiled with
+kc's flags and split over the same threads: the bandwidth a kernel can reach) in the same run. Each result is
+checked against numpy first; figures are medians of whole calls. Prints the CPU and ISA it ran on and writes its
+section of benchmarks/RESULTS.md (not with --quick or --no-write).
+Run: python benchmarks/bench_clang.py [--quick] [--no-write]"""
 from __future__ import annotations
-import argparse, math, os, pathlib, statistics, sys, time
+import argparse, json, math, os, pathlib, statistics, subprocess, sys, time
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import numpy as np  # noqa: E402
 import kc  # noqa: E402
@@ -75,12 +77,75 @@ def time_kc(name: str, shapes, xs, ref, repeats: int, threads: str) -> tuple[flo
   return median_time(lambda: ck(*bufs), repeats=repeats), ", ".join(f"{o.op.name}{o.axis},{o.amt}" for o in ck.kernel.applied_opts)
 
 
+# plain C loops over the same data, split into parts as kc's kernels are (the runtime runs kc_part of kc_parts on
+# each thread): what the compiler alone makes of the loop, the bandwidth kc's kernels are measured against
+C_ANCHORS = {"add_16M": "out[i] = a[i] + b[i];", "mul_add_exp_16M": "out[i] = exp2f((a[i] * b[i] + c[i]) * 1.4426950408889634f);"}
+
+
+def c_anchor(name: str):
+  """The compiled plain C loop of workload `name`, a CLANG program: (out, a, b[, c], vals=(n,))."""
+  from kc_clang.renderer import split_symbol
+  fn = f"c_{name}"
+  src = (f"#include <math.h>\nconst int {split_symbol(fn)} = 1;\n"
+         f"void {fn}(float* restrict out, const float* restrict a, const float* restrict b, const float* restrict c, "
+         "const int n, const int kc_part, const int kc_parts) {\n"
+         "  long long lo = (long long)n * kc_part / kc_parts, hi = (long long)n * (kc_part + 1) / kc_parts;\n"
+         f"  for (long long i = lo; i < hi; i++) {C_ANCHORS[name]}\n}}\n")
+  dev = kc.Device["CLANG"]
+  return dev.runtime(fn, dev.compiler.compile(src))
+
+
+def time_c(name: str, xs, ref, repeats: int, threads: str) -> float:
+  os.environ["KC_CLANG_THREADS"] = threads
+  prg = c_anchor(name)
+  out = Buffer("CLANG", ref.size, dtypes.float32).allocate()
+  bufs = [out] + [Buffer("CLANG", x.size, dtypes.float32).copyin(x) for x in xs]
+  bufs += [bufs[-1]] * (4 - len(bufs))  # add has no third input: c is passed and not read
+  prg(*bufs, vals=(ref.size,))
+  err = float(np.abs(out.numpy().reshape(-1) - ref.reshape(-1)).max() / max(1.0, float(np.abs(ref).max())))
+  if err > 1e-3: raise SystemExit(f"plain C {name} is wrong: relative error {err:.2e}")
+  return median_time(lambda: prg(*bufs, vals=(ref.size,)), repeats=repeats)
+
+
+NUMPY_ONE_THREAD = """
+import json, sys, time, statistics, numpy as np
+n, repeats = int(sys.argv[1]), int(sys.argv[2])
+a, b = (np.random.default_rng(0).standard_normal((n, n)).astype(np.float32) for _ in range(2))
+a @ b
+times = []
+for _ in range(repeats):
+  t = time.perf_counter(); a @ b; times.append(time.perf_counter() - t)
+print(json.dumps(statistics.median(times)))
+"""
+
+
+def numpy_matmul_one_thread(n: int, repeats: int) -> float:
+  """numpy's matmul with its BLAS on one thread, in a fresh process (the BLAS reads its thread count at load)."""
+  env = {**os.environ, **{v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+  r = subprocess.run([sys.executable, "-c", NUMPY_ONE_THREAD, str(n), str(repeats)], capture_output=True, text=True, env=env, check=True)
+  return json.loads(r.stdout)
+
+
+def host_line() -> str:
+  """Which CPU, ISA and compiler the kernels were built for."""
+  from kc_clang.host import host_cpu
+  dev, cpu = kc.Device["CLANG"], host_cpu()
+  cc = dev.compiler.identity().split(" | ")
+  return (f"CPU: {cpu.model} ({cpu.machine}, {os.cpu_count()} cores); kc CLANG arch: {dev.renderer.arch}; "
+          f"compiler: {cc[1] if len(cc) > 1 else cc[0]}; flags: {' '.join(dev.compiler.flags)}")
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__)
   ap.add_argument("--repeats", type=int, default=7)
+  ap.add_argument("--quick", action="store_true", help="3 repeats; print only (RESULTS.md is not written)")
+  ap.add_argument("--no-write", action="store_true", help="print only (RESULTS.md is not written)")
   args = ap.parse_args()
+  if args.quick: args.repeats = 3
+  print(host_line(), flush=True)
   rng = np.random.default_rng(0)
-  rows: dict[str, dict[str, float]] = {"numpy": {}, "kc CLANG (all cores)": {}, "kc CLANG (one thread)": {}}
+  rows: dict[str, dict[str, float]] = {"numpy": {}, "numpy (BLAS on one thread)": {}, "kc CLANG (all cores)": {}, "kc CLANG (one thread)": {},
+                                       "plain C loop (all cores)": {}, "plain C loop (one thread)": {}}
   opts: dict[str, str] = {}
   # numpy's BLAS threads keep spinning for a while after a call returns and take a core from whatever runs next, so
   # every numpy call (the references, then the anchors) is kept apart from the kc timings
@@ -93,10 +158,14 @@ def main():
     reps = args.repeats if not name.startswith("matmul_1024") else max(3, args.repeats // 3)
     rows["kc CLANG (all cores)"][name], opts[name] = time_kc(name, shapes, xs, ref, reps, str(os.cpu_count() or 1))
     rows["kc CLANG (one thread)"][name], _ = time_kc(name, shapes, xs, ref, reps, "1")
+    if name in C_ANCHORS:
+      rows["plain C loop (all cores)"][name] = time_c(name, xs, ref, reps, str(os.cpu_count() or 1))
+      rows["plain C loop (one thread)"][name] = time_c(name, xs, ref, reps, "1")
     print(name, {k: f"{v[name] * 1e3:.2f} ms" for k, v in rows.items() if name in v}, flush=True)
   for name in WORKLOADS:
     reps = args.repeats if not name.startswith("matmul_1024") else max(3, args.repeats // 3)
     rows["numpy"][name] = median_time(numpy_fn(name, inputs[name]), repeats=reps)
+    if name.startswith("matmul"): rows["numpy (BLAS on one thread)"][name] = numpy_matmul_one_thread(WORKLOADS[name][2][0][0], reps)
   os.environ.pop("KC_CLANG_THREADS", None)
   notes = []
   if (why := ensure_clang()): notes.append(f"tinygrad CLANG not run: {why}")
@@ -108,9 +177,10 @@ def main():
   names = list(WORKLOADS)
   lines = [f"## CLANG kernel speed (`python benchmarks/bench_clang.py --repeats {args.repeats}`)", "",
            f"Medians of whole calls (result ready), every kc result checked against numpy first; kc uses its hand-coded opts and "
-           f"splits the outermost output loop over the {os.cpu_count()} cores here (OpenMP), or runs on one thread (KC_CLANG_THREADS=1). "
-           f"tinygrad {TINYGRAD_VERSION}'s CLANG backend is single-threaded; numpy's BLAS (matmul) uses every core. exp is exp2 of x*log2(e) "
-           "in kc, as in tinygrad.", "",
+           f"splits the outermost output loop over the {os.cpu_count()} cores here (a thread pool in the runtime), or runs on one thread "
+           f"(KC_CLANG_THREADS=1). tinygrad {TINYGRAD_VERSION}'s CLANG backend is single-threaded; numpy's BLAS (matmul) uses every core, "
+           "or one (OPENBLAS_NUM_THREADS=1). The plain C loops are `out[i] = a[i] + b[i]` and `exp2f((a*b+c)*log2(e))`, compiled with "
+           "kc's flags and split over the same threads. exp is exp2 of x*log2(e) in kc, as in tinygrad.", "", host_line(), "",
            "| implementation | " + " | ".join(f"{n} {WORKLOADS[n][0]}" for n in names) + " |", "|---|" + "---:|" * len(names)]
   for label, row in rows.items():
     lines.append(f"| {label} | " + " | ".join(f"{WORKLOADS[n][1] / row[n] / 1e9:.1f}" if n in row else "-" for n in names) + " |")
@@ -122,7 +192,7 @@ def main():
   lines += ["", "Hand-coded opts: " + "; ".join(f"{n} [{o}]" for n, o in opts.items())] + [f"- {n}" for n in notes]
   body = "\n".join(lines)
   print(body)
-  write_section("bench_clang", body)
+  if not (args.quick or args.no_write): write_section("bench_clang", body)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,11 @@ def compiler_command() -> list[str]:
   return shlex.split(env_value("KC_CC", "") or "cc")
 
 
-def compile_flags(native: Optional[bool] = None) -> list[str]:
-  """The flags every kernel is compiled with; `native` (default: host.native_code()) adds -march=native."""
-  # no -ffast-math: kernels must give the IEEE results numpy gives
+def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None) -> list[str]:
+  """The flags every kernel is compiled by `cmd` (default: compiler_command()) with; `native` (default:
+  host.native_code()) adds -march=native."""
+  # no -ffast-math: kernels must give the IEEE results numpy gives; -ffp-contract=off for the same reason: with
+  #   FMA (-march=native) gcc fuses a*b+c across statements and clang within one, rounding once where numpy rounds twice
   # -O2, not -O3: the kernels are already unrolled and vectorized by kc (explicit vector types), so -O3's extra
   #   loop vectorization and unrolling found nothing to add on the anchor workloads (bench_clang.py: within noise
   #   for add, mul-add-exp, sum and matmul) while it compiles slower and makes larger code
@@ -21,7 +23,24 @@ def compile_flags(native: Optional[bool] = None) -> list[str]:
   # no -fopenmp: threads come from the runtime (runtime.py), so gcc and clang work without an OpenMP library
   # -march=native: the host's vector width and FMA; the cache key then names the CPU (ClangCompiler.identity)
   native = host.native_code() if native is None else native
-  return ["-shared", "-fPIC", "-O2", "-fwrapv"] + (["-march=native"] if native else [])
+  return ["-shared", "-fPIC", "-O2", "-fwrapv", "-ffp-contract=off"] + (native_flags(tuple(cmd or compiler_command())) if native else [])
+
+
+def native_flags(cmd: tuple[str, ...]) -> list[str]:
+  """-march=native, and -mno-avx512fp16 where the CPU has AVX512-FP16 and the compiler knows the flag: gcc 12
+  vectorizes `(double)(_Float16)x` of float x into one float->double conversion, dropping the rounding to half
+  (conformance np_astype); without AVX512-FP16 instructions half converts through F16C and computes in float, as
+  in portable code."""
+  if "avx512_fp16" in host.host_cpu().features and _accepts_flag(cmd, "-mno-avx512fp16"): return ["-march=native", "-mno-avx512fp16"]
+  return ["-march=native"]
+
+
+@functools.lru_cache(maxsize=None)
+def _accepts_flag(cmd: tuple[str, ...], flag: str) -> bool:
+  """Whether the compiler runs with `flag` (an older one rejects what it does not know), asked once per process."""
+  try: r = subprocess.run([*cmd, flag, "-fsyntax-only", "-x", "c", "-"], input="int kc_probe;\n", capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.SubprocessError): return False
+  return r.returncode == 0
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,7 +76,7 @@ class ClangCompiler(Compiler):
   def __init__(self, plugin_version: str = "", cmd: Optional[list[str]] = None, flags: Optional[list[str]] = None):
     super().__init__(plugin_version)
     self.cmd = cmd if cmd is not None else compiler_command()
-    self.flags = flags if flags is not None else compile_flags()
+    self.flags = flags if flags is not None else compile_flags(cmd=self.cmd)
 
   def identity(self) -> str:
     # the resolved path and version line catch a compiler upgrade or a different `cc` on PATH; a binary built for
