@@ -13,17 +13,18 @@ from kc_clang.renderer import split_symbol, threads
 
 _POOL: Optional[ThreadPoolExecutor] = None
 _POOL_SIZE = 0
+_POOL_PID = 0  # the process that made the pool: a forked child has none of its threads and makes its own
 _POOL_LOCK = threading.Lock()
 
 
 def worker_pool(workers: int) -> ThreadPoolExecutor:
   """The process's pool of kernel threads, with at least `workers` threads (kept, so a call starts none)."""
-  global _POOL, _POOL_SIZE
+  global _POOL, _POOL_SIZE, _POOL_PID
   with _POOL_LOCK:
-    if _POOL is None or _POOL_SIZE < workers:
+    if _POOL is None or _POOL_SIZE < workers or _POOL_PID != os.getpid():
       # a pool too small for a raised KC_CLANG_THREADS is replaced; calls already given to it still finish
-      if _POOL is not None: _POOL.shutdown(wait=False)
-      _POOL, _POOL_SIZE = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kc-clang"), workers
+      if _POOL is not None and _POOL_PID == os.getpid(): _POOL.shutdown(wait=False)
+      _POOL, _POOL_SIZE, _POOL_PID = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kc-clang"), workers, os.getpid()
     return _POOL
 
 

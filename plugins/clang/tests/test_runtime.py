@@ -291,3 +291,36 @@ def test_compile_errors_show_the_source_around_the_error():
   bad = "void f(float* a) {\n  int x = 1;\n  a[0] = y;\n  return;\n}"
   with pytest.raises(kc.CompileError) as e: ClangCompiler().compile_uncached(bad)
   assert ">   3 |   a[0] = y;" in str(e.value) and "2 |   int x = 1;" in str(e.value) and e.value.src == bad and "y" in e.value.log
+
+
+def test_host_cpu_facts_from_cpuinfo():
+  from kc_clang.host import HostCPU, _cpuinfo_fields
+  x86 = "processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse sse2 avx avx2 fma\n\nprocessor\t: 1\nmodel name\t: other\n"
+  assert _cpuinfo_fields(x86) == {"processor": "0", "model name": "Some CPU", "flags": "fpu sse sse2 avx avx2 fma"}
+  assert HostCPU("x86_64", "Some CPU", ("avx", "avx2", "fma")).isa == "avx2" and HostCPU("x86_64", "", ("avx2",)).vector_bytes == 32
+  assert HostCPU("x86_64", "", ("avx2", "avx512f")).vector_bytes == 64 and HostCPU("x86_64", "", ()).isa == "sse2"
+  assert HostCPU("aarch64", "", ("asimd",)).isa == "neon" and HostCPU("aarch64", "", ()).vector_bytes == 16
+  assert HostCPU("riscv64", "", ()).isa == "" and HostCPU("riscv64", "", ()).vector_bytes == 16
+  a, b = HostCPU("x86_64", "A", ("avx2",)), HostCPU("x86_64", "A", ("avx2", "avx512f"))
+  assert a.describe() != b.describe()  # the same model with other extensions is another cache key
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+def test_split_kernels_run_in_a_forked_child(monkeypatch):
+  """A child forked after the pool started has none of its threads: it makes its own pool instead of waiting forever."""
+  import os
+  from kc import ast as A
+  monkeypatch.setenv("KC_CLANG_THREADS", "2")
+  x = A.arg(1, dtypes.float32, (512, 512))
+  k = kc.compile(A.sink(A.store(0, x * 2.0)), device="CLANG")
+  inp, out = np.ones((512, 512), np.float32), np.zeros((512, 512), np.float32)
+  k(out, inp)  # the parent's pool exists now
+  pid = os.fork()
+  if pid == 0:
+    try:
+      out[:] = 0
+      k(out, inp)
+      os._exit(0 if (out == 2).all() else 1)
+    finally: os._exit(2)
+  _, status = os.waitpid(pid, 0)
+  assert os.WEXITSTATUS(status) == 0
