@@ -144,17 +144,17 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = "hand", spl
   or compute unit (a SplitCompiledKernel, see kc.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
   one kernel. Explicit opts always compile the one kernel they were written for."""
   dev = Device[device or Device.DEFAULT]
-  if split_reduce and env_value("KC_SPLIT_REDUCE", 1) and (opts is None or opts == "hand") and (split := _split_plan(sink)) is not None:
+  if split_reduce and env_value("KC_SPLIT_REDUCE", 1) and (opts is None or opts == "hand") and (split := _split_plan(sink, dev.renderer)) is not None:
     return SplitCompiledKernel(sink, _compile_one(split.partial, dev, opts), _compile_one(split.combine, dev, opts), split)
   return _compile_one(sink, dev, opts)
 
 
-def _split_plan(sink: UOp) -> Optional[SplitReduce]:
+def _split_plan(sink: UOp, renderer) -> Optional[SplitReduce]:
   """The split of a reduce AST, or None. The AST is verified first, as the one Kernel would verify it, so that an
   invalid one fails with an error about the user's shapes, not about those of the partial kernel."""
   if not isinstance(sink, UOp) or not any(u.op is Ops.REDUCE_AXIS for u in sink.toposort): return None
   verify_ast(sink)
-  return plan_split(sink)
+  return plan_split(sink, renderer)
 
 
 def _compile_one(sink: UOp, dev, opts: OptsArg) -> CompiledKernel:

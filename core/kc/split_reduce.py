@@ -9,7 +9,7 @@ as before.
 
 Only ADD, MAX and MUL reduces are split, and only an AST with one reduce and no Variables: the combine of a
 reassociated ADD or MUL is exact for ints (they wrap the same in any order) and within rounding for floats, and MAX
-is exact. The decision depends on the AST alone, so compile caches and kernel names stay deterministic."""
+is exact. The decision depends on the AST and the device's renderer alone, so compile caches and kernel names stay deterministic."""
 from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
@@ -19,10 +19,14 @@ from kc.errors import KcError
 from kc.helpers import round_up
 from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.ir.uop import Ops, UOp
+from kc.renderer import Renderer
 from kc.shape import ShapeTracker
 
-# a reduce is split when each output reduces at least this many elements...
-MIN_REDUCE = 1 << 16
+# a reduce is split when each output reduces at least this many elements (below, the second launch costs more than
+# the parallelism gains)...
+MIN_REDUCE = 1 << 17
+# ...or this many on a device without work-groups (its parallel loop hands parts to threads, which costs more to start)
+MIN_REDUCE_THREADS = 1 << 20
 # ...and the kernel has at most this many outputs: more already keep the cores busy
 MAX_OUTPUTS = 64
 # the partial kernel aims at about this many outputs in all (outputs x parts): enough for the cores or work-groups
@@ -49,17 +53,22 @@ class SplitReduce:
   parts: int
 
 
-def split_reduce(ast: UOp, min_reduce: int = MIN_REDUCE, max_outputs: int = MAX_OUTPUTS) -> Optional[SplitReduce]:
-  """The partial and combine kernels for `ast`, or None where it is better (or only correct) as one kernel: not
-  exactly one ADD/MAX/MUL reduce, Variables, a broadcast of the reduce result, fewer than `min_reduce` elements
-  reduced per output, or more than `max_outputs` outputs."""
+def min_reduce(renderer: Optional[Renderer]) -> int:
+  """The fewest elements per output that `renderer`'s device reduces faster in two kernels than in one."""
+  return MIN_REDUCE_THREADS if renderer is not None and not renderer.has_local else MIN_REDUCE
+
+
+def split_reduce(ast: UOp, renderer: Optional[Renderer] = None, max_outputs: int = MAX_OUTPUTS) -> Optional[SplitReduce]:
+  """The partial and combine kernels for `ast` on `renderer`'s device (None: one with work-groups), or None where it
+  is better (or only correct) as one kernel: not exactly one ADD/MAX/MUL reduce, Variables, a broadcast of the reduce
+  result, fewer than min_reduce(renderer) elements reduced per output, or more than `max_outputs` outputs."""
   red = _the_reduce(ast)
   if red is None: return None
   src = red.src[0]
   full, out = shape_of(src), shape_of(red)
   if full is None or out is None or not all(isinstance(d, int) for d in full): return None
   outputs, reduced = prod(out), prod(full) // max(prod(out), 1)
-  if outputs == 0 or outputs > max_outputs or reduced < min_reduce: return None
+  if outputs == 0 or outputs > max_outputs or reduced < min_reduce(renderer): return None
   if any(st_shape(s) != out for s in ast.src): return None  # every store writes the reduce's outputs, nothing broadcast
   parts_wanted = max(MIN_PARTS, min(TARGET_PARTIALS, TARGET_PARTIALS // outputs))
   try: partial_src, axis, parts = _split_input(src, full, red.arg, parts_wanted)
