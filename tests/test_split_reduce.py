@@ -66,6 +66,16 @@ def test_int_max(device, n):
   assert out == x.max()
 
 
+def test_min_any_all_and_nan(device, n):
+  i = rng.integers(-2**31, 2**31 - 1, n, dtype=np.int32)
+  b = np.zeros(n, bool); b[n - 3] = True
+  f = rng.random(n).astype(np.float32); f[n // 2] = np.nan
+  cases = [(A.arg(1, dtypes.int32, (n,)).min(), i, i.min()), (A.arg(1, dtypes.bool, (n,)).any(), b, True),
+           (A.arg(1, dtypes.bool, (n,)).all(), ~b, False), (A.arg(1, dtypes.float32, (n,)).max(), f, np.nan)]
+  for expr, x, want in cases:
+    np.testing.assert_array_equal(run_split(A.sink(A.store(0, expr)), {1: x}, device)[0], want)
+
+
 def test_int_prod_wraps_exactly(device, big):
   x = rng.integers(-3, 4, big, dtype=np.int32) | 1  # odd factors: the product never collapses to 0
   out = run_split(A.sink(A.store(0, A.arg(1, dtypes.int32, (big,)).prod(dtype=dtypes.int32))), {1: x}, device)[0]
