@@ -95,7 +95,8 @@ class SplitCompiledKernel(CompiledKernel):
   chunks of the reduce axis in parallel into a temporary buffer, allocated once here on the device, and a combine
   kernel that reduces the partials and computes what followed the reduce. It is called exactly as a CompiledKernel,
   with the original AST's buffers; `.program` and `.kernel` are the partial kernel's (the one that does the work),
-  `.programs` holds both programs in launch order, and a call returns the two run times' sum."""
+  `.programs` holds both programs in launch order, and a call returns the two run times' sum. Calls share the
+  partials buffer: one SplitCompiledKernel must not be called from two threads at once (compile one per thread)."""
 
   def __init__(self, ast: UOp, partial: CompiledKernel, combine: CompiledKernel, split: SplitReduce):
     super().__init__(ast, partial.kernel, partial.program, partial.device, partial._handle)
