@@ -27,12 +27,18 @@ def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None
 
 
 def native_flags(cmd: tuple[str, ...]) -> list[str]:
-  """-march=native, and -mno-avx512fp16 where the CPU has AVX512-FP16 and the compiler knows the flag: gcc 12
+  """-march=native, and for gcc -mno-avx512fp16 where the CPU has AVX512-FP16 (and gcc knows the flag): gcc 12
   vectorizes `(double)(_Float16)x` of float x into one float->double conversion, dropping the rounding to half
   (conformance np_astype); without AVX512-FP16 instructions half converts through F16C and computes in float, as
-  in portable code."""
-  if "avx512_fp16" in host.host_cpu().features and _accepts_flag(cmd, "-mno-avx512fp16"): return ["-march=native", "-mno-avx512fp16"]
+  in portable code. clang keeps them: it converts correctly, and clang before 15 has _Float16 on x86 only with them."""
+  if "avx512_fp16" in host.host_cpu().features and not is_clang(cmd) and _accepts_flag(cmd, "-mno-avx512fp16"):
+    return ["-march=native", "-mno-avx512fp16"]
   return ["-march=native"]
+
+
+def is_clang(cmd: tuple[str, ...]) -> bool:
+  """Whether the compiler is clang (its --version says so, whatever the command is called: cc may be either)."""
+  return "clang" in (_version_line(cmd) or "")
 
 
 @functools.lru_cache(maxsize=None)
