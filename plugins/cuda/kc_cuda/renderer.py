@@ -68,6 +68,8 @@ class CUDARenderer(CStyleLanguage):
   infinity = "__int_as_float(0x7f800000)"
   nan = "__int_as_float(0x7fc00000)"
   code_for_op = {**CStyleLanguage.code_for_op, Ops.RECIP: _recip, **{op: _math(name) for op, name in _FUNCS.items()}}
+  # fp8 is held as its bits (the core's fp8_as_bits) and computed in float; half and bfloat16 have CUDA arithmetic
+  extra_matcher = CStyleLanguage.fp8_in_float
 
   def __init__(self, arch: str, props: Optional["DeviceProps"] = None):
     self.arch, self.props = arch, props
