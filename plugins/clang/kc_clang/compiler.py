@@ -16,9 +16,10 @@ def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None
   host.native_code()) adds -march=native."""
   # no -ffast-math: kernels must give the IEEE results numpy gives; -ffp-contract=off for the same reason: with
   #   FMA (-march=native) gcc fuses a*b+c across statements and clang within one, rounding once where numpy rounds twice
-  # -O2, not -O3: the kernels are already unrolled and vectorized by kc (explicit vector types), so -O3's extra
-  #   loop vectorization and unrolling found nothing to add on the anchor workloads (bench_clang.py: within noise
-  #   for add, mul-add-exp, sum and matmul) while it compiles slower and makes larger code
+  # -O2, not -O3: kc unrolls and vectorizes the kernels itself (explicit vector types), and -O3's extra loop
+  #   vectorization and unrolling measured the same (within 5%, gcc 12 -march=native, one thread) on the anchor
+  #   workloads of benchmarks/bench_clang.py: add, mul-add-exp, sum, matmul 512, softmax; conv2d varied with noise
+  #   both ways. -O3 makes larger code for nothing measured
   # -fwrapv: signed overflow wraps as numpy's does (the renderer relies on it: ClangRenderer.signed_overflow_wraps)
   # no -fopenmp: threads come from the runtime (runtime.py), so gcc and clang work without an OpenMP library
   # -march=native: the host's vector width and FMA; the cache key then names the CPU (ClangCompiler.identity)
