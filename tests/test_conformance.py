@@ -232,3 +232,13 @@ def test_kc_conformance_says_an_unknown_device_once_and_exits_2(capsys):
   assert main(["conformance", "--device", "NOPE"]) == 2
   err = capsys.readouterr().err
   assert err.count("unknown device 'NOPE'") == 1 and "EMU" in err
+
+
+def test_spec_kind_selection():
+  import pytest as _pytest
+  from kc.cli import SPEC_KINDS
+  from kc_conformance.plugin import _spec_kinds
+  from kc_conformance.specs import SPECS
+  assert SPEC_KINDS == {s.kind for s in SPECS.values()}  # the CLI's list (it does not import the suite) stays the suite's
+  assert _spec_kinds(None) is None and _spec_kinds("none, hand") == {"none", "hand"}
+  with _pytest.raises(_pytest.UsageError, match="single"): _spec_kinds("none,singel")

@@ -14,6 +14,7 @@ from kc import ast as A
 FULL = "full"     # none, hand, every single candidate opt, seeded random sequences (and tensor cores for matmuls)
 BASIC = "basic"   # none and hand
 HAND = "hand"     # hand only: the case is about a dtype or an op, not about optimizations
+TENSOR = "tensor" # none, hand and the tensor-core levels: the case is about a tensor core's dtypes, not about opts
 
 
 @dataclass

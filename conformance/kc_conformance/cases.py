@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
-from .case import BASIC, Case, Setup, arg, bf16_round, case, ints, nonzero, register, single, uniform
+from .case import BASIC, TENSOR, Case, Setup, arg, bf16_round, case, ints, nonzero, register, single, uniform
 from .tolerance import Tolerance
 from kc.ir.dtype import round_fp8
 
@@ -446,7 +446,7 @@ for _in, _acc, _tol in ((dtypes.float16, dtypes.float32, None), (dtypes.bfloat16
   _tag = f"{_TAGS[_in]}_{_TAGS[_acc]}"
   for _suffix, _dims in (("tiles", (1, 16, 32, 16)), ("odd", (1, 9, 20, 7)), ("batched", (3, 16, 16, 8))):
     register(Case(f"tc_matmul_{_tag}_{_suffix}", lambda rng, d=_dims, i=_in, o=_acc: _tc_matmul(rng, *d, i, o), "reduce",
-                  tensor_core=(_in, _acc), tolerance=_tol, group="matmul"))
+                  tensor_core=(_in, _acc), tolerance=_tol, group="matmul", specs=TENSOR))
 
 
 # ----------------------------------------------------------------------------------------------------- past launch limits

@@ -26,6 +26,8 @@ def pytest_addoption(parser):
   g.addoption("--kc-report", action="append", default=[], metavar="FILE", help="write the report to FILE.json or FILE.html (repeatable)")
   g.addoption("--kc-expect", default=None, metavar="FILE", help="an expectation file of the backend's known failures")
   g.addoption("--kc-timeout", type=float, default=120.0, help="seconds a compile or run job may take before it counts as a crash")
+  g.addoption("--kc-specs", default=None, metavar="KINDS",
+              help="only the optimization choices of these kinds, comma-separated: none, hand, single, random, tc (default: all)")
   g.addoption("--kc-isolation", default="process", choices=("process", "none"),
               help="process (default): compile and run in a worker a crash cannot take the run down with; none: in this process")
 
@@ -96,6 +98,7 @@ def _now() -> str: return datetime.datetime.now(datetime.timezone.utc).isoformat
 
 
 def pytest_configure(config):
+  _spec_kinds(config.getoption("kc_specs"))  # a bad --kc-specs is a usage error before anything is collected
   run = config.stash[RUN_KEY] = ConformanceRun(config)
   config.pluginmanager.register(run, "kc-conformance-run")
   config.addinivalue_line("markers", "kc_tier(name): the conformance tier of a test")
@@ -146,10 +149,12 @@ def pytest_collection_modifyitems(session, config, items):
     tier = it.get_closest_marker("kc_tier").args[0]
     run.ids[it.nodeid] = (tier, conformance_id(it))
     it.user_properties += [("kc_id", conformance_id(it)), ("kc_tier", tier)]
+  kinds = _spec_kinds(config.getoption("kc_specs"))
   keep, drop = [], []
   for it in items:
     # without a target no test can run: they all go, and the one SetupProblem below says why
-    if _is_suite(it) and (run.target is None or it.get_closest_marker("kc_tier").args[0] not in run.tiers): drop.append(it)
+    if _is_suite(it) and (run.target is None or it.get_closest_marker("kc_tier").args[0] not in run.tiers or not _spec_selected(it, kinds)):
+      drop.append(it)
     else: keep.append(it)
   if drop:
     config.hook.pytest_deselected(items=drop)
@@ -166,6 +171,25 @@ def pytest_collection_modifyitems(session, config, items):
                       for e in expect.unmatched(run.expectations, ALL_IDS)]
     for i, msg in enumerate(problems):
       items.append(ExpectationProblem.from_parent(session, name=f"expectations[{i}]", message=msg))
+
+
+def _spec_kinds(option: Optional[str]) -> Optional[frozenset[str]]:
+  """The spec kinds --kc-specs selects, None for all; an unknown kind is a usage error naming the known ones."""
+  if not option: return None
+  from .specs import SPECS
+  known = {s.kind for s in SPECS.values()}
+  kinds = frozenset(k.strip() for k in option.split(",") if k.strip())
+  if bad := kinds - known: raise pytest.UsageError(f"--kc-specs: unknown kind(s) {', '.join(sorted(bad))}; the kinds are {', '.join(sorted(known))}")
+  return kinds
+
+
+def _spec_selected(item, kinds: Optional[frozenset[str]]) -> bool:
+  """A case/spec test whose spec is of a selected kind (the error-contract tests are not spec tests: always kept)."""
+  if kinds is None: return True
+  from .specs import SPECS
+  check = item.callspec.params.get("check", "") if hasattr(item, "callspec") else ""
+  case, _, spec = check.partition("/")
+  return case == "opt_errors" or spec not in SPECS or SPECS[spec].kind in kinds
 
 
 def _suite_version():

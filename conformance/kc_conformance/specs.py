@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 from kc.api import optimize as kc_optimize
 from kc import KcError, Kernel, KernelOptError, Opt, OptOps, UOp
-from .case import BASIC, FULL, HAND, Case
+from .case import BASIC, FULL, HAND, TENSOR, Case
 
 O = OptOps
 # Single opts tried on every FULL case: together they cover every OptOps but TC (its own specs) and UPCASTMID (which
@@ -55,6 +55,9 @@ SPECS: dict[str, Spec] = {"none": Spec("none", "none"), "hand": Spec("hand", "ha
 def specs_for(case: Case) -> list[Spec]:
   if case.specs == HAND: return [SPECS["hand"]]
   if case.specs == BASIC: return [SPECS["none"], SPECS["hand"]]
+  if case.specs == TENSOR:
+    if case.tensor_core is None: raise KcError(f"case {case.name}: tensor-core specs without a tensor_core")
+    return [SPECS["none"], SPECS["hand"], *(s for s in SPECS.values() if s.kind == "tc")]
   if case.specs != FULL: raise KcError(f"case {case.name}: unknown specs {case.specs!r}")
   return [s for s in SPECS.values() if s.kind != "tc" or case.tensor_core is not None]
 

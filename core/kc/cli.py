@@ -213,6 +213,9 @@ def _per_device(path: str, device: str, several: bool) -> str:
   return f"{root}.{device}{ext}"
 
 
+SPEC_KINDS = frozenset({"none", "hand", "single", "random", "tc"})  # kc_conformance.specs.Spec.kind (the CLI does not import the suite)
+
+
 def cmd_conformance(args) -> int:
   """Run the conformance suite (the kc-conformance pytest plugin) once per device, each in its own pytest process."""
   import importlib.util, subprocess
@@ -225,6 +228,8 @@ def cmd_conformance(args) -> int:
                        "pip install pytest-xdist (or kc-conformance[parallel])")
     if args.numprocesses not in ("auto", "logical") and not (args.numprocesses.isdigit()):
       raise UsageError(f"-n takes a number of processes or 'auto', got {args.numprocesses!r}")
+  if args.specs and (bad := {k.strip() for k in args.specs.split(",")} - SPEC_KINDS):
+    raise UsageError(f"--specs: unknown kind(s) {', '.join(sorted(bad))}; the kinds are {', '.join(sorted(SPEC_KINDS))}")
   # every device is checked before any run starts: a typo fails once, here, not once per test
   devices = [Device.spec(d).name for d in args.device] or [Device.DEFAULT]
   status = 0
@@ -235,6 +240,7 @@ def cmd_conformance(args) -> int:
     argv += [f"--kc-report={_per_device(r, dev, several)}" for r in args.report]
     if args.expect: argv.append(f"--kc-expect={args.expect}")
     if args.k: argv += ["-k", args.k]
+    if args.specs: argv.append(f"--kc-specs={args.specs}")
     if args.numprocesses is not None: argv += ["-n", args.numprocesses]
     if args.junitxml: argv.append(f"--junitxml={_per_device(args.junitxml, dev, several)}")
     print("+ " + " ".join(argv), flush=True)
@@ -301,6 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--expect", default=None, metavar="FILE", help="an expectation file of the backend's known failures")
   c.add_argument("--timeout", type=float, default=120.0, help="seconds one compile or run may take before it counts as a crash")
   c.add_argument("-k", default=None, metavar="EXPR", help="only tests matching the pytest -k expression")
+  c.add_argument("--specs", default=None, metavar="KINDS",
+                 help="only these kinds of optimization choice, comma-separated: none, hand, single, random, tc (default: all)")
   c.add_argument("-n", dest="numprocesses", default=None, metavar="N|auto", help="run the tests in N processes (needs pytest-xdist)")
   c.add_argument("--junitxml", default=None, metavar="FILE", help="also write JUnit XML for CI")
   c.set_defaults(fn=cmd_conformance)
