@@ -67,6 +67,9 @@ class ClangRenderer(CStyleLanguage):
   fp8_as_bits = True  # nor fp8: CStyleLanguage.render_kernel defines its conversions
   extra_matcher = CStyleLanguage.bfloat16_in_float  # bfloat16 and fp8 are held as bits and computed in float
   code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}}
+  # GCC/Clang vector extensions compute on the vector typedefs lane by lane: upcast lanes stay vectors through their
+  # arithmetic and in vector accumulators (kc.codegen.vectorize), and the heuristics tile for the registers
+  vector_alu = True
 
   def __init__(self, native: Optional[bool] = None):
     # the same choice as the compiler's flags (compiler.compile_flags): both read host.native_code()
