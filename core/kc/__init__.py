@@ -12,7 +12,7 @@ from kc.runtime.device import Device, Buffer
 from kc.kernel import Opt, OptOps
 from kc.codegen import Kernel  # the kernel layer's Kernel with linearize and to_program
 from kc.renderer import Renderer, TensorCore, Program
-from kc.api import compile, run, CompiledKernel  # noqa: A004
+from kc.api import compile, run, CompiledKernel, SplitCompiledKernel  # noqa: A004
 from kc import ast  # noqa: E402
 
 from kc import _moved  # noqa: E402
@@ -25,4 +25,4 @@ __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTEr
            "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
            "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer",
-           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "ast"]
+           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast"]
