@@ -32,3 +32,13 @@ def tc_gpu(): return tensor_core_gpu_limits()
 
 @pytest.fixture
 def minic(): return MiniC()
+
+
+@pytest.fixture
+def emu():
+  """The registered EMU device, with its generic renderer again afterwards whatever a test impersonated."""
+  import kc
+  dev = kc.Device["EMU"]
+  dev.impersonate(None)
+  yield dev
+  dev.impersonate(None)

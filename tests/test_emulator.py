@@ -15,15 +15,6 @@ F = lambda i, *shape: A.arg(i, dtypes.float32, shape)  # noqa: E731
 I32 = dtypes.int32
 
 
-@pytest.fixture
-def emu():
-  """The registered EMU device, with its generic renderer again afterwards whatever a test impersonated."""
-  dev = kc.Device[DEVICE]
-  dev.impersonate(None)
-  yield dev
-  dev.impersonate(None)
-
-
 def handle_for(uops: list, name: str = "k") -> EmuProgram:
   """An EMU program from a hand-written linear UOp list, through the same compile path a Program takes."""
   dev = kc.Device[DEVICE]

@@ -32,14 +32,6 @@ def hand(sink, renderer) -> Kernel:
   return k
 
 
-@pytest.fixture
-def emu():
-  dev = kc.Device[DEVICE]
-  dev.impersonate(None)
-  yield dev
-  dev.impersonate(None)
-
-
 def test_off_by_default_and_on_for_clang():
   # a dialect says it computes on vectors; CLANG's vector extensions do, in native and portable code alike
   assert Renderer.vector_alu is False and kc.Device.renderer("OPENCL").vector_alu is False

@@ -263,13 +263,23 @@ class CStyleLanguage(Renderer):
     for name, dt, mutable in params:
       if isinstance(dt, PtrDType): args.append(f"{self.render_dtype(dt, mutable)}{self.buffer_suffix} {name}")
       else: args.append(f"{self.arg_int_prefix} {name}")
-    src = f"{self.kernel_prefix}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
+    src = f"{self.render_kernel_prefix(uops)}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
     if self.fp8_as_bits:  # after the dialect's own lines (includes, typedefs): the helpers use only its basic types
       used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in uops}
       prefix = (prefix or []) + [line for dt in dtypes.fp8s if dt in used for line in self.fp8_helpers(dt)]
       if any(u.op is Ops.CAST and u.dtype.scalar() in dtypes.fp8s and u.src[0].dtype.scalar() == dtypes.float64 for u in uops):
         prefix.append(self.round_to_odd_helper())
     return "\n".join(prefix) + "\n" + src if prefix else src
+
+  def render_local(self, name: str, dt: DType, size: int) -> str:
+    """The declaration of a local-memory array of `size` elements of `dt` (a dialect whose large work-group memory is
+    one dynamic block, as CUDA's above 48 KiB, declares a pointer into it instead)."""
+    return f"{self.smem_align}{self.smem_prefix}{self.render_dtype(dt)} {name}[{size}];"
+
+  def render_kernel_prefix(self, uops: list[UOp]) -> str:
+    """What goes before `void` in the kernel's signature: kernel_prefix, or more where it depends on the kernel
+    (CUDA's __launch_bounds__ of the block size)."""
+    return self.kernel_prefix
 
   def render_wmma(self, uop: UOp, a: str, b: str, c: str) -> str:
     """A tensor-core op: by default a call of a function named after the TensorCore, which the dialect defines in its
@@ -326,7 +336,7 @@ class CStyleLanguage(Renderer):
         emit(f"int {names[u]} = {self.render_special(u.arg[0], u.arg[1])}")
       elif op is Ops.DEFINE_LOCAL:
         names[u] = u.arg[0]
-        emit(f"{self.smem_align}{self.smem_prefix}{self.render_dtype(u.dtype.base)} {names[u]}[{u.arg[1]}];")
+        emit(self.render_local(names[u], u.dtype.base, u.arg[1]))
       elif op is Ops.RANGE:
         names[u] = fresh("ridx")
         if (pragma := self.loop_pragma(u, uops, depth)) is not None: emit(pragma)

@@ -9,6 +9,7 @@ dynamic shared memory (extern __shared__): the kernel's source says how much in 
 the library's metadata, and the runtime raises the kernel's limit (cuFuncSetAttribute) up to the device's opt-in
 maximum."""
 from __future__ import annotations
+import math, threading
 from typing import TYPE_CHECKING, Optional
 from kc.backend import CStyleLanguage, DType, Ops, PtrDType, UOp, dtypes
 from kc_cuda.arch import capability
@@ -73,6 +74,7 @@ class CUDARenderer(CStyleLanguage):
 
   def __init__(self, arch: str, props: Optional["DeviceProps"] = None):
     self.arch, self.props = arch, props
+    self._state = threading.local()
     self.mmas: list[MMA] = mmas_for(capability(arch))
     self.tensor_cores = [m.tc for m in self.mmas]
     if props is not None:
@@ -106,6 +108,29 @@ class CUDARenderer(CStyleLanguage):
 
   # ***** the kernel *****
 
+  def render(self, name: str, uops: list[UOp]) -> str:
+    # locals over the static limit live in one dynamic block: their byte offsets, for render_local, per render (renders
+    # may run in several threads)
+    locals_ = [u for u in uops if u.op is Ops.DEFINE_LOCAL]
+    offsets, total = {}, 0
+    for u in locals_:
+      offsets[u.arg[0]] = total = _align16(total)
+      total += u.dtype.size * u.dtype.base.itemsize
+    self._state.dynamic = offsets if sum(u.dtype.size * u.dtype.base.itemsize for u in locals_) > STATIC_SHARED_MAX else {}
+    self._state.dynamic_bytes = total
+    try: return super().render(name, uops)
+    finally: self._state.dynamic = {}
+
+  def render_local(self, name: str, dt: DType, size: int) -> str:
+    if (offset := getattr(self._state, "dynamic", {}).get(name)) is None: return super().render_local(name, dt, size)
+    t = self.render_dtype(dt)
+    return f"{t}* {name} = ({t}*)(__kc_smem + {offset});"
+
+  def render_kernel_prefix(self, uops: list[UOp]) -> str:
+    # the block is exactly the kernel's local size: the compiler may then give each thread more registers
+    if not any(u.op is Ops.SPECIAL and u.arg[0].startswith(("gidx", "lidx")) for u in uops): return self.kernel_prefix
+    return f"{self.kernel_prefix}__launch_bounds__({math.prod(int(u.arg[1]) for u in uops if u.op is Ops.SPECIAL and u.arg[0].startswith('lidx'))}) "
+
   def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
     values = [u.dtype for u in uops if not isinstance(u.dtype, PtrDType)] + [u.dtype.base for u in uops if isinstance(u.dtype, PtrDType)]
     scalars = {dt.scalar() for dt in values}
@@ -115,17 +140,10 @@ class CUDARenderer(CStyleLanguage):
     for dt in dict.fromkeys(dt for dt in values if dt.count > 1 and (dt.scalar(), dt.count) not in _BUILTIN_VECTORS):
       lines += self._vector_struct(dt)
     for name in dict.fromkeys(u.arg.name for u in uops if u.op is Ops.WMMA): lines.append(self._mma_helper(name))
-    shared = sum(u.dtype.size * u.dtype.base.itemsize for u in uops if u.op is Ops.DEFINE_LOCAL)
-    if shared > STATIC_SHARED_MAX: body = self._dynamic_shared(body, uops) + [f"  /* {DYNAMIC_SHARED_MARKER} {self._dynamic_bytes(uops)} */"]
-    threads = 1
-    for u in uops:
-      if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): threads *= int(u.arg[1])
-    has_blocks = any(u.op is Ops.SPECIAL and u.arg[0].startswith(("gidx", "lidx")) for u in uops)
-    saved = self.kernel_prefix
-    # the block is exactly the kernel's local size: the compiler may then give each thread more registers
-    if has_blocks: self.kernel_prefix = f"{saved}__launch_bounds__({threads}) "
-    try: return super().render_kernel(function_name, body, params, uops, lines + (prefix or []))
-    finally: self.kernel_prefix = saved
+    if getattr(self._state, "dynamic", {}):
+      body = ["  extern __shared__ __align__(16) unsigned char __kc_smem[];", *body,
+              f"  /* {DYNAMIC_SHARED_MARKER} {self._state.dynamic_bytes} */"]
+    return super().render_kernel(function_name, body, params, uops, lines + (prefix or []))
 
   def _vector_struct(self, dt: DType) -> list[str]:
     """A vector CUDA has no type for: a struct with lanes x, y, z, w (or v[n] when wider) and its make_ constructor,
@@ -146,8 +164,7 @@ class CUDARenderer(CStyleLanguage):
     mma = next((m for m in self.mmas if str(m.tc) == name), None)
     if mma is None: raise ValueError(f"{name} is not a tensor core of {self.arch}")
     tc = mma.tc
-    va, vb, vc = (self.render_dtype(dt.vec(n)) for dt, n in ((tc.dtype_in, len(_slots(tc, 0))), (tc.dtype_in, len(_slots(tc, 1))),
-                                                                 (tc.dtype_out, len(_slots(tc, 2)))))
+    va, vb, vc = (self.render_dtype(dt.vec(n)) for dt, n in ((tc.dtype_in, _slots(tc, 0)), (tc.dtype_in, _slots(tc, 1)), (tc.dtype_out, _slots(tc, 2))))
     ra, rb, rc = mma.a_regs, mma.b_regs, mma.c_regs
     c_float = tc.dtype_out == dtypes.float32
     operands = [f"%{i}" for i in range(rc + ra + rb)]
@@ -165,30 +182,10 @@ class CUDARenderer(CStyleLanguage):
               f"  asm volatile(\"{asm}\" : {outs} : {ins});", "  return c;", "}"]
     return "\n".join(lines)
 
-  def _dynamic_bytes(self, uops: list[UOp]) -> int:
-    total = 0
-    for u in uops:
-      if u.op is Ops.DEFINE_LOCAL: total = _align16(total) + u.dtype.size * u.dtype.base.itemsize
-    return total
-
-  def _dynamic_shared(self, body: list[str], uops: list[UOp]) -> list[str]:
-    """The body with each __shared__ array turned into a pointer into one extern __shared__ block."""
-    out, offset = ["  extern __shared__ __align__(16) unsigned char __kc_smem[];"], 0
-    decls = {}
-    for u in uops:
-      if u.op is not Ops.DEFINE_LOCAL: continue
-      offset = _align16(offset)
-      t = self.render_dtype(u.dtype.base)
-      decls[f"{self.smem_align}{self.smem_prefix}{t} {u.arg[0]}[{u.arg[1]}];"] = f"{t}* {u.arg[0]} = ({t}*)(__kc_smem + {offset});"
-      offset += u.dtype.size * u.dtype.base.itemsize
-    return out + [line.replace(line.strip(), decls[line.strip()]) if line.strip() in decls else line for line in body]
-
 
 def _align16(n: int) -> int: return (n + 15) // 16 * 16
 
 
-def _slots(tc, operand: int) -> list:
-  """The register slots of one operand's fragment: the product of its upcast axes."""
-  n = 1
-  for _, sz in tc.upcast_axes[operand]: n *= sz
-  return [None] * n
+def _slots(tc, operand: int) -> int:
+  """Register slots of one operand's fragment: the product of its upcast axes."""
+  return math.prod(sz for _, sz in tc.upcast_axes[operand])
