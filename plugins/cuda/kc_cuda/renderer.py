@@ -11,7 +11,7 @@ maximum."""
 from __future__ import annotations
 import math, threading
 from typing import TYPE_CHECKING, Optional
-from kc.backend import CStyleLanguage, DType, Ops, PtrDType, UOp, dtypes
+from kc.backend import CStyleLanguage, CompileError, DType, Ops, PtrDType, UOp, dtypes
 from kc_cuda.arch import capability
 from kc_cuda.tensor_cores import MMA, mmas_for
 
@@ -162,7 +162,7 @@ class CUDARenderer(CStyleLanguage):
     """__WMMA_...(a, b, c): one warp-wide mma.sync. Each lane's fragments are its registers in slot order (the
     TensorCore's layout is the instruction's), reinterpreted as the 32-bit registers PTX takes."""
     mma = next((m for m in self.mmas if str(m.tc) == name), None)
-    if mma is None: raise ValueError(f"{name} is not a tensor core of {self.arch}")
+    if mma is None: raise CompileError(f"{name} is not a tensor core of the CUDA renderer for {self.arch}: the kernel was optimized for another renderer")
     tc = mma.tc
     va, vb, vc = (self.render_dtype(dt.vec(n)) for dt, n in ((tc.dtype_in, _slots(tc, 0)), (tc.dtype_in, _slots(tc, 1)), (tc.dtype_out, _slots(tc, 2))))
     ra, rb, rc = mma.a_regs, mma.b_regs, mma.c_regs

@@ -15,7 +15,7 @@ instruction gives it; upcast_axes then gathers each operand's register slots fro
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
-from kc.backend import DType, FragmentLayout, TensorCore, dtypes
+from kc.backend import DType, FragmentLayout, KcError, TensorCore, dtypes
 
 Coord = tuple[int, int]
 WARP = 32
@@ -114,4 +114,4 @@ def documented_layout(tc: TensorCore) -> FragmentLayout:
   if k == 32:  # fp8: a0..a15: rows g (a0-3, a8-11), g+8 (a4-7, a12-15); cols 4t + (i & 3), + 16 from a8
     return _layout(lambda l, i: ((l >> 2) + 8 * ((i >> 2) & 1), (l % 4) * 4 + (i & 3) + 16 * (i >> 3)),
                    lambda l, i: ((l % 4) * 4 + (i & 3) + 16 * (i >> 2), l >> 2), _c, (16, 8, 4))
-  raise ValueError(f"no documented mma.sync layout for {tc}")
+  raise KcError(f"no documented mma.sync layout for {tc}: kc-cuda declares m16n8k8, m16n8k16 and m16n8k32 only")
