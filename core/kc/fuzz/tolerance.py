@@ -1,7 +1,7 @@
 """How close a fuzzed kernel's output must be to numpy's.
 
-The per-op bounds are the conformance suite's table (kc_conformance/tolerance.py; kc cannot import it, so the numbers
-are repeated here and tests/test_fuzz.py checks that they still agree). A fuzzed output is a chain of ops, so its bound
+The per-op bounds come from the core's one tolerance table (kc.ir.tolerance, which the conformance suite uses too),
+for the two float types the fuzzer generates. A fuzzed output is a chain of ops, so its bound
 grows with the chain: it uses the least precise float type and the loosest op class in the chain, an absolute term
 scaled by the largest float magnitude met on the way (cancellation in a sum loses digits of its inputs, not of its
 result), and a factor for the number of inexact steps. Exact values (integers, bools, and floats that stay small
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 import numpy as np
+from kc.ir.dtype import dtypes
+from kc.ir.tolerance import TABLE as CORE_TABLE
 from kc.fuzz.recipe import Recipe, exact_nodes
 
 _ORDER = ("arith", "reduce", "transcendental")   # loosest last
@@ -27,11 +29,9 @@ class Bound:
   def exact(self) -> bool: return self.rtol == 0 and self.atol == 0 and self.ulp is None
 
 
-# (dtype, kind) -> the conformance suite's Tolerance numbers for one op
-TABLE: dict[str, dict[str, Bound]] = {
-  "float32": {"arith": Bound(1e-6, 1e-6), "transcendental": Bound(atol=1e-6, ulp=4), "reduce": Bound(2e-5, 2e-5)},
-  "float16": {"arith": Bound(2e-3, 2e-3), "transcendental": Bound(atol=2e-3, ulp=2), "reduce": Bound(1e-2, 1e-2)},
-}
+# dtype name -> kind -> the core table's bound for one op of that kind, for the float types the fuzzer generates
+TABLE: dict[str, dict[str, Bound]] = {name: {kind: Bound(t.rtol, t.atol, t.ulp) for kind, t in CORE_TABLE[getattr(dtypes, name)].items()}
+                                      for name in ("float32", "float16")}
 _EPS = {"float32": float(np.finfo(np.float32).eps), "float16": float(np.finfo(np.float16).eps)}
 
 
