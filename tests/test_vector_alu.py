@@ -90,3 +90,56 @@ def test_emu_runs_vector_programs(emu, name, lanes):
   emu.renderer = impersonating(vector_renderer(lanes))
   out = kc.run(build(), inputs, device=DEVICE)[0]
   np.testing.assert_allclose(out.reshape(-1), np.asarray(ref(inputs), np.float32).reshape(-1), rtol=1e-5, atol=1e-4)
+
+
+def conv(cin=8, cout=16, H=8, W=32, k=3):
+  x, w = F(1, cin, H, W), F(2, cout, cin, k, k)
+  win = x.pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+  return A.sink(A.store(0, (win * w.reshape(cout, cin, k, k, 1, 1)).sum(axis=(1, 2, 3))))
+
+
+def test_conv_tile_reuses_each_packed_window_row_across_output_channels():
+  # the input row is padded along W, so its lanes are loaded one by one and packed: rows along the output channels
+  # (the axis the input is broadcast along), not along H, and the 3x3 window unrolled
+  k = hand(conv(), vector_renderer(16))
+  assert k.full_shape[k.first_upcast:] == (16, 16, 3, 3)  # W lanes, 16 output channels, the window
+  uops = k.linearize()
+  vmuls = [u for u in uops if u.op in (Ops.MUL, Ops.MULACC) and u.dtype == dtypes.float32.vec(16)]
+  packed = [u for u in uops if u.op is Ops.VECTORIZE and u.dtype == dtypes.float32.vec(16) and len(set(u.src)) > 1]
+  # each of the 9 window rows (6 of them packed: those the pad masks at an edge lane) feeds 16 vector products; no
+  # product is computed lane by lane
+  assert len(packed) == 6 and len(vmuls) == 16 * 9 and not any(u.op is Ops.MUL and u.dtype == dtypes.float32 for u in uops)
+
+
+def test_lane_accumulators_combined_after_the_loop_become_one_vector_accumulator():
+  # a row sum unrolled by 16 keeps 16 scalar accumulators combined pairwise after the loop: one float16 accumulator
+  # instead, combined in the same pairwise order, so CLANG computes the same bits as without vector arithmetic
+  sink = A.sink(A.store(0, F(1, 8, 256).sum(1)))
+  r = vector_renderer(16)
+  k = Kernel(sink, r)
+  k.apply_opt(kc.Opt(kc.OptOps.UNROLL, 0, 16))
+  accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
+  assert [u.dtype for u in accs] == [dtypes.float32.vec(16)]
+  x = np.random.default_rng(1).standard_normal((8, 256)).astype(np.float32) * 1e3
+  opts = [kc.Opt(kc.OptOps.UNROLL, 0, 16)]
+  vec = kc.run(sink, {1: x}, "CLANG", opts)[0]
+  r.vector_alu = False
+  scalar = Kernel(sink, r)
+  scalar.apply_opt(opts[0])
+  assert all(u.dtype.count == 1 for u in scalar.linearize() if u.op is Ops.DEFINE_ACC)
+  np.testing.assert_allclose(vec, x.sum(1), rtol=1e-5, atol=1e-2)
+  ck = kc.Device["CLANG"]
+  prg = scalar.to_program()
+  out = np.empty(8, np.float32)
+  kc.CompiledKernel(sink, scalar, prg, "CLANG", ck.runtime(prg.name, ck.compiler.compile(prg.src)))(out, x)
+  assert np.array_equal(vec, out)
+
+
+@pytest.mark.parametrize("functions", [frozenset(), frozenset({Ops.EXP2})])
+def test_exp2_is_a_vector_op_only_where_the_dialect_has_the_vector_function(functions):
+  r = vector_renderer(16)
+  r.vector_functions = functions
+  k = Kernel(A.sink(A.store(0, F(1, 256).exp2() * F(2, 256))), r)
+  k.apply_opt(kc.Opt(kc.OptOps.UPCAST, 0, 16))
+  exps = [u for u in k.linearize() if u.op is Ops.EXP2]
+  assert [u.dtype.count for u in exps] == ([16] if functions else [1] * 16)

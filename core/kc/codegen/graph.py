@@ -177,4 +177,5 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
   sink = graph_rewrite(fold_vector_accesses(sink, renderer), rules)
   # vector arithmetic last: it only regroups lanes of values already simplified and rewritten into the ops the
   # dialect spells, so the rules above never see a vector op they were not written for
-  return vectorize_alu(sink, _declared_widths(renderer)) if getattr(renderer, "vector_alu", False) else sink
+  if not getattr(renderer, "vector_alu", False): return sink
+  return vectorize_alu(sink, _declared_widths(renderer), frozenset(getattr(renderer, "vector_functions", ())))

@@ -116,7 +116,7 @@ def _conjunction(a: UOp, b: UOp) -> UOp:
   return a if a is b else (a & b).simplify()
 
 
-def _tree(op: Ops, values: list[UOp]) -> UOp:
+def pairwise(op: Ops, values: list[UOp]) -> UOp:
   """values combined pairwise: a balanced tree has the shortest dependency chain (and sums round better)."""
   while len(values) > 1:
     values = [values[i].alu(op, values[i + 1]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
@@ -395,13 +395,13 @@ class Lowering:
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
-    if not ranges: return _tree(op, parts)
+    if not ranges: return pairwise(op, parts)
     # few output lanes: an accumulator per unrolled lane too, so the loop is not bound by the latency of one add
     # chain; they are combined once, after the loop. Many output lanes are independent chains already, and more
     # accumulators would only spill registers.
     out_lanes = prod(self.full_shape[a] for a in range(self.first_upcast, len(self.full_shape)) if a not in axes)
-    if out_lanes < 4: return _tree(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
-    return self.accumulate(op, u.dtype, _tree(op, parts), ranges)
+    if out_lanes < 4: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+    return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
 
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes

@@ -5,21 +5,29 @@ VECTORIZE, e.g. the value of a vector store) is rebuilt as one vector computatio
   lanes that are the lanes of one vector, in order      that vector (a vector load, a vector accumulator)
   lanes that are one and the same value                 that value splat to every lane
   lanes of one arithmetic op (ADD SUB MUL MULACC NEG    that op on the vectors of its sources' lanes
-    FDIV), same dtype
+    FDIV, and the renderer's vector_functions on
+    float32), same dtype
   lanes that update accumulators, acc_i = acc_i <op>    one accumulator of the vector dtype updated with the vector
     x_i (op ADD or MUL), the same loops                   of the x_i
 
+Accumulators are also found where no vector uses them: a reduce over unrolled lanes keeps one accumulator per lane
+and combines them pairwise after its loops (kc.codegen.lower). Such a combine of a declared width's accumulators,
+combined by their own update op, becomes one vector accumulator and the same pairwise combine of its lanes: every
+lane adds the same values in the same order, so the result is the same bit for bit.
+
 Every other set of lanes stays a VECTORIZE of scalars: lanes that mix vectors or cross lanes (GEPs out of order, a
 reduce across an upcast axis), comparisons and WHERE (a comparison of C vectors gives an int vector, not a bool
-one), casts (a C cast between vector types reinterprets, it converts nothing), transcendentals and every int
-computation. An op is only made a vector where at least one of its sources is a vector already (not only splats
-and lane-by-lane gathers): otherwise the scalar computation costs less than packing its lanes.
+one), casts (a C cast between vector types reinterprets, it converts nothing), transcendentals the renderer has
+no vector function for, and every int computation. An op is only made a vector where at least one of its sources is
+a vector already, or where at most one source is gathered lane by lane and the rest are splats: with two gathers,
+the scalar computation costs less than packing the lanes of both.
 
 Only the dtypes and widths the renderer declares vector accesses of (Renderer.vector_widths) are vectorized, and
 only float32 and float64, whose C arithmetic on vectors is the same IEEE arithmetic lane by lane."""
 from __future__ import annotations
 from typing import Callable, Optional
 from kc.ir.dtype import DType, dtypes
+from kc.codegen.lower import pairwise
 from kc.ir.uop import Ops, UOp
 
 # the ops whose C operators compute lane by lane on GCC/Clang vector types with the scalar operators' results
@@ -36,8 +44,8 @@ class _Vectorizer:
   to its rebuilt version (the walk fills it sources first); `built` remembers each set of lanes, so lanes shared by
   two vectors (an accumulator read by its update and by the store after the loop) become one vector."""
 
-  def __init__(self, rebuilt: dict[UOp, UOp]):
-    self.rebuilt = rebuilt
+  def __init__(self, rebuilt: dict[UOp, UOp], functions: frozenset = frozenset()):
+    self.rebuilt, self.functions = rebuilt, functions
     self.built: dict[Lanes, tuple[UOp, bool]] = {}
 
   def vector(self, lanes: Lanes) -> UOp: return self.build(lanes)[0]
@@ -55,10 +63,15 @@ class _Vectorizer:
     if whole is not None and whole.dtype == vdt and all(x.op is Ops.GEP and x.src[0] is whole and x.arg == (i,) for i, x in enumerate(lanes)):
       return self.rebuilt[whole], True
     if first.op is Ops.ASSIGN and (acc := self.accumulator(lanes)) is not None: return acc, True
-    if first.op in VECTOR_OPS and all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype for x in lanes) \
+    if (first.op in VECTOR_OPS or (first.op in self.functions and first.dtype == dtypes.float32)) \
+       and all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype for x in lanes) \
        and all(s.dtype == first.dtype for x in lanes for s in x.src):
       srcs = [self.build(tuple(x.src[j] for x in lanes)) for j in range(len(first.src))]
-      if any(real for _, real in srcs): return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
+      # a vector op where a source is a vector already, or where at most one source must be packed lane by lane
+      # (the rest splats): packing that one source costs what packing the op's results would, and the packed
+      # vector is shared by every op that uses the same lanes (a conv's masked input row times each output channel)
+      if any(real for _, real in srcs) or sum(v.op is Ops.VECTORIZE and len(set(v.src)) > 1 for v, _ in srcs) <= 1:
+        return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
     return self.gather(lanes), False
 
   def splat(self, x: UOp, n: int) -> UOp:
@@ -96,16 +109,42 @@ def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
   return u.op is Ops.VECTORIZE and dt in _FLOATS and all(s.dtype == dt for s in u.src) and u.dtype.count in widths(dt)
 
 
-def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]]) -> UOp:
+def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functions: frozenset = frozenset()) -> UOp:
   """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
-  lanes line up (see the module's docstring); nothing else changes."""
+  lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
+  dialect also computes on float32 vectors (Renderer.vector_functions)."""
   topo = sink.toposort
-  if not any(_vectorizable(u, widths) for u in topo): return sink
+  vectors = [u for u in topo if _vectorizable(u, widths)]
+  combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src})
+  if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
-  vz = _Vectorizer(rebuilt)
+  vz = _Vectorizer(rebuilt, functions)
   for u in topo:
     if _vectorizable(u, widths): rebuilt[u] = vz.vector(u.src)
+    elif u in combines and (acc := vz.vector(combines[u])).op is Ops.ASSIGN:
+      rebuilt[u] = pairwise(u.op, [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(acc.dtype.count)])
     else:
       src = tuple(rebuilt[x] for x in u.src)
       rebuilt[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
   return rebuilt[sink]
+
+
+def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, ...]], in_vectors: set[UOp]) -> dict[UOp, tuple[UOp, ...]]:
+  """The roots of pairwise combines (ADD or MUL trees) of a declared width's accumulator updates, each with its
+  leaves in order: accumulators of one op over the same loops, which no vector of `in_vectors`' lanes holds."""
+  found: dict[UOp, tuple[UOp, ...]] = {}
+  inside: set[UOp] = set()
+  for u in reversed(topo):  # a combine's root before its subtrees: the largest combine wins
+    if u in inside or u.op not in _ACC_UPDATES or u.dtype not in _FLOATS: continue
+    leaves, inner, stack = [], [], [u]
+    while stack:
+      x = stack.pop()
+      if x.op is u.op and x.dtype == u.dtype: inner.append(x); stack.extend(reversed(x.src))
+      else: leaves.append(x)
+    if len(leaves) not in widths(u.dtype) or any(x in in_vectors for x in leaves): continue
+    first = leaves[0]
+    if all(x.op is Ops.ASSIGN and x.src[0].op is Ops.DEFINE_ACC and x.src[1].op is u.op and x.src[0].src[1:] == first.src[0].src[1:]
+           for x in leaves):
+      found[u] = tuple(leaves)
+      inside.update(inner)
+  return found

@@ -108,6 +108,9 @@ class Renderer(ABC):
   # FDIV of float32/float64 vectors, a VECTORIZE of one value (a splat) and DEFINE_ACC/ASSIGN of a vector dtype.
   # False: every value is computed lane by lane, only loads and stores are vectors.
   vector_alu: bool = False
+  # vector_functions: with vector_alu, the unary ops of float32 (EXP2, ...) the dialect also computes on those
+  # vectors; its code_for_op renders them for a vector dtype (a vector function of its own). Others stay per lane.
+  vector_functions: frozenset = frozenset()
   code_for_op: dict = {}          # the ops the dialect spells; the rest are rewritten into these before rendering
   extra_matcher = None            # a PatternMatcher of dialect rewrites applied to the lowered graph before linearizing
 

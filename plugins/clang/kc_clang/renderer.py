@@ -41,12 +41,42 @@ _FLOAT_FUNCS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "s
 
 
 def _math(name: str):
-  """A math.h call in the precision of the dtype: f-suffixed for float, plain for double, via float for half."""
+  """A math.h call in the precision of the dtype: f-suffixed for float, plain for double, via float for half; on a
+  float32 vector the vector function of VECTOR_FUNCTIONS."""
   def render(x: str, dt: DType) -> str:
+    if dt.count > 1: return f"kc_{name}_{dt.count}({x})"
     if dt.scalar() == dtypes.float64: return f"{name}({x})"
     if dt.scalar() == dtypes.float32: return f"{name}f({x})"
     return f"(({'_Float16'})({name}f((float)({x}))))"
   return render
+
+
+# exp2 of a float vector, for the vector widths the renderer declares: math.h has no vector functions (glibc's libmvec
+# ones need -ffast-math, which changes NaN and infinity arithmetic everywhere). 2^x = 2^n * 2^f with n = round(x) and
+# f in [-1/2, 1/2]: 2^f by its Taylor polynomial of degree 7 (truncation below 2^-27, within 2 ulp with the rounding
+# of Horner's steps), 2^n in two factors built from exponent bits, so that results down to the smallest subnormal
+# round once. x is clamped to [-150, 128] first (2^-150 rounds to 0, 2^128 is inf) and NaN passes through.
+# (ln 2)^k / k!, k = 7 .. 1
+_EXP2_TAYLOR = ("1.5252733804059841e-05f", "1.5403530393381606e-04f", "1.3333558146428443e-03f", "9.6181291076284772e-03f",
+                "5.5504108664821580e-02f", "2.4022650695910071e-01f", "6.9314718055994531e-01f")
+VECTOR_FUNCTIONS = frozenset({Ops.EXP2})  # what _vector_exp2 defines
+
+
+def _vector_exp2(vec: str, n: int) -> list[str]:
+  """The C of kc_exp2_<n> on the float vector type `vec` (and its int vector type of the same shape)."""
+  iv = f"kc_int{n}"
+  sel = lambda m, a, b: f"(({vec})((({iv})({a}) & {m}) | (({iv})({b}) & ~{m})))"  # noqa: E731
+  steps = " ".join(f"p = p*f + {c};" for c in _EXP2_TAYLOR[1:])
+  return [f"typedef int {iv} __attribute__((vector_size({4 * n}), aligned(4)));",
+          f"static inline {vec} kc_exp2_{n}({vec} x) {{",
+          f"  const {vec} zero = {{0}}; {iv} big = x > 128.0f, small = x < -150.0f, nan = x != x;",
+          f"  {vec} c = {sel('big', 'zero + 128.0f', sel('small', 'zero - 150.0f', 'x'))};",
+          "  c = " + sel("nan", "zero", "c") + ";",
+          f"  {vec} n = (c + 12582912.0f) - 12582912.0f, f = c - n, p = zero + {_EXP2_TAYLOR[0]};",
+          f"  {steps} p = p*f + 1.0f;",
+          f"  {iv} e = __builtin_convertvector(n, {iv}), a = e >> 1, b = e - a;",
+          f"  {vec} r = p * ({vec})((a + 127) << 23) * ({vec})((b + 127) << 23);",
+          f"  return {sel('nan', 'x', 'r')};", "}"]
 
 
 class ClangRenderer(CStyleLanguage):
@@ -70,6 +100,7 @@ class ClangRenderer(CStyleLanguage):
   # GCC/Clang vector extensions compute on the vector typedefs lane by lane: upcast lanes stay vectors through their
   # arithmetic and in vector accumulators (kc.codegen.vectorize), and the heuristics tile for the registers
   vector_alu = True
+  vector_functions = VECTOR_FUNCTIONS
 
   def __init__(self, native: Optional[bool] = None):
     # the same choice as the compiler's flags (compiler.compile_flags): both read host.native_code()
@@ -101,6 +132,8 @@ class ClangRenderer(CStyleLanguage):
       scalar = self.render_dtype(dt.scalar())
       # aligned to the scalar: a vector access through a buffer view at any element offset stays legal
       lines.append(f"typedef {scalar} {self.render_dtype(dt)} __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
+    for dt in dict.fromkeys(u.dtype for u in uops if u.op in VECTOR_FUNCTIONS and u.dtype.count > 1):
+      lines += _vector_exp2(self.render_dtype(dt), dt.count)
     if any(u.dtype.scalar() == dtypes.bfloat16 for u in uops if not isinstance(u.dtype, PtrDType)):
       lines += ["static inline float __kc_bf2f(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f; memcpy(&f, &u, 4); return f; }",
                 "static inline unsigned short __kc_f2bf(float f) { unsigned int u; memcpy(&u, &f, 4);"
