@@ -116,9 +116,17 @@ def _upcast_expanded_axes(k: "Kernel") -> None:
       if any(st.views[-1].strides[axis] == 0 and not any(x[1] == 0 for x in k.upcasted_axis(i)) for i, st in enumerate(k.sts)):
         choices.append((sum(_positive(st.views[-1].strides[axis]) for st in k.sts), sum(_stride_weight(st.views[-1].strides[axis]) for st in k.sts), axis, amt))
     if not choices: break
-    best = sorted(choices)[0]
-    k.apply_opt(Opt(OptOps.UPCAST, best[2], best[3]))
-    done.add(best[2])
+    _, _, axis, amt = sorted(choices)[0]
+    if axis in k.sts[0].unit_stride_axes() and (width := _widest_vector(k)) and k.full_shape[axis] % width == 0: amt = width
+    k.apply_opt(Opt(OptOps.UPCAST, axis, amt))
+    done.add(axis)
+
+
+def _widest_vector(k: "Kernel") -> int:
+  """The widest vector of the output's dtype on a renderer that computes on vectors (vector_alu), else 0."""
+  out_dt = k.bufs[0].src[2].dtype if len(k.bufs[0].src) > 2 else None
+  if not getattr(k.opts, "vector_alu", False) or out_dt is None or out_dt.count != 1: return 0
+  return max(k.opts.vector_widths(out_dt), default=0)
 
 
 # vector registers of the widest vector: 32 of 64 bytes (AVX-512), 16 of 32 bytes (AVX2) or of 16 (SSE, NEON)
@@ -131,36 +139,49 @@ def _vector_register_tile(k: "Kernel") -> bool:
   width along the contiguous axis times `rows` along the broadcast one, one vector accumulator each. It fits the
   vector registers with the `cols` vectors loaded per step of the reduce and one splat: rows*cols + cols + 1 <= the
   registers. Each step of the reduce loop then loads `cols` contiguous vectors and does rows*cols vector FMAs.
-  Returns whether it applied the tile."""
-  if not getattr(k.opts, "vector_alu", False) or k.reduceop is None or k.upcasted or k.first_reduce == 0: return False
-  out_dt = k.bufs[0].src[2].dtype if len(k.bufs[0].src) > 2 else None
-  if out_dt is None or out_dt.count != 1 or not (widths := k.opts.vector_widths(out_dt)): return False
-  width = widths[0]
-  regs = _vector_registers(width * out_dt.itemsize)
+
+  The rows are an axis along which every input read along the contiguous axis is broadcast, so each row reuses
+  the vectors loaded for the cols (a matmul's M; a conv's output channels, not its image rows). Where such an
+  input is padded along the contiguous axis (a conv's window), its lanes are loaded one by one and packed: then a
+  single col with as many rows as fit shares each packed vector most. Returns whether it applied the tile."""
+  if k.reduceop is None or k.upcasted or k.first_reduce == 0 or not (width := _widest_vector(k)): return False
+  regs = _vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
   unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce and isinstance(k.full_shape[a], int)]
   if not unit: return False
   vn = unit[-1]
-  # the rows: an output axis along which some input is broadcast (each row reuses the vectors loaded for the cols)
-  rows_axes = [a for a in range(k.first_reduce) if a != vn and isinstance(k.full_shape[a], int)
-               and any(st.views[-1].strides[a] == 0 for st in k.sts[1:])]
-  for cols in (2, 1):
-    if k.full_shape[vn] % (width * cols): continue
-    for rows in (8, 6, 4, 3, 2):
-      if rows * cols + cols + 1 > regs: continue
-      vm = next((a for a in reversed(rows_axes) if k.full_shape[a] % rows == 0), None)
-      if vm is None: continue
-      # the cols as two upcasts (width, then cols of those: an upcast takes at most 16 lanes); an axis upcast whole
-      # moves to the upcast axes entirely, and the axes after it move down by one
+  loads = [k.sts[i] for i, b in enumerate(k.bufs) if b.op is Ops.LOAD]
+  along = [st for st in loads if st.views[-1].strides[vn] != 0]  # the inputs read as vectors
+  candidates = [a for a in range(k.first_reduce) if a != vn and isinstance(k.full_shape[a], int)]
+  rows_axes = [a for a in candidates if along and all(st.views[-1].strides[a] == 0 for st in along)] or \
+              [a for a in candidates if any(st.views[-1].strides[a] == 0 for st in loads)]
+  packed = any(st.axis_is_masked(vn) for st in along)
+  tiles = [(1, rows) for rows in (16, 12, 8, 6, 4, 3, 2)] if packed else \
+          [(cols, rows) for cols in (2, 1) for rows in (8, 6, 4, 3, 2)]
+  for cols, rows in tiles:
+    if k.full_shape[vn] % (width * cols) or rows * cols + cols + 1 > regs: continue
+    vm = next((a for a in reversed(rows_axes) if k.full_shape[a] % rows == 0), None)
+    if vm is None: continue
+    # the cols as two upcasts (width, then cols of those: an upcast takes at most 16 lanes); an axis upcast whole
+    # moves to the upcast axes entirely, and the axes after it move down by one
+    before = k.shape_len
+    if not _try(k, Opt(OptOps.UPCAST, vn, width)): return False
+    if k.shape_len == before and vm > vn: vm -= 1
+    if cols > 1 and k.shape_len > before:
       before = k.shape_len
-      if not _try(k, Opt(OptOps.UPCAST, vn, width)): return False
+      _try(k, Opt(OptOps.UPCAST, vn, cols))
       if k.shape_len == before and vm > vn: vm -= 1
-      if cols > 1 and k.shape_len > before:
-        before = k.shape_len
-        _try(k, Opt(OptOps.UPCAST, vn, cols))
-        if k.shape_len == before and vm > vn: vm -= 1
-      _try(k, Opt(OptOps.UPCAST, vm, rows))  # refused: the cols alone are still a vector tile
-      return True
+    _try(k, Opt(OptOps.UPCAST, vm, rows))  # refused: the cols alone are still a vector tile
+    _unroll_window(k)
+    return True
   return False
+
+
+def _unroll_window(k: "Kernel") -> None:
+  """Under a register tile, the innermost reduce axes of at most 4 (a conv's window) are unrolled whole: the loads
+  of neighbouring window positions overlap, and the loop of 3 would cost as much as its body."""
+  for _ in range(2):
+    if k.first_reduce >= k.first_upcast or not isinstance(s := k.full_unupcasted_shape[-1], int) or s > 4: return
+    if not _try(k, Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 0)): return
 
 
 def _unroll_reduce(k: "Kernel") -> None:
@@ -177,9 +198,11 @@ def _unroll_reduce(k: "Kernel") -> None:
 
 
 def _upcast_last_axis(k: "Kernel") -> None:
-  """Nothing upcast yet and the last axis divides by 4: upcast it by 4."""
-  if k.upcasted == 0 and k.full_unupcasted_shape and resolve(k.full_unupcasted_shape[-1] % 4 == 0, False):
-    k.apply_opt(Opt(OptOps.UPCAST, len(k.full_unupcasted_shape) - 1, 4))
+  """Nothing upcast yet and the last axis divides by 4: upcast it by 4, or on a renderer that computes on vectors
+  (vector_alu) by its widest vector of the output's dtype where that divides it (one vector op per 16 floats)."""
+  if k.upcasted or not k.full_unupcasted_shape: return
+  for amt in ([width] if (width := _widest_vector(k)) > 4 else []) + [4]:
+    if resolve(k.full_unupcasted_shape[-1] % amt == 0, False) and _try(k, Opt(OptOps.UPCAST, len(k.full_unupcasted_shape) - 1, amt)): return
 
 
 def _locals(k: "Kernel") -> None:
