@@ -1,14 +1,16 @@
 """kc.compile and kc.run: one kernel AST to a callable on a device."""
 from __future__ import annotations
+from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 import numpy as np
 from kc.runtime.device import Buffer, Device
-from kc.errors import KcError, SymbolicError
+from kc.errors import ConfigError, KcError, KernelOptError, SymbolicError
 from kc.helpers import debug_level, env_value
 from kc.ir.symbolic import sym_infer
 from kc.codegen import Kernel
 from kc.kernel import Opt, verify_ast
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs
+from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 from kc.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
@@ -125,27 +127,95 @@ def _overlaps(i: int, args: tuple) -> bool:
 
 def optimize(k: Kernel, opts: OptsArg) -> Kernel:
   """Apply `opts` to a Kernel: "hand" (the hand-coded heuristics), "none" (only what the target requires), one
-  kc.Opt, or a list (or tuple) of kc.Opt."""
+  kc.Opt, or a list (or tuple) of kc.Opt. "beam" needs the device it times on: it is resolved by kc.compile (or
+  beam_opts) into a list of kc.Opt first."""
   if opts is None: return k.hand_coded_optimizations()
   if isinstance(opts, str):
     if opts == "hand": return k.hand_coded_optimizations()
     if opts == "none": return k.required_optimizations()  # what the target cannot do without (images: whole texels)
-    raise KcError(f"opts must be 'hand', 'none', a kc.Opt or a list of kc.Opt, got {opts!r}")
+    if opts == "beam": raise KcError("opts='beam' searches on a device: use kc.compile(sink, device, opts='beam') or kc.api.beam_opts")
+    raise KcError(f"opts must be 'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt, got {opts!r}")
   if isinstance(opts, Opt): opts = [opts]
   if not isinstance(opts, (list, tuple)) or not all(isinstance(o, Opt) for o in opts):
-    raise KcError(f"opts must be 'hand', 'none', a kc.Opt or a list of kc.Opt, got {type(opts).__name__} {opts!r}")
+    raise KcError(f"opts must be 'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt, got {type(opts).__name__} {opts!r}")
   for o in opts: k.apply_opt(o)
   return k
 
 
-def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = "hand", split_reduce: bool = True) -> CompiledKernel:  # noqa: A001
+DEFAULT_BEAM_WIDTH = 2
+
+
+def beam_width_from_env() -> int:
+  """KC_BEAM: the beam width that opts=None (the default) searches with; 0 or unset: hand-coded opts."""
+  width = env_value("KC_BEAM", 0)
+  if width < 0: raise ConfigError(f"KC_BEAM={width} is not a beam width: set it to a number of candidates kept per round (> 0), or 0 for hand-coded opts")
+  return width
+
+
+def resolve_opts(opts: OptsArg) -> OptsArg:
+  """What opts=None means now: a beam search of width KC_BEAM when that is > 0, else the hand-coded opts."""
+  if opts is None: return "beam" if beam_width_from_env() > 0 else "hand"
+  return opts
+
+
+def beam_executor():
+  """The compile executor KC_BEAM_CLUSTER names (a Dask scheduler address, or 'local'), or None: the local process pool."""
+  if not (address := env_value("KC_BEAM_CLUSTER", "")): return None
+  from kc.search.dask_executor import shared_executor
+  return shared_executor(address)
+
+
+@dataclass(frozen=True)
+class BeamChoice:
+  """What BEAM chose for one kernel: its opts, the Kernel with them applied, the figures (stored or just measured) and
+  the search's full kc.search.SearchResult (None when the choice came from the opt cache)."""
+  opts: tuple[Opt, ...]
+  kernel: Kernel
+  entry: OptEntry
+  result: Optional[object] = None
+
+  @property
+  def cached(self) -> bool: return self.result is None
+
+
+def beam_opts(sink: UOp, device: Optional[str] = None, width: Optional[int] = None, *, cache: bool = True, seed: int = 0,
+              executor=None, progress=None) -> BeamChoice:
+  """BEAM search's choice of opts for `sink` on `device` with beam `width` (default KC_BEAM, else 2). With `cache` a
+  stored choice is used when its opts still apply (then nothing is searched); every search's result is stored.
+  `executor` defaults to KC_BEAM_CLUSTER's (else the search's local process pool); `progress` receives the search's
+  kc.search.SearchEvents."""
+  dev = Device[device or Device.DEFAULT]
+  if width is None: width = beam_width_from_env() or DEFAULT_BEAM_WIDTH
+  if not isinstance(width, int) or isinstance(width, bool) or width < 1: raise KcError(f"the beam width must be an int >= 1, got {width!r}")
+  base = Kernel(sink, dev.renderer)  # verifies the AST: an invalid one fails here, with the error about its shapes
+  key, store = OptKey.of(sink, dev.renderer, dev.name, width), opt_cache()
+  if cache and (entry := store.get(key)) is not None:
+    try: return BeamChoice(entry.opts, optimize(base.copy(), list(entry.opts)), entry)
+    except KernelOptError: pass  # stored by a kc whose opts meant something else: a miss, searched again
+  # imported here: the search brings its process pool and timing code, which a kc.compile without BEAM never needs
+  from kc import search
+  res = search.beam_search(base.copy(), dev, width, seed=seed, progress=progress,
+                           executor=executor if executor is not None else beam_executor())
+  entry = OptEntry(tuple(res.opts), res.seconds, res.hand_seconds, res.elapsed)
+  store.put(key, entry)
+  return BeamChoice(entry.opts, optimize(base, list(res.opts)), entry, res)
+
+
+def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split_reduce: bool = True) -> CompiledKernel:  # noqa: A001
   """Optimize, render and compile one kernel AST for `device` (default: kc.Device.DEFAULT).
+
+  opts: "hand" (the hand-coded heuristics), "none", "beam" (BEAM search of width KC_BEAM, default 2, on the device;
+  its result is kept in the opt cache, so compiling the same kernel again searches nothing), a kc.Opt or a list of
+  them. None (the default) is "beam" when KC_BEAM > 0 is set, else "hand".
 
   With the hand-coded opts, a large reduce with few outputs (a full sum) becomes two kernels that use every core
   or compute unit (a SplitCompiledKernel, see kc.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
-  one kernel. Explicit opts always compile the one kernel they were written for."""
+  one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
   dev = Device[device or Device.DEFAULT]
-  if split_reduce and env_value("KC_SPLIT_REDUCE", 1) and (opts is None or opts == "hand") and (split := _split_plan(sink, dev.renderer)) is not None:
+  opts = resolve_opts(opts)
+  if isinstance(opts, str) and opts == "beam":
+    return _compile_kernel(sink, beam_opts(sink, dev.name).kernel, dev)
+  if split_reduce and env_value("KC_SPLIT_REDUCE", 1) and opts == "hand" and (split := _split_plan(sink, dev.renderer)) is not None:
     return SplitCompiledKernel(sink, _compile_one(split.partial, dev, opts), _compile_one(split.combine, dev, opts), split)
   return _compile_one(sink, dev, opts)
 
@@ -159,7 +229,10 @@ def _split_plan(sink: UOp, renderer) -> Optional[SplitReduce]:
 
 
 def _compile_one(sink: UOp, dev, opts: OptsArg) -> CompiledKernel:
-  k = optimize(Kernel(sink, dev.renderer), opts)
+  return _compile_kernel(sink, optimize(Kernel(sink, dev.renderer), opts), dev)
+
+
+def _compile_kernel(sink: UOp, k: Kernel, dev) -> CompiledKernel:
   prg = k.to_program()
   handle = dev.runtime(prg.name, dev.compiler.compile(prg.src))
   return CompiledKernel(sink, k, prg, dev.name, handle)
@@ -173,10 +246,10 @@ def _output_np_dtype(dt, specs, inputs: dict[int, np.ndarray]) -> np.dtype:
   return next((g for g in given if g != bits and array_fits(dt, g)), bits)
 
 
-def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, opts: OptsArg = "hand", **var_vals) -> dict[int, np.ndarray]:
+def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, opts: OptsArg = None, **var_vals) -> dict[int, np.ndarray]:
   """Compile and run once; the outputs are allocated here (shaped like each store) and returned by index. An output
   of a dtype numpy lacks (bfloat16, fp8) comes back in the type its inputs of that dtype were given in (ml_dtypes'),
-  else as its raw bits (uint16, uint8)."""
+  else as its raw bits (uint16, uint8). `opts` as kc.compile's."""
   if not isinstance(inputs, dict):
     raise ArgumentError(f"kc.run takes its inputs as a dict of buffer index -> array, got {type(inputs).__name__}")
   ck = compile(sink, device, opts)

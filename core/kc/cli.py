@@ -158,7 +158,10 @@ def cmd_render(args) -> int:
   from kc.codegen import Kernel
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
-  k = optimize(Kernel(sink, Device.renderer(device)), args.opts)
+  if args.opts == "beam":
+    from kc.api import beam_opts
+    k = beam_opts(sink, device).kernel
+  else: k = optimize(Kernel(sink, Device.renderer(device)), args.opts)
   prg = k.to_program()
   print(f"// {prg.name} on {device}: opts {k.applied_opts}")
   print(prg.src)
@@ -277,6 +280,109 @@ def cmd_fuzz(args) -> int:
   return 1 if any(r.outcome in ("wrong", "untyped-error", "crash", "hang") for r in results) else 0
 
 
+def load_ast_file(path: str) -> UOp:
+  """The kernel a Python file leaves in its variable `sink`: a kc.ast sink (a UOp SINK, as A.sink(A.store(0, ...))
+  builds) or a kc.ast expression, which becomes output buffer 0. Errors in the file are typed (UsageError)."""
+  import runpy
+  from kc import ast as A
+  from kc.ir.uop import Ops
+  try: ns = runpy.run_path(path, run_name="__kc_ast__")
+  except KcError: raise
+  except FileNotFoundError: raise UsageError(f"--ast {path}: no such file") from None
+  except Exception as e:  # noqa: BLE001  (the user's file may fail in any way; each is the same usage error)
+    raise UsageError(f"--ast {path} failed to run: {type(e).__name__}: {e}") from None
+  if "sink" not in ns: raise UsageError(f"--ast {path} defines no variable `sink` (a kc.ast sink such as A.sink(A.store(0, x + y)))")
+  sink = ns["sink"]
+  if isinstance(sink, A.Expr): sink = A.sink(A.store(0, sink))
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK:
+    raise UsageError(f"--ast {path}: `sink` must be a kc.ast sink (A.sink(...)) or a kc.ast expression, got {type(sink).__name__}")
+  return sink
+
+
+def _rate(program, seconds: Optional[float]) -> str:
+  """A kernel's time with its GFLOP/s and GB/s (from the program's op and memory estimates)."""
+  from kc.ir.symbolic import sym_infer
+  if seconds is None: return "not timed"
+  text = f"{seconds * 1e6:10.1f} us"
+  try: ops, mem = (sym_infer(x, {}) for x in (program.op_estimate, program.mem_estimate))
+  except KcError: return text  # a kernel with Variables has no figures without their values
+  return text + f"  {ops / max(seconds, 1e-12) / 1e9:9.2f} GFLOP/s  {mem / max(seconds, 1e-12) / 1e9:9.2f} GB/s"
+
+
+class BeamProgress:
+  """kc beam's display of a search's SearchEvents: a tqdm bar per round (candidates compiled, with timed and the best
+  time so far) where tqdm is installed and `stream` is a terminal, else one plain line per round."""
+
+  def __init__(self, stream=None, bar: Optional[bool] = None):
+    self.stream = stream if stream is not None else sys.stderr
+    if bar is None: bar = self.stream.isatty() and _installed("tqdm")
+    self.bar_enabled, self._bar, self._timed = bar, None, (0, 0)
+
+  def __call__(self, ev) -> None:
+    best = f"{ev.best_seconds * 1e6:.1f} us" if ev.best_seconds is not None else "-"
+    hand = f"{ev.hand_seconds * 1e6:.1f} us" if ev.hand_seconds is not None else "-"
+    if ev.kind == "round":
+      self.close()
+      self._timed = (0, 0)
+      if self.bar_enabled:
+        from tqdm import tqdm
+        self._bar = tqdm(total=ev.total, desc=f"round {ev.round}", unit="compile", file=self.stream, leave=True, dynamic_ncols=True)
+      return
+    if ev.kind == "timed": self._timed = (ev.done, ev.total)
+    if self._bar is not None:
+      if ev.kind == "compiled": self._bar.update(ev.done - self._bar.n)
+      self._bar.set_postfix_str(f"timed {self._timed[0]}/{self._timed[1]}, best {best}, hand {hand}", refresh=ev.kind != "compiled")
+      if ev.kind in ("round_done", "done"): self.close()
+    elif ev.kind in ("round_done", "done"):
+      print(f"beam: {ev.message or ev.kind} (best {best}, hand-coded {hand})", file=self.stream, flush=True)
+
+  def close(self):
+    if self._bar is not None: self._bar.close()
+    self._bar = None
+
+
+def _installed(name: str) -> bool:
+  import importlib.util
+  return importlib.util.find_spec(name) is not None
+
+
+def cmd_beam(args) -> int:
+  """BEAM search for one kernel: the chosen opts, their speedup over the hand-coded kernel and the search's time."""
+  from kc.api import DEFAULT_BEAM_WIDTH, beam_opts, beam_width_from_env, optimize
+  from kc.codegen import Kernel
+  from kc.runtime.device import Device
+  from kc.examples import example
+  if (args.example is None) == (args.ast is None): raise UsageError("kc beam takes an EXAMPLE or --ast FILE (one of them)")
+  sink, what = (example(args.example).build()[0], args.example) if args.example is not None else (load_ast_file(args.ast), args.ast)
+  device = Device.spec(args.device).name if args.device else Device.DEFAULT
+  width = args.width if args.width is not None else beam_width_from_env() or DEFAULT_BEAM_WIDTH
+  if width < 1: raise UsageError(f"--width is the number of kernels kept per round (>= 1), got {width}")
+  executor = None
+  if (address := args.cluster or env_value("KC_BEAM_CLUSTER", "")):
+    from kc.search.dask_executor import DaskCompileExecutor
+    executor = DaskCompileExecutor(address)
+  progress = BeamProgress()
+  where = f" (compiles on the Dask cluster {address})" if executor is not None else ""
+  print(f"BEAM width {width} for {what} on {device}{where}", flush=True)
+  try: choice = beam_opts(sink, device, width, cache=not args.no_cache, seed=args.seed, executor=executor, progress=progress)
+  finally:
+    progress.close()
+    if executor is not None: executor.close()
+  e = choice.entry
+  hand_prg = optimize(Kernel(sink, Device[device].renderer), "hand").to_program()
+  print(f"opts:        {list(choice.opts)}")
+  print(f"hand-coded:  {_rate(hand_prg, e.hand_seconds)}")
+  print(f"beam:        {_rate(choice.kernel.to_program(), e.seconds)}")
+  if e.seconds and e.hand_seconds: print(f"speedup:     {e.hand_seconds / e.seconds:.2f}x over the hand-coded kernel")
+  if choice.cached:
+    print(f"search:      none, from the opt cache (the search took {e.elapsed or 0.0:.1f} s; --no-cache searches again)")
+  else:
+    r = choice.result
+    print(f"search:      {r.elapsed:.1f} s ({len(r.rounds)} rounds, {r.compiled} compiled, {r.timed} timed)")
+    for why in r.rejected: print(f"rejected:    {why}")
+  return 0
+
+
 def cmd_new_backend(args) -> int:
   """Write a backend plugin package to start from, and say what to do with it next."""
   from kc.new_backend import backend_names, write_backend
@@ -327,17 +433,27 @@ def build_parser() -> argparse.ArgumentParser:
   z.add_argument("--timeout", type=float, default=60.0, metavar="SEC", help="seconds a case may run before it counts as a hang")
   z.add_argument("--minimize", type=float, default=120.0, metavar="SEC", help="seconds per device for minimizing failures")
   z.set_defaults(fn=cmd_fuzz)
+  bm = sub.add_parser("beam", help="BEAM search for an example kernel (or one from a file): the chosen opts and their speedup")
+  from kc.examples import EXAMPLES
+  bm.add_argument("example", nargs="?", choices=list(EXAMPLES), default=None, help="a named example kernel (or give --ast)")
+  bm.add_argument("--ast", default=None, metavar="FILE", help="a Python file that leaves a kc.ast sink in the variable `sink`")
+  bm.add_argument("--device", default=None, help="the device to search on (default: the default device)")
+  bm.add_argument("--width", type=int, default=None, metavar="N", help="kernels kept per round (default: KC_BEAM, else 2)")
+  bm.add_argument("--cluster", default=None, metavar="local|ADDRESS",
+                  help="compile on a Dask cluster: a scheduler address, or 'local' for one in this process (default: KC_BEAM_CLUSTER)")
+  bm.add_argument("--seed", type=int, default=0, help="seed of the random inputs the candidates are checked on")
+  bm.add_argument("--no-cache", action="store_true", help="search even when the opt cache has a result (the new one is stored)")
+  bm.set_defaults(fn=cmd_beam)
   nb = sub.add_parser("new-backend", help="write a complete backend plugin package (C on the host) to start a new backend from")
   nb.add_argument("name", help="the backend's name: device NAME in upper case, package kc_NAME, distribution kc-NAME")
   nb.add_argument("--dir", default=".", metavar="D", help="where to write the kc-NAME folder (default: the current folder)")
   nb.set_defaults(fn=cmd_new_backend)
-  from kc.examples import EXAMPLES
   for cmd, fn, what in (("render", cmd_render, "print the optimized source of an example kernel"),
                         ("run", cmd_run, "compile, run and check an example kernel against numpy")):
     r = sub.add_parser(cmd, help=what)
     r.add_argument("example", choices=list(EXAMPLES))
     r.add_argument("--device", default=None)
-    r.add_argument("--opts", default="hand", choices=["hand", "none"])
+    r.add_argument("--opts", default="hand", choices=["hand", "none", "beam"], help="beam: BEAM search (or its cached result)")
     r.set_defaults(fn=fn)
   return p
 
