@@ -252,6 +252,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   ("renderer", ("kc.renderer.*",)),
   ("kernel", ("kc.kernel.*",)),
   ("codegen", ("kc.codegen.*",)),
+  ("search", ("kc.search.*",)),
   ("runtime", ("kc.runtime.*",)),
   # importing the package kc itself runs kc/__init__.py, which imports everything: it is the top layer. The builder's
   # helpers (ast_movement, ast_promotion) sit with the builder.

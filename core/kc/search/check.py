@@ -1,0 +1,45 @@
+"""The search's correctness check: a candidate's outputs against the hand-coded kernel's on the same inputs.
+
+Integers and bools must match bit for bit. Floats may differ as a different summation order makes them differ:
+the core tolerance table's "reduce" bound, its absolute term scaled by the largest output magnitude (a sum's
+rounding error follows the size of what it adds up, not of its result). Both sides NaN (or the same inf) is a match."""
+from __future__ import annotations
+from typing import Optional
+import numpy as np
+from kc.ir.dtype import DType, dtypes
+from kc.ir.tolerance import tolerance
+from kc.search.timing import BufferInfo
+
+
+def float_values(raw: np.ndarray, dt: DType) -> np.ndarray:
+  """The values of a float buffer's raw bytes, as float64 (bfloat16 and fp8 decoded from their bits)."""
+  if dt.np is not None: return raw.view(dt.np).astype(np.float64)
+  if dt == dtypes.bfloat16: return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+  exp_bits, man_bits = dtypes.finfo(dt)
+  bias, bits = 2 ** (exp_bits - 1) - 1, raw.astype(np.int64)
+  sign = np.where(bits >> 7, -1.0, 1.0)
+  e, m = (bits >> man_bits) & (2 ** exp_bits - 1), (bits & (2 ** man_bits - 1)).astype(np.float64)
+  mag = np.where(e == 0, np.ldexp(m, 1 - bias - man_bits), np.ldexp(1.0 + m / 2 ** man_bits, (e - bias).astype(np.int64)))
+  return sign * mag
+
+
+def mismatch(info: BufferInfo, got: np.ndarray, want: np.ndarray) -> Optional[str]:
+  """None when output `info` of a candidate (`got`, raw bytes) matches the reference's (`want`), else what differs."""
+  if got.shape != want.shape: return f"output {info.index}: {got.size} bytes, the reference has {want.size}"
+  if np.array_equal(got, want): return None
+  dt = info.dtype
+  if not dtypes.is_float(dt):
+    bad = int((got.reshape(info.size, -1) != want.reshape(info.size, -1)).any(axis=1).sum())
+    return f"output {info.index} ({dt.name}): {bad} of {info.size} elements differ (integers must match exactly)"
+  g, w = float_values(got, dt), float_values(want, dt)
+  tol = tolerance(dt, "reduce")
+  finite = np.isfinite(w)
+  scale = max(1.0, float(np.abs(w[finite]).max(initial=0.0)))
+  with np.errstate(invalid="ignore"):
+    same = (np.isnan(g) & np.isnan(w)) | (g == w)
+    diff = np.abs(g - w)
+    bad = ~same & ~(diff <= tol.atol * scale + tol.rtol * np.abs(w))
+  if not bad.any(): return None
+  worst = int(np.argmax(np.where(bad, np.nan_to_num(diff, nan=np.inf), -1.0)))
+  return (f"output {info.index} ({dt.name}): {int(bad.sum())} of {info.size} elements outside {tol.describe()} (atol scaled by "
+          f"{scale:.3g}); worst at element {worst}: {g[worst]!r}, the hand-coded kernel gives {w[worst]!r}")

@@ -1,0 +1,28 @@
+"""Fakes for the BEAM search tests, in a plain module so that spawned compile workers can import them by name (the
+search's worker processes unpickle a compiler by its module and class)."""
+import threading, time
+from kc.backend import CompileError, Compiler
+
+
+class FakeCompiler(Compiler):
+  """'compiles' a source to its own bytes; a source containing HANG sleeps for `hang` seconds first, one containing
+  ERROR fails as a compiler would."""
+
+  def __init__(self, hang: float = 60.0):
+    super().__init__("fake 1")
+    self.hang = hang
+
+  def compile(self, src: str) -> bytes: return self.compile_uncached(src)  # no disk cache: every call compiles
+
+  def compile_uncached(self, src: str) -> bytes:
+    if "HANG" in src: time.sleep(self.hang)
+    if "ERROR" in src: raise CompileError("fake compiler: the source says ERROR", src=src)
+    return b"LIB:" + src.encode()
+
+
+class UnpicklableCompiler(FakeCompiler):
+  """A FakeCompiler that holds a lock, as OpenCL's compiler holds its context: it cannot be pickled."""
+
+  def __init__(self, hang: float = 60.0):
+    super().__init__(hang)
+    self.lock = threading.Lock()

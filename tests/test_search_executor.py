@@ -1,0 +1,67 @@
+"""kc.search's LocalCompilePool: sources compiled in spawned workers, compile errors and hung compiles as outcomes
+that cost one source each, and the thread path for a compiler that cannot be pickled."""
+import pytest
+import kc
+from kc import KcError
+from kc.search import CompileOutcome, LocalCompilePool
+from search_fakes import FakeCompiler, UnpicklableCompiler
+
+
+@pytest.fixture
+def pool():
+  with LocalCompilePool(workers=2) as p: yield p
+
+
+def by_index(outcomes) -> dict[int, CompileOutcome]:
+  outcomes = list(outcomes)
+  assert sorted(o.index for o in outcomes) == list(range(len(outcomes)))  # one outcome per source
+  return {o.index: o for o in outcomes}
+
+
+def test_clang_sources_compile_in_workers(pool, cache_dir):
+  if kc.Device.unavailable_reason("CLANG") is not None: pytest.skip("no CLANG here")
+  from kc import ast as A, dtypes
+  from kc.codegen import Kernel
+  r = kc.Device.renderer("CLANG")
+  srcs = [Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)) * 2.0)), r).to_program().src for n in (8, 16, 32)]
+  got = by_index(pool.compile_many(kc.Device.compiler("CLANG"), srcs + ["this is not C"], timeout=60))
+  for i in range(3):
+    assert got[i].ok and got[i].error is None and got[i].lib[:4] == b"\x7fELF"  # a shared object
+  assert not got[3].ok and got[3].lib is None and "CompileError" in got[3].error  # an outcome, not an exception
+
+
+def test_a_compile_error_is_an_outcome(pool):
+  got = by_index(pool.compile_many(FakeCompiler(), ["a", "ERROR b", "c"], timeout=30))
+  assert got[0].lib == b"LIB:a" and got[2].lib == b"LIB:c"
+  assert got[1].lib is None and "source says ERROR" in got[1].error
+
+
+def test_a_hung_compile_costs_one_source_and_its_worker_is_replaced(pool):
+  srcs = ["one", "HANG", "two", "three", "four"]
+  got = by_index(pool.compile_many(FakeCompiler(hang=120), srcs, timeout=1.5))
+  assert got[1].lib is None and "longer than 1.5 seconds" in got[1].error
+  assert [got[i].lib for i in (0, 2, 3, 4)] == [b"LIB:one", b"LIB:two", b"LIB:three", b"LIB:four"]
+  # the stuck worker was killed and replaced: the pool still has two live workers and compiles again
+  assert len(pool._pool) == 2 and all(w.process.is_alive() for w in pool._pool)
+  assert by_index(pool.compile_many(FakeCompiler(), ["again"], timeout=30))[0].lib == b"LIB:again"
+
+
+def test_outcomes_arrive_in_completion_order(pool):
+  # the hung source is first in the sequence and last to be reported
+  outcomes = list(pool.compile_many(FakeCompiler(hang=120), ["HANG", "x", "y"], timeout=1.5))
+  assert [o.index for o in outcomes][-1] == 0 and not outcomes[-1].ok
+
+
+def test_an_unpicklable_compiler_compiles_in_threads():
+  with LocalCompilePool(workers=2) as p:
+    got = by_index(p.compile_many(UnpicklableCompiler(hang=120), ["a", "HANG", "ERROR", "d"], timeout=1.0))
+    assert not p._pool  # no process was started for it
+  assert got[0].lib == b"LIB:a" and got[3].lib == b"LIB:d"
+  assert got[1].lib is None and "longer than 1 seconds" in got[1].error
+  assert got[2].lib is None and "ERROR" in got[2].error
+
+
+def test_bad_arguments_are_kc_errors():
+  with pytest.raises(KcError): LocalCompilePool(workers=0)
+  with pytest.raises(KcError): list(LocalCompilePool(workers=1).compile_many(FakeCompiler(), ["a"], timeout=0))
+  assert list(LocalCompilePool(workers=1).compile_many(FakeCompiler(), [], timeout=1)) == []
