@@ -1,6 +1,6 @@
 """The `kc` command."""
 from __future__ import annotations
-import argparse, ast, json, os, sys, warnings
+import argparse, ast, json, os, shutil, sys, warnings
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
@@ -326,7 +326,10 @@ class BeamProgress:
       self._timed = (0, 0)
       if self.bar_enabled:
         from tqdm import tqdm
-        self._bar = tqdm(total=ev.total, desc=f"round {ev.round}", unit="compile", file=self.stream, leave=True, dynamic_ncols=True)
+        # a terminal that reports no size (a pty nobody sized) would get no room for a bar: tqdm then shows nothing
+        size = shutil.get_terminal_size((100, 20))
+        self._bar = tqdm(total=ev.total, desc=f"round {ev.round}", unit="compile", file=self.stream, leave=True,
+                         ncols=min(size.columns or 100, 120), nrows=size.lines or 20)
       return
     if ev.kind == "timed": self._timed = (ev.done, ev.total)
     if self._bar is not None:
