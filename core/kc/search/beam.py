@@ -1,6 +1,7 @@
 """beam_search: the kernel autotuner. Keeps the `width` fastest kernels, tries every legal next opt on each, compiles
 the new sources in parallel, times them on the device and keeps the `width` fastest again, until a round gains less
-than `min_gain`. The hand-coded kernel is a candidate from the start and meets the winner again head to head at the
+than `min_gain`. A kernel clearly slower than the best (TimingPlan.give_up times) is not expanded: its children
+cost a run as slow as it just to be found slower. The hand-coded kernel is a candidate from the start and meets the winner again head to head at the
 end, and the winner's output is checked against the hand-coded kernel's before it is returned."""
 from __future__ import annotations
 import math, statistics, time, warnings

@@ -131,7 +131,8 @@ class Launcher:
 class TimingPlan:
   """How a candidate is timed: `warmup` untimed runs, then up to `runs` timed ones (the median counts). Once a
   run takes more than `give_up` times the best median so far, the candidate is clearly slower: timing stops there
-  and that run is its time (it cannot win, and a slow candidate's runs are the expensive ones)."""
+  and that run is its time (it cannot win, and a slow candidate's runs are the expensive ones). The beam uses the
+  same factor: a kernel more than `give_up` times slower than the best is not expanded in the next round."""
   warmup: int = 1
   runs: int = 3
   give_up: float = 3.0
