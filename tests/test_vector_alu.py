@@ -143,3 +143,12 @@ def test_exp2_is_a_vector_op_only_where_the_dialect_has_the_vector_function(func
   k.apply_opt(kc.Opt(kc.OptOps.UPCAST, 0, 16))
   exps = [u for u in k.linearize() if u.op is Ops.EXP2]
   assert [u.dtype.count for u in exps] == ([16] if functions else [1] * 16)
+
+
+@pytest.mark.parametrize("n,swapped", [(512, False), (1024, True), (2048, True)])
+def test_large_matmul_runs_its_b_panels_outermost(n, swapped):
+  # rows outermost streams all of B (n*n floats) once per block of 8 rows; B's 32-column panels outermost stream A
+  # once per panel, 4x fewer bytes. Only worth it once B does not fit in a core's cache (1 MiB: n = 512 fits)
+  k = hand(mm(n, n, n), vector_renderer(16))
+  assert (kc.Opt(kc.OptOps.SWAP, 0, 1) in k.applied_opts) == swapped
+  assert k.full_shape[:2] == ((n // 32, n // 8) if swapped else (n // 8, n // 32))
