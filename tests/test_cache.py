@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import kc
 import kc.runtime.device
-from kc.runtime.cache import DB_NAME, CacheWarning, DiskCache, cache_max_bytes, compile_cache
+from kc.runtime.cache import DB_NAME, CacheWarning, DiskCache, cache_max_bytes, compile_cache, compile_cache_dir
 from kc.runtime.device import Compiler
 from kc.errors import ConfigError
 
@@ -43,6 +43,16 @@ def test_cache_key_depends_on_source_identity_and_versions(cache_dir, monkeypatc
   c.compile("k")
   c2 = CountingCompiler(ident="fake-cc 2.0")
   assert c2.compile("k") == b"BIN[fake-cc 2.0]:k" and c2.calls == 1  # an upgraded compiler never gets the old binary
+
+
+def test_unset_cache_dir_is_under_home_and_caches(monkeypatch, tmp_path):
+  # unset is the default folder, not "off": a fresh process must find what an earlier one compiled
+  monkeypatch.delenv("KC_CACHE_DIR", raising=False)
+  monkeypatch.setenv("HOME", str(tmp_path))
+  assert compile_cache_dir() == str(tmp_path / ".cache" / "kc")
+  c = CountingCompiler()
+  c.compile("k"), c.compile("k")
+  assert c.calls == 1 and (tmp_path / ".cache" / "kc").is_dir()
 
 
 def test_empty_cache_dir_turns_the_cache_off(monkeypatch, tmp_path):

@@ -31,9 +31,9 @@ class CacheWarning(UserWarning):
 def compile_cache_dir() -> Optional[str]:
   """Where compiled programs are kept: $KC_CACHE_DIR, default ~/.cache/kc. KC_CACHE_DIR set to the empty
   string turns the cache off."""
-  d = env_value("KC_CACHE_DIR", "")
+  d = os.environ.get("KC_CACHE_DIR")  # not env_value: unset and empty mean different things here
   if d is None: return os.path.join(os.path.expanduser("~"), ".cache", "kc")
-  return d or None
+  return d.strip() or None
 
 
 def cache_max_bytes() -> int:
