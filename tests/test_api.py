@@ -99,3 +99,23 @@ def test_cli_bench_writes_json(tmp_path):
   assert r.returncode == 0, r.stdout + r.stderr
   rows = json.loads(out.read_text())["results"]
   assert {row["example"] for row in rows} >= {"add", "matmul", "softmax"} and all(row["ok"] and row["device"] == "CLANG" for row in rows)
+
+
+def test_a_kernel_compiled_again_in_one_process_reuses_its_program(monkeypatch):
+  # rendering is most of a compile from the caches: the same AST, device, opts and renderer settings reuse the
+  # Program and the loaded binary; a setting the renderer reads from the environment renders anew
+  pytest.importorskip("kc_clang")
+  n = 1 << 16
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (n, 4)).sum(1)))
+  monkeypatch.setenv("KC_CLANG_THREADS", "2")
+  a, b = kc.compile(sink, "CLANG"), kc.compile(sink, "CLANG")
+  assert a.program is b.program and a.kernel is not b.kernel
+  assert kc.compile(sink, "CLANG", "none").program is not a.program  # other opts
+  monkeypatch.setenv("KC_CLANG_THREADS", "1")
+  one = kc.compile(sink, "CLANG")
+  assert one.program is not a.program and "kc_part" in a.program.src and "kc_part" not in one.program.src
+  x = np.random.default_rng(0).random((n, 4), dtype=np.float32)
+  for ck in (a, one):
+    out = np.empty(n, np.float32)
+    ck(out, x)
+    np.testing.assert_allclose(out, x.sum(1), rtol=1e-6)

@@ -178,7 +178,7 @@ def test_single_opt_is_accepted_like_a_list():
 
 @pytest.mark.parametrize("opts", [3, {"UNROLL": 4}, [kc.Opt(kc.OptOps.UNROLL, 0, 4), "hand"], (kc.OptOps.UNROLL, 0, 4), b"hand"])
 def test_bad_opts_type_is_a_typed_error(opts):
-  with pytest.raises(KcError, match=r"opts must be 'hand', 'none', a kc.Opt or a list of kc.Opt"):
+  with pytest.raises(KcError, match=r"opts must be 'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt"):
     kc.compile(A.sink(A.store(0, F(1, 16) + 1.0)), device="CLANG", opts=opts)
 
 

@@ -1,5 +1,6 @@
 """kc.compile and kc.run: one kernel AST to a callable on a device."""
 from __future__ import annotations
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 import numpy as np
@@ -232,10 +233,23 @@ def _compile_one(sink: UOp, dev, opts: OptsArg) -> CompiledKernel:
   return _compile_kernel(sink, optimize(Kernel(sink, dev.renderer), opts), dev)
 
 
+# what compiling one kernel with one set of opts for one device made: its Program and the loaded binary. A kernel is
+# often compiled again in one process (a framework that recompiles per call, a repeated opts="beam" compile), and
+# rendering is most of a compile from the caches (40 ms for a searched matmul's 512 lanes). Keyed by the AST (UOps are
+# hash-consed: an equal AST is the same object), the device, its renderer object and what it reads from the
+# environment (Renderer.render_env), the applied opts and the tensor-core level they were applied at; bounded.
+_LOADED: OrderedDict = OrderedDict()
+_LOADED_MAX = 256
+
+
 def _compile_kernel(sink: UOp, k: Kernel, dev) -> CompiledKernel:
-  prg = k.to_program()
-  handle = dev.runtime(prg.name, dev.compiler.compile(prg.src))
-  return CompiledKernel(sink, k, prg, dev.name, handle)
+  key = (sink, dev.name, dev.renderer, dev.renderer.render_env(), tuple(k.applied_opts), k.use_tensor_cores)
+  if (hit := _LOADED.get(key)) is not None: _LOADED.move_to_end(key)
+  else:
+    prg = k.to_program()
+    hit = _LOADED[key] = (prg, dev.runtime(prg.name, dev.compiler.compile(prg.src)))
+    if len(_LOADED) > _LOADED_MAX: _LOADED.popitem(last=False)
+  return CompiledKernel(sink, k, hit[0], dev.name, hit[1])
 
 
 def _output_np_dtype(dt, specs, inputs: dict[int, np.ndarray]) -> np.dtype:

@@ -118,6 +118,12 @@ class Renderer(ABC):
   def render(self, name: str, uops: list) -> str:
     """The source of one kernel named `name` from its linearized UOps."""
 
+  def render_env(self) -> tuple:
+    """What besides a kernel and its opts decides this renderer's source, as read from the environment now (CLANG:
+    its thread count, which decides whether the outer loop is split). kc.compile's in-process memo of compiled
+    kernels keys on it, so a changed setting renders anew."""
+    return ()
+
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     """The vector widths, widest first, in which this dialect loads and stores the scalar dtype `dt`: runs of
     neighbouring scalar accesses at an aligned offset fold into one access of the widest width that fits; () keeps

@@ -110,6 +110,8 @@ class ClangRenderer(CStyleLanguage):
     # floats per vector register: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON; portable code keeps float4
     self.float_lanes = cpu.vector_bytes // 4 if self.native else 4
 
+  def render_env(self) -> tuple: return (threads(),)  # 1 thread: no split loop
+
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     # float and half (computed in float on most CPUs) in registers of float_lanes floats, then each narrower width
     if dt not in (dtypes.float32, dtypes.float16): return ()
