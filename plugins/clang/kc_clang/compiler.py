@@ -2,7 +2,7 @@
 from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from typing import Optional
-from kc.backend import CompileError, Compiler, env_value
+from kc.backend import CompileError, Compiler, ConfigError, env_value
 from kc_clang import host
 
 
@@ -11,9 +11,10 @@ def compiler_command() -> list[str]:
   return shlex.split(env_value("KC_CC", "") or "cc")
 
 
-def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None) -> list[str]:
-  """The flags every kernel is compiled by `cmd` (default: compiler_command()) with; `native` (default:
-  host.native_code()) adds -march=native."""
+def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None, isa: Optional[str] = None) -> list[str]:
+  """The flags every kernel is compiled by `cmd` (default: compiler_command()) with. The target: `isa`, a level of
+  host.ISA_LEVELS, adds its -march; else `native` adds -march=native; with neither given, KC_CLANG_ISA
+  (host.chosen_isa()) and then host.native_code() decide, as they do for the renderer."""
   # no -ffast-math: kernels must give the IEEE results numpy gives; -ffp-contract=off for the same reason: with
   #   FMA (-march=native) gcc fuses a*b+c across statements and clang within one, rounding once where numpy rounds twice
   # -O2, not -O3: kc unrolls and vectorizes the kernels itself (explicit vector types), and -O3's extra loop
@@ -23,8 +24,26 @@ def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None
   # -fwrapv: signed overflow wraps as numpy's does (the renderer relies on it: ClangRenderer.signed_overflow_wraps)
   # no -fopenmp: threads come from the runtime (runtime.py), so gcc and clang work without an OpenMP library
   # -march=native: the host's vector width and FMA; the cache key then names the CPU (ClangCompiler.identity)
+  # -march=x86-64-v3 (KC_CLANG_ISA=avx2, ...): that level's vector width, for every CPU that has the level
+  cmd_t = tuple(cmd or compiler_command())
+  base = ["-shared", "-fPIC", "-O2", "-fwrapv", "-ffp-contract=off"]
+  level = host.isa_level(isa) if isa is not None else host.chosen_isa() if native is None else None
+  if level is not None: return base + isa_flags(cmd_t, level)
   native = host.native_code() if native is None else native
-  return ["-shared", "-fPIC", "-O2", "-fwrapv", "-ffp-contract=off"] + (native_flags(tuple(cmd or compiler_command())) if native else [])
+  return base + (native_flags(cmd_t) if native else [])
+
+
+def isa_flags(cmd: tuple[str, ...], level: host.IsaLevel) -> list[str]:
+  """-march=<the level's>, once the compiler is known to accept it: x86-64-v3 and -v4 are new in gcc 11 and clang 12,
+  and an older compiler that rejected the flag would fail every kernel with a message about the flag only. No
+  -mno-avx512fp16 (native_flags): no level enables AVX512-FP16, so half converts through F16C and float as in portable
+  code. A compiler that does not run at all is left to fail at its first compile, with the message that says so."""
+  flag = f"-march={level.march}"
+  if _version_line(cmd) is not None and not _accepts_flag(cmd, flag):
+    raise ConfigError(f"KC_CLANG_ISA={level.name} needs {flag}, which the C compiler {' '.join(cmd)!r} ({_version_line(cmd)}) "
+                      "does not accept: it is new in gcc 11 and clang 12; upgrade the compiler, point KC_CC at a newer one, "
+                      "or unset KC_CLANG_ISA")
+  return [flag]
 
 
 def native_flags(cmd: tuple[str, ...]) -> list[str]:
@@ -88,7 +107,8 @@ class ClangCompiler(Compiler):
   def identity(self) -> str:
     # the resolved path and version line catch a compiler upgrade or a different `cc` on PATH; a binary built for
     # this CPU (-march=native) is keyed on its model and ISA extensions, so a cache copied to another CPU misses
-    # instead of loading code with instructions that CPU lacks; portable code is keyed on the architecture only
+    # instead of loading code with instructions that CPU lacks; portable code and code for an ISA level
+    # (-march=x86-64-v3, ...: the flags name the level) are keyed on the architecture only, as any such CPU runs them
     cpu = host.host_cpu()
     target = cpu.describe() if "-march=native" in self.flags else cpu.machine
     return " | ".join([shutil.which(self.cmd[0]) or self.cmd[0], *self.cmd[1:], _version_line(tuple(self.cmd)) or "?", *self.flags, target])

@@ -1,11 +1,12 @@
 """The host CPU the C compiler builds for: its model and the ISA extensions `-march=native` may use, read once per
 process. The compiler keys its disk cache on them (a binary built for one CPU must never load on another that
-lacks an instruction it uses) and the renderer picks its vector widths from them."""
+lacks an instruction it uses) and the renderer picks its vector widths from them. KC_CLANG_ISA names an x86 ISA
+level to build for instead (IsaLevel): code for a fleet of CPUs, or to measure what an AVX2 machine would see."""
 from __future__ import annotations
 import functools, platform, re, subprocess
 from dataclasses import dataclass
 from typing import Optional
-from kc.backend import env_value
+from kc.backend import ConfigError, env_value
 
 # x86 flags that name instruction-set extensions a compiler may emit with -march=native (cpuinfo also lists
 # features of the platform such as "constant_tsc" or "hypervisor"; those do not change the code and stay out of the key)
@@ -13,6 +14,54 @@ _X86_ISA = re.compile(r"^(sse\w*|ssse3|avx\w*|fma\w*|f16c|bmi\w*|amx\w*|abm|lzcn
                       r"sha\w*|gfni|adx|xop|tbm|rdrand|rdseed|clflushopt|clwb|serialize|prefetchw?\w*|cx16)$")
 _X86 = ("x86_64", "amd64", "i386", "i686")
 _ARM = ("aarch64", "arm64")
+
+
+# the x86 ISA levels KC_CLANG_ISA may name, each a -march every gcc >= 11 and clang >= 12 knows (x86-64-v3/-v4 are
+# the psABI's levels; -march=x86-64 is the baseline every x86-64 CPU runs). `needs` lists the cpuinfo flags the
+# level's code may use, each as alternatives: Linux says "abm" for LZCNT where macOS says "lzcnt", macOS "avx1_0" for "avx"
+@dataclass(frozen=True)
+class IsaLevel:
+  name: str                            # what KC_CLANG_ISA says: avx512f, avx2, sse2
+  march: str                           # the compiler's -march for it
+  vector_bytes: int                    # one vector register: 64 (AVX-512), 32 (AVX2), 16 (SSE2)
+  needs: tuple[tuple[str, ...], ...]   # the ISA extensions a CPU must have to run the code, each as alternatives
+
+
+_V2 = (("ssse3",), ("sse4_1",), ("sse4_2",), ("popcnt",), ("cx16",))
+_V3 = _V2 + (("avx", "avx1_0"), ("avx2",), ("bmi1",), ("bmi2",), ("f16c",), ("fma",), ("movbe",), ("lzcnt", "abm"))
+_V4 = _V3 + (("avx512f",), ("avx512bw",), ("avx512cd",), ("avx512dq",), ("avx512vl",))
+ISA_LEVELS = {level.name: level for level in (IsaLevel("avx512f", "x86-64-v4", 64, _V4), IsaLevel("avx2", "x86-64-v3", 32, _V3),
+                                              IsaLevel("sse2", "x86-64", 16, ()))}
+
+
+def isa_level(name: str, cpu: Optional["HostCPU"] = None) -> IsaLevel:
+  """The ISA level `name` (a key of ISA_LEVELS), checked against `cpu` (default: this host): it must be x86 and have
+  every extension the level's code may use, since the kernels run here. Anything else is a ConfigError."""
+  cpu = cpu or host_cpu()
+  choices = " | ".join(ISA_LEVELS)
+  if cpu.machine.lower() not in _X86:
+    raise ConfigError(f"KC_CLANG_ISA={name!r}: ISA levels ({choices}) are x86-64 only and this machine is {cpu.machine}; "
+                      "unset KC_CLANG_ISA to build for this CPU, or set KC_CLANG_PORTABLE=1 for any CPU of its architecture")
+  level = ISA_LEVELS.get(name.strip().lower())
+  if level is None: raise ConfigError(f"KC_CLANG_ISA={name!r} is not an ISA level CLANG knows: use one of {choices}, or unset it for this CPU's")
+  missing = [alts[0] for alts in level.needs if not any(a in cpu.features for a in alts)]
+  if missing:
+    seen = "its ISA extensions could not be read" if not cpu.features else f"its widest vector ISA is {cpu.isa}"
+    raise ConfigError(f"KC_CLANG_ISA={level.name}: this CPU ({cpu.model}) lacks {', '.join(missing)}, so code built for "
+                      f"-march={level.march} could not run here ({seen}); choose a lower level of {choices}")
+  return level
+
+
+def chosen_isa() -> Optional[IsaLevel]:
+  """The level KC_CLANG_ISA names, checked (isa_level), or None when it is unset: then native_code() decides. Set
+  together with KC_CLANG_PORTABLE=1 (or KC_CLANG_MARCH_NATIVE=0) it is a ConfigError: the two ask for different
+  code, and taking either silently would build what the user did not ask for."""
+  name = env_value("KC_CLANG_ISA", "").strip()
+  if not name: return None
+  if not native_code():
+    raise ConfigError(f"KC_CLANG_ISA={name} and KC_CLANG_PORTABLE=1 (or KC_CLANG_MARCH_NATIVE=0) ask for different code: "
+                      f"unset one (KC_CLANG_ISA=sse2 is the portable x86-64 baseline with SSE2 vectors)")
+  return isa_level(name)
 
 
 def native_code() -> bool:
@@ -77,7 +126,9 @@ def _sysctl(name: str) -> str:
 def _macos(machine: str) -> tuple[str, tuple[str, ...]]:
   model = _sysctl("machdep.cpu.brand_string") or platform.processor()
   if machine.lower() in _ARM: return model, ("neon",)  # every Apple silicon core has NEON; the model names the rest
-  flags = f"{_sysctl('machdep.cpu.features')} {_sysctl('machdep.cpu.leaf7_features')}".lower().replace(".", "_").split()
+  # extfeatures says LZCNT, which ISA_LEVELS' x86-64-v3 needs
+  names = " ".join(_sysctl(f"machdep.cpu.{key}") for key in ("features", "leaf7_features", "extfeatures"))
+  flags = names.lower().replace(".", "_").split()
   return model, tuple(sorted({f for f in flags if _X86_ISA.match(f)}))
 
 

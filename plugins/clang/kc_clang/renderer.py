@@ -102,13 +102,18 @@ class ClangRenderer(CStyleLanguage):
   vector_alu = True
   vector_functions = VECTOR_FUNCTIONS
 
-  def __init__(self, native: Optional[bool] = None):
-    # the same choice as the compiler's flags (compiler.compile_flags): both read host.native_code()
-    self.native = native_code() if native is None else native
+  def __init__(self, native: Optional[bool] = None, isa: Optional[str] = None):
+    # the same choice as the compiler's flags (compiler.compile_flags): an x86 ISA level (`isa`, else KC_CLANG_ISA
+    # when `native` is not given either), else this CPU (host.native_code()) or portable code
+    from kc_clang import host
+    level = host.isa_level(isa) if isa is not None else host.chosen_isa() if native is None else None
+    self.native = level is None and (native_code() if native is None else native)
     cpu = host_cpu()
-    self.arch = f"{cpu.machine} {cpu.isa}".strip() if self.native else cpu.machine
-    # floats per vector register: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON; portable code keeps float4
-    self.float_lanes = cpu.vector_bytes // 4 if self.native else 4
+    # the arch names the ISA the vectors are sized for: the opt cache keys searched opts on it (Renderer.arch)
+    self.arch = f"{cpu.machine} {level.name}" if level else f"{cpu.machine} {cpu.isa}".strip() if self.native else cpu.machine
+    # floats per vector register: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON; portable code keeps float4. The
+    # heuristics count the registers from the width: 32 of AVX-512's, 16 of AVX2's or SSE's
+    self.float_lanes = (level.vector_bytes if level else cpu.vector_bytes if self.native else 16) // 4
 
   def render_env(self) -> tuple: return (threads(),)  # 1 thread: no split loop
 
