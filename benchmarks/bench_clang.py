@@ -3,7 +3,10 @@ and on one, next to numpy, tinygrad 0.10.0's CLANG backend and plain C loops (ad
 kc's flags and split over the same threads: the bandwidth a kernel can reach) in the same run. Each result is
 checked against numpy first; figures are medians of whole calls. Prints the CPU and ISA it ran on and writes its
 section of benchmarks/RESULTS.md (not with --quick or --no-write).
-Run: python benchmarks/bench_clang.py [--quick] [--no-write]"""
+--isa avx2 (or avx512f, sse2) builds kc's kernels (KC_CLANG_ISA), the plain C loops and tinygrad's kernels for that
+x86 ISA level instead of this CPU (-march=native): what a machine with only that level would run; its section is
+bench_clang_<isa>.
+Run: python benchmarks/bench_clang.py [--quick] [--no-write] [--isa avx512f|avx2|sse2]"""
 from __future__ import annotations
 import argparse, json, math, os, pathlib, statistics, subprocess, sys, time
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -11,7 +14,7 @@ import numpy as np  # noqa: E402
 import kc  # noqa: E402
 from kc import Buffer, dtypes  # noqa: E402
 from kc import ast as A  # noqa: E402
-from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
+from anchors import HERE, run_tinygrad, tinygrad_python, TINYGRAD_VERSION  # noqa: E402
 from bench_backends import ensure_clang  # noqa: E402
 from clang_workloads import CONV, WORKLOADS  # noqa: E402
 from results import median_time, write_section  # noqa: E402
@@ -107,6 +110,28 @@ def time_c(name: str, xs, ref, repeats: int, threads: str) -> float:
   return median_time(lambda: prg(*bufs, vals=(ref.size,)), repeats=repeats)
 
 
+# tinygrad 0.10.0's CLANG compiles with -march=native (ClangCompiler's default args); for --isa its default becomes
+# the level's -march, under a disk-cache key of its own so that no native binary of an earlier run is loaded
+TINYGRAD_AT_LEVEL = """
+import runpy, sys
+from tinygrad.runtime import ops_clang
+march, script = sys.argv[1], sys.argv[2]
+ops_clang.ClangCompiler.__init__.__defaults__ = (f"compile_clang_{march}", [f"-march={march}"], "objdump")
+sys.argv = sys.argv[2:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def run_tinygrad_clang(repeats: int, march: str = "") -> tuple[dict | None, str]:
+  """tinygrad's CLANG timings, its kernels built for -march=`march` when given, else as tinygrad builds them."""
+  if not march: return run_tinygrad("tinygrad_clang.py", repeats)
+  py, why = tinygrad_python()
+  if py is None: return None, why
+  r = subprocess.run([str(py), "-c", TINYGRAD_AT_LEVEL, march, str(HERE / "tinygrad_clang.py"), str(repeats)], capture_output=True, text=True)
+  if r.returncode != 0: return None, f"tinygrad_clang.py -march={march} failed: {r.stderr.strip()[-300:]}"
+  return json.loads(r.stdout), ""
+
+
 NUMPY_ONE_THREAD = """
 import json, sys, time, statistics, numpy as np
 n, repeats = int(sys.argv[1]), int(sys.argv[2])
@@ -140,8 +165,17 @@ def main():
   ap.add_argument("--repeats", type=int, default=7)
   ap.add_argument("--quick", action="store_true", help="3 repeats; print only (RESULTS.md is not written)")
   ap.add_argument("--no-write", action="store_true", help="print only (RESULTS.md is not written)")
+  ap.add_argument("--isa", choices=["avx512f", "avx2", "sse2"],
+                  help="build kc's kernels (KC_CLANG_ISA), the plain C loops and tinygrad's for this x86 ISA level instead of "
+                       "-march=native; writes the section bench_clang_<isa>")
   args = ap.parse_args()
   if args.quick: args.repeats = 3
+  level = None
+  if args.isa:
+    from kc_clang.host import isa_level
+    try: level = isa_level(args.isa)  # before the device opens: it reads KC_CLANG_ISA then
+    except kc.ConfigError as e: raise SystemExit(f"--isa {args.isa}: {e}") from None
+    os.environ["KC_CLANG_ISA"] = args.isa
   print(host_line(), flush=True)
   rng = np.random.default_rng(0)
   rows: dict[str, dict[str, float]] = {"numpy": {}, "numpy (BLAS on one thread)": {}, "kc CLANG (all cores)": {}, "kc CLANG (one thread)": {},
@@ -170,12 +204,20 @@ def main():
   notes = []
   if (why := ensure_clang()): notes.append(f"tinygrad CLANG not run: {why}")
   else:
-    res, why = run_tinygrad("tinygrad_clang.py", args.repeats)
+    res, why = run_tinygrad_clang(args.repeats, level.march if level else "")
     if res is None: notes.append(f"tinygrad CLANG not run: {why}")
     else: rows[f"tinygrad {TINYGRAD_VERSION} CLANG"] = res
   tg = rows.get(f"tinygrad {TINYGRAD_VERSION} CLANG")
   names = list(WORKLOADS)
-  lines = [f"## CLANG kernel speed (`python benchmarks/bench_clang.py --repeats {args.repeats}`)", "",
+  from kc_clang.host import host_cpu
+  if level:
+    target = (f"Built for the ISA level {level.name} rather than for this CPU (-march=native): kc's kernels with KC_CLANG_ISA={level.name} (-march={level.march}, "
+              f"vectors of {level.vector_bytes // 4} floats, tiles for {32 if level.vector_bytes >= 64 else 16} vector registers), the plain "
+              f"C loops and tinygrad's kernels with -march={level.march}; this CPU has {host_cpu().isa}. numpy picks its kernels at run time "
+              "for this CPU. What a machine with only this ISA level would run, at this CPU's clock and caches.")
+  else: target = "Built for this CPU (-march=native): kc's kernels, the plain C loops and tinygrad's kernels."
+  lines = [f"## CLANG kernel speed{f' for {level.name}' if level else ''} (`python benchmarks/bench_clang.py --repeats {args.repeats}"
+           f"{f' --isa {level.name}' if level else ''}`)", "", target, "",
            f"Medians of whole calls (result ready), every kc result checked against numpy first; kc uses its hand-coded opts and "
            f"splits the outermost output loop over the {os.cpu_count()} cores here (a thread pool in the runtime), or runs on one thread "
            f"(KC_CLANG_THREADS=1). tinygrad {TINYGRAD_VERSION}'s CLANG backend is single-threaded; numpy's BLAS (matmul) uses every core, "
@@ -192,7 +234,7 @@ def main():
   lines += ["", "Hand-coded opts: " + "; ".join(f"{n} [{o}]" for n, o in opts.items())] + [f"- {n}" for n in notes]
   body = "\n".join(lines)
   print(body)
-  if not (args.quick or args.no_write): write_section("bench_clang", body)
+  if not (args.quick or args.no_write): write_section(f"bench_clang_{level.name}" if level else "bench_clang", body)
 
 
 if __name__ == "__main__":
