@@ -211,7 +211,8 @@ def main():
   names = list(WORKLOADS)
   from kc_clang.host import host_cpu
   if level:
-    target = (f"Built for the ISA level {level.name} rather than for this CPU (-march=native): kc's kernels with KC_CLANG_ISA={level.name} (-march={level.march}, "
+    target = (f"Built for the ISA level {level.name} rather than for this CPU (-march=native): kc's kernels with "
+              f"KC_CLANG_ISA={level.name} (-march={level.march}, "
               f"vectors of {level.vector_bytes // 4} floats, tiles for {32 if level.vector_bytes >= 64 else 16} vector registers), the plain "
               f"C loops and tinygrad's kernels with -march={level.march}; this CPU has {host_cpu().isa}. numpy picks its kernels at run time "
               "for this CPU. What a machine with only this ISA level would run, at this CPU's clock and caches.")
