@@ -11,7 +11,7 @@ import os, platform, re
 from typing import Optional
 from kc.backend import (CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, env_value,
                         estimate_ops)
-from kc_clang.host import host_cpu, native_code
+from kc_clang.host import chosen_isa, host_cpu, isa_level, native_code
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves
 PARALLEL_MIN_OPS = 1 << 17
@@ -105,8 +105,7 @@ class ClangRenderer(CStyleLanguage):
   def __init__(self, native: Optional[bool] = None, isa: Optional[str] = None):
     # the same choice as the compiler's flags (compiler.compile_flags): an x86 ISA level (`isa`, else KC_CLANG_ISA
     # when `native` is not given either), else this CPU (host.native_code()) or portable code
-    from kc_clang import host
-    level = host.isa_level(isa) if isa is not None else host.chosen_isa() if native is None else None
+    level = isa_level(isa) if isa is not None else chosen_isa() if native is None else None
     self.native = level is None and (native_code() if native is None else native)
     cpu = host_cpu()
     # the arch names the ISA the vectors are sized for: the opt cache keys searched opts on it (Renderer.arch)
