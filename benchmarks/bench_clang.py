@@ -228,10 +228,10 @@ def main():
   for label, row in rows.items():
     lines.append(f"| {label} | " + " | ".join(f"{WORKLOADS[n][1] / row[n] / 1e9:.1f}" if n in row else "-" for n in names) + " |")
   if tg:
-    for label in ("kc CLANG (all cores)", "kc CLANG (one thread)"):
+    for label, target in (("kc CLANG (all cores)", 3), ("kc CLANG (one thread)", 2)):
       ratios = [tg[n] / rows[label][n] for n in names]
       lines.append(f"\n- {label} vs tinygrad CLANG: " + ", ".join(f"{n} {r:.2f}x" for n, r in zip(names, ratios)) +
-                   f"; geometric mean {statistics.geometric_mean(ratios):.2f}x (above 1: kc is faster; the target is 2x)")
+                   f"; geometric mean {statistics.geometric_mean(ratios):.2f}x (above 1: kc is faster; the target is {target}x)")
   lines += ["", "Hand-coded opts: " + "; ".join(f"{n} [{o}]" for n, o in opts.items())] + [f"- {n}" for n in notes]
   body = "\n".join(lines)
   print(body)
