@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, re, struct
 from collections import Counter
 from typing import Callable, Optional
-from kc.ir.dtype import FP8_FORMATS, DType, ImageDType, PtrDType, dtypes
+from kc.ir.dtype import FP8_FORMATS, DType, FP8Format, ImageDType, PtrDType, dtypes
 from kc.errors import CompileError
 from kc.renderer import Renderer
 from kc.ir.rewrite import PatternMatcher, UPat
@@ -65,6 +65,11 @@ def _in_float(held: frozenset[DType]) -> PatternMatcher:
 
 
 def _float_bits(x: float) -> int: return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+# the formats a C-style dialect may hold as bits and convert with generated helpers (CStyleLanguage.bits_helpers):
+# the fp8s, and half where the C compiler has no half type (clang before 15 on x86 without AVX512-FP16)
+_BITS_FORMATS = {**FP8_FORMATS, dtypes.float16: FP8Format(5, 10, 65504.0, True)}
 
 
 class CStyleLanguage(Renderer):
@@ -140,6 +145,12 @@ class CStyleLanguage(Renderer):
   __nv_fp8_e4m3) sets it False and renders them itself."""
   fp8_in_float = _in_float(frozenset(dtypes.fp8s))
   """The fp8 rules alone: the extra_matcher of a dialect that computes bfloat16 natively (or has none) and fp8 in float."""
+  half_as_bits: bool = False
+  """True where the dialect's compiler has no half type: a half is held as its 16 bits in the dialect's uint16 type and
+  converted with __kc_float16_to_f and __kc_f_to_float16 (round to nearest even; from bits_helpers, as fp8's are), and
+  its arithmetic and comparisons run in float when the dialect's extra_matcher includes all_narrow_in_float."""
+  all_narrow_in_float = _in_float(frozenset({dtypes.float16, dtypes.bfloat16, *dtypes.fp8s}))
+  """The rules that compute half, bfloat16 and fp8 in float: the extra_matcher of a dialect with half_as_bits."""
 
   # ***** dialect pieces a backend may override *****
 
@@ -153,6 +164,7 @@ class CStyleLanguage(Renderer):
     scalar = dt.scalar()
     if scalar == dtypes.bfloat16 and self.bfloat16_as_bits: scalar = dtypes.uint16  # held as its bits
     if scalar in dtypes.fp8s and self.fp8_as_bits: scalar = dtypes.uint8
+    if scalar == dtypes.float16 and self.half_as_bits: scalar = dtypes.uint16
     name = self.type_map.get(scalar, _C_NAMES.get(scalar, scalar.name))
     return name + (str(dt.count) if dt.count > 1 else "")
 
@@ -176,29 +188,40 @@ class CStyleLanguage(Renderer):
     if self._fp8_bits(u.dtype) and src == dtypes.float64: return self.render_cast(u.dtype, f"__kc_d2f_odd({val})")
     return self.render_cast(u.dtype, val)
 
-  def _fp8_bits(self, dt: DType) -> bool: return self.fp8_as_bits and dt.scalar() in dtypes.fp8s
+  def _fp8_bits(self, dt: DType) -> bool:
+    """Whether `dt` is a small float held as bits and converted through bits_helpers: fp8 (fp8_as_bits) or half
+    (half_as_bits)."""
+    return (self.fp8_as_bits and dt.scalar() in dtypes.fp8s) or (self.half_as_bits and dt.scalar() == dtypes.float16)
 
   def fp8_helpers(self, dt: DType) -> list[str]:
-    """The dialect's C of __kc_<dt>_to_f and __kc_f_to_<dt> for the fp8 type `dt` held as bits, in uint32 bit
-    arithmetic on the float's bits (read with render_bitcast), so that every C-style dialect can use them."""
-    f = FP8_FORMATS[dt]
-    u8, u32, f32 = (self.render_dtype(t) for t in (dtypes.uint8, dtypes.uint32, dtypes.float32))
+    """The dialect's C of __kc_<dt>_to_f and __kc_f_to_<dt> for the fp8 type `dt` held as bits (bits_helpers)."""
+    return self.bits_helpers(dt)
+
+  def bits_helpers(self, dt: DType) -> list[str]:
+    """The dialect's C of __kc_<dt>_to_f and __kc_f_to_<dt> for a small float `dt` held as bits (an fp8, or half with
+    half_as_bits), in uint32 bit arithmetic on the float's bits (read with render_bitcast), so that every C-style
+    dialect can use them."""
+    f = _BITS_FORMATS[dt]
+    width = 1 + f.exp_bits + f.man_bits  # 8 or 16 bits: the sign is the top one
+    sign = 1 << (width - 1)
+    u8, u32, f32 = (self.render_dtype(t) for t in (dtypes.uint8 if width == 8 else dtypes.uint16, dtypes.uint32, dtypes.float32))
     to_bits, from_bits = self.render_bitcast(dtypes.uint32, dtypes.float32, "f"), self.render_bitcast(dtypes.float32, dtypes.uint32, "u")
     top, man_mask, drop, rebias = (1 << f.exp_bits) - 1, (1 << f.man_bits) - 1, 23 - f.man_bits, 127 - f.bias
     # the largest finite value's mantissa decides a tie at the midpoint to the next binade value: an even one keeps it
     mid = _float_bits(f.max_value + 2.0 ** (math.frexp(f.max_value)[1] - 1 - f.man_bits) / 2)
     overflow_at = mid + 1 if (_float_bits(f.max_value) >> drop) & 1 == 0 else mid
-    nan_code, overflow_code = (0x7E, 0x7C) if f.has_inf else (0x7F, 0x7F)
+    # a quiet NaN: the all-ones exponent with the top mantissa bit (e4m3 has one NaN, S.1111.111)
+    nan_code, overflow_code = (top << f.man_bits | 1 << (f.man_bits - 1), top << f.man_bits) if f.has_inf else (sign - 1, sign - 1)
     # decode: e5m2's all-ones exponent is inf or NaN; e4m3's only NaN is S.1111.111; subnormals are m * 2^(1-bias-man_bits)
     special = f"e == {top}u" if f.has_inf else f"e == {top}u && m == {man_mask}u"
-    special_bits = f"s | 0x7f800000u | (m ? 0x400000u : 0u)" if f.has_inf else "s | 0x7fc00000u"
-    decode = (f"static inline {f32} __kc_{dt.name}_to_f({u8} b) {{ {u32} s = (({u32})(b & 0x80u)) << 24, e = (b >> {f.man_bits}) & {top}u, "
+    special_bits = "s | 0x7f800000u | (m ? 0x400000u : 0u)" if f.has_inf else "s | 0x7fc00000u"
+    decode = (f"static inline {f32} __kc_{dt.name}_to_f({u8} b) {{ {u32} s = (({u32})(b & {sign:#x}u)) << {32 - width}, e = (b >> {f.man_bits}) & {top}u, "
               f"m = b & {man_mask}u, u; if ({special}) u = {special_bits}; "
               f"else if (e == 0u) {{ {f32} v = ({f32})m * {2.0 ** (1 - f.bias - f.man_bits)!r}f; return s ? -v : v; }} "
               f"else u = s | ((e + {rebias}u) << 23) | (m << {drop}); return {from_bits}; }}")
     # encode: NaN and overflow first; a normal result rounds the float's bits to nearest even on the dropped bits and
     # rebiases the exponent (a carry into it is right); a subnormal one rounds the full mantissa shifted to its quantum
-    encode = (f"static inline {u8} __kc_f_to_{dt.name}({f32} f) {{ {u32} u = {to_bits}, s = (u >> 24) & 0x80u, a = u & 0x7fffffffu; "
+    encode = (f"static inline {u8} __kc_f_to_{dt.name}({f32} f) {{ {u32} u = {to_bits}, s = (u >> {32 - width}) & {sign:#x}u, a = u & 0x7fffffffu; "
               f"if (a > 0x7f800000u) return ({u8})(s | {nan_code}u); if (a >= {overflow_at}u) return ({u8})(s | {overflow_code}u); "
               f"int e = (int)(a >> 23) - 127; if (e >= {1 - f.bias}) {{ a += {(1 << (drop - 1)) - 1}u + ((a >> {drop}) & 1u); "
               f"return ({u8})(s | ((a >> {drop}) - {rebias << f.man_bits}u)); }} "
@@ -264,10 +287,11 @@ class CStyleLanguage(Renderer):
       if isinstance(dt, PtrDType): args.append(f"{self.render_dtype(dt, mutable)}{self.buffer_suffix} {name}")
       else: args.append(f"{self.arg_int_prefix} {name}")
     src = f"{self.render_kernel_prefix(uops)}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
-    if self.fp8_as_bits:  # after the dialect's own lines (includes, typedefs): the helpers use only its basic types
+    if self.fp8_as_bits or self.half_as_bits:  # after the dialect's own lines (includes, typedefs): the helpers use only its basic types
       used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in uops}
-      prefix = (prefix or []) + [line for dt in dtypes.fp8s if dt in used for line in self.fp8_helpers(dt)]
-      if any(u.op is Ops.CAST and u.dtype.scalar() in dtypes.fp8s and u.src[0].dtype.scalar() == dtypes.float64 for u in uops):
+      held = [dt for dt in (*dtypes.fp8s, dtypes.float16) if dt in used and self._fp8_bits(dt)]
+      prefix = (prefix or []) + [line for dt in held for line in self.bits_helpers(dt)]
+      if any(u.op is Ops.CAST and self._fp8_bits(u.dtype) and u.src[0].dtype.scalar() == dtypes.float64 for u in uops):
         prefix.append(self.round_to_odd_helper())
     return "\n".join(prefix) + "\n" + src if prefix else src
 

@@ -70,6 +70,16 @@ def _accepts_flag(cmd: tuple[str, ...], flag: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
+def has_float16(cmd: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+  """Whether the compiler has the _Float16 type with `flags`, asked once per process: gcc 12 has it on x86 with SSE2,
+  clang from 15 on; clang 14 has it on x86 only where the target has AVX512-FP16. A compiler that does not run
+  counts as having it (its first compile then fails and says why)."""
+  try: r = subprocess.run([*cmd, *flags, "-fsyntax-only", "-x", "c", "-"], input="_Float16 kc_probe;\n", capture_output=True, text=True, timeout=30)
+  except (OSError, subprocess.SubprocessError): return True
+  return r.returncode == 0 or _version_line(cmd) is None
+
+
+@functools.lru_cache(maxsize=None)
 def _version_line(cmd: tuple[str, ...]) -> Optional[str]:
   """The first line of `cmd --version`, None when the compiler does not run."""
   try: r = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30)

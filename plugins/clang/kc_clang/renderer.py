@@ -11,6 +11,7 @@ import os, platform, re
 from typing import Optional
 from kc.backend import (CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, env_value,
                         estimate_ops)
+from kc_clang.compiler import compile_flags, compiler_command, has_float16
 from kc_clang.host import chosen_isa, host_cpu, isa_level, native_code
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves
@@ -113,12 +114,17 @@ class ClangRenderer(CStyleLanguage):
     # floats per vector register: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON; portable code keeps float4. The
     # heuristics count the registers from the width: 32 of AVX-512's, 16 of AVX2's or SSE's
     self.float_lanes = (level.vector_bytes if level else cpu.vector_bytes if self.native else 16) // 4
+    # half is _Float16 where the compiler has it; elsewhere (clang 14 on x86 without AVX512-FP16) half is held as its
+    # bits and computed in float, with the conversions CStyleLanguage.bits_helpers writes
+    flags = compile_flags(native=self.native, isa=level.name if level else None)
+    if not has_float16(tuple(compiler_command()), tuple(flags)):
+      self.half_as_bits, self.extra_matcher = True, CStyleLanguage.all_narrow_in_float
 
   def render_env(self) -> tuple: return (threads(),)  # 1 thread: no split loop
 
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     # float and half (computed in float on most CPUs) in registers of float_lanes floats, then each narrower width
-    if dt not in (dtypes.float32, dtypes.float16): return ()
+    if dt not in (dtypes.float32, dtypes.float16) or (dt == dtypes.float16 and self.half_as_bits): return ()
     widths, w = [], self.float_lanes
     while w >= 2: widths, w = widths + [w], w // 2
     return tuple(widths)
