@@ -1,6 +1,7 @@
 """The C dialect: plain C99 plus GCC/Clang vector extensions for vector accesses as wide as the host's registers.
-No work-groups: the global dims are loops. Transcendentals come from math.h; half is _Float16; bfloat16 is stored
-as its 16 bits and converted to float for arithmetic with integer bit operations.
+No work-groups: the global dims are loops. Transcendentals come from math.h (exp2 of float vectors from kc_exp2_<n>);
+half is _Float16 where the compiler has it (else held as its bits, as bfloat16 always is); bfloat16 is stored as its
+16 bits and converted to float for arithmetic with integer bit operations.
 
 Threads: a kernel with enough work has its outermost output loop split into parts. Such a kernel takes two more
 int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_part of kc_parts of that loop's range
