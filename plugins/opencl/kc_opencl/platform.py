@@ -83,6 +83,7 @@ class DeviceInfo:
   extensions: frozenset[str]
   image_support: bool
   correctly_rounded_divide_sqrt: bool
+  is_cpu: bool = False          # CL_DEVICE_TYPE_CPU (PoCL's pthread device): work-items run as vector code on cores
 
   @property
   def has_fp16(self) -> bool: return "cl_khr_fp16" in self.extensions
@@ -97,7 +98,8 @@ class DeviceInfo:
                max_work_group_size=int(dev.max_work_group_size), local_mem_size=int(dev.local_mem_size),
                address_bits=int(dev.address_bits), mem_base_addr_align=int(dev.mem_base_addr_align),
                extensions=frozenset(dev.extensions.split()), image_support=bool(dev.image_support),
-               correctly_rounded_divide_sqrt=bool(dev.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT))
+               correctly_rounded_divide_sqrt=bool(dev.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT),
+               is_cpu=bool(dev.type & cl.device_type.CPU))
 
 
 @functools.lru_cache(maxsize=None)

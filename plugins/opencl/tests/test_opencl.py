@@ -459,3 +459,18 @@ def test_images_read_and_write_texels(cl_dev):
 def test_images_need_image_support():
   with pytest.raises(CompileError, match="no image support"):
     kc.Kernel(_image_copy_sink(dtypes.imagef((4, 8, 4)), (4, 32), True), opts=OpenCLRenderer(fake_info(image_support=False))).to_program()
+
+
+def test_cpu_devices_compute_on_float4_and_gpus_lane_by_lane():
+  # PoCL's CPU device compiles a work-item's float4 arithmetic to vector instructions: the lowering keeps a matmul's
+  # upcast lanes as float4 accumulators there; a GPU's renderer keeps them scalar, as before
+  n = 64
+  a, b = A.arg(1, dtypes.float32, (n, n)), A.arg(2, dtypes.float32, (n, n))
+  sink = A.sink(A.store(0, (a.reshape(n, n, 1) * b.reshape(1, n, n)).sum(1)))
+  for is_cpu in (True, False):
+    r = OpenCLRenderer(fake_info(is_cpu=is_cpu))
+    assert r.vector_alu is is_cpu
+    k = kc.Kernel(sink, opts=r).hand_coded_optimizations()
+    accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
+    assert accs and all(u.dtype.count == (4 if is_cpu else 1) for u in accs)
+  assert kc.Device["OPENCL"].renderer.vector_alu is True  # PoCL here is a CPU device
