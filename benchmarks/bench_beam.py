@@ -25,17 +25,22 @@ NAMES = ("matmul_1024", "conv2d_3x3_32ch_64px", "softmax_1024x1024")
 TINYGRAD_DEVICE = {"CLANG": "CLANG", "OPENCL": "GPU"}
 
 
-def kernel_seconds(ck, xs, want, repeats: int) -> float:
-  """Median wall seconds of a whole call, after checking the result against numpy."""
+def interleaved_seconds(kernels: dict, xs, want, repeats: int) -> dict:
+  """Median wall seconds of a whole call of each kernel, after checking each result against numpy. The kernels take
+  turns, one call each per repeat, so that all of them see the same machine: on 2 shared cores the same kernel
+  measured minutes apart differed by up to 2x."""
   out = np.empty(want.shape, np.float32)
-  ck(out, *xs)
-  np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
+  for ck in kernels.values():
+    out.fill(np.nan)
     ck(out, *xs)
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-3)
+  times: dict = {label: [] for label in kernels}
+  for _ in range(repeats):
+    for label, ck in kernels.items():
+      t0 = time.perf_counter()
+      ck(out, *xs)
+      times[label].append(time.perf_counter() - t0)
+  return {label: statistics.median(t) for label, t in times.items()}
 
 
 def cpu_name() -> str:
@@ -75,15 +80,18 @@ def main():
       xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
       want = reference(name, xs)  # softmax in base 2, as kc_ast builds it
       sink = kc_ast(name, shapes)
-      hand = kernel_seconds(kc.compile(sink, dev, "hand", split_reduce=False), xs, want, args.repeats)
-      row = {"device": dev, "name": name, "unit": unit, "amount": amount, "hand": hand}
+      row = {"device": dev, "name": name, "unit": unit, "amount": amount}
+      kernels = {"hand": kc.compile(sink, dev, "hand", split_reduce=False)}
       for w in widths:
         t0 = time.perf_counter()
         choice = beam_opts(sink, dev, w, cache=False)
         row[f"search{w}"] = time.perf_counter() - t0
-        row[f"beam{w}"] = kernel_seconds(kc.compile(sink, dev, list(choice.opts)), xs, want, args.repeats)
+        kernels[f"beam{w}"] = kc.compile(sink, dev, list(choice.opts))
         row[f"opts{w}"] = ", ".join(f"{o.op.name}{o.axis},{o.amt}" for o in choice.opts)
-        print(dev, name, f"BEAM={w}", f"{amount / row[f'beam{w}'] / 1e9:.1f} {unit}", f"search {row[f'search{w}']:.1f} s", row[f"opts{w}"], flush=True)
+        print(dev, name, f"BEAM={w}", f"search {row[f'search{w}']:.1f} s", row[f"opts{w}"], flush=True)
+      row.update(interleaved_seconds(kernels, xs, want, args.repeats))
+      hand = row["hand"]
+      print(dev, name, {k: f"{amount / row[k] / 1e9:.1f} {unit}" for k in kernels}, flush=True)
       with (tinygrad_on_pocl_wheel() if dev == "OPENCL" else _nothing()) as why:
         res, why = (None, why) if why else run_tinygrad("tinygrad_beam.py", TINYGRAD_DEVICE[dev], name, 2, args.repeats)
       if res is None: notes.append(f"tinygrad BEAM=2 on {dev} {name}: {why}")
@@ -95,7 +103,8 @@ def main():
   rate = lambda r, k: f"{r['amount'] / r[k] / 1e9:.1f}" if k in r else "n/a"  # noqa: E731
   lines = ["## BEAM search (`python benchmarks/bench_beam.py`)", "",
            f"CPU: {cpu_name()} ({platform.machine()}, {os.cpu_count()} cores); kc CLANG arch: {kc.Device['CLANG'].renderer.arch}. "
-           "Kernel speed: median of whole calls, each result checked against numpy first; CLANG kernels on one thread "
+           "Kernel speed: median of whole calls, the hand-coded and searched kernels taking turns call by call, each result "
+           "checked against numpy first; CLANG kernels on one thread "
            "(kc and tinygrad), OPENCL on PoCL for both (tinygrad's GPU device). Search: wall seconds from the AST to the "
            "chosen opts, with empty caches on both sides; kc compiles candidates on every core in spawned workers, "
            f"tinygrad {TINYGRAD_VERSION} in its own pool. Units: GFLOP/s (matmul, conv2d), GB/s (softmax).", "",
