@@ -57,6 +57,21 @@ def _unpack(key: str, blob: bytes) -> Optional[bytes]:
   return payload if hashlib.sha256(payload).digest() == blob[_KEY_LEN:head] else None
 
 
+def open_sqlite(root: str, path: str, statements: list[str]) -> sqlite3.Connection:
+  """A connection to the sqlite file `path` in the folder `root` (made if missing) in WAL mode, shared by processes
+  (sqlite's locking, waiting up to BUSY_TIMEOUT_S for a writer) and by threads (the caller holds a lock), after
+  running `statements` (the schema). Raises OSError or sqlite3.Error when the folder cannot hold it."""
+  os.makedirs(root, exist_ok=True)
+  conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+  try:
+    conn.execute("PRAGMA journal_mode=WAL")
+    for statement in statements: conn.execute(statement)
+  except BaseException:
+    conn.close()
+    raise
+  return conn
+
+
 class DiskCache:
   """One sqlite database of key -> (blob, size, last_used). Safe to share between threads (one lock) and processes
   (sqlite's locking); a process that forks opens its own connection."""
@@ -70,18 +85,10 @@ class DiskCache:
   def _connection(self) -> sqlite3.Connection:
     if self._conn is None or self._pid != os.getpid():
       # a connection inherited through fork is never used (nor closed: sqlite forbids both); the child opens its own
-      os.makedirs(self.root, exist_ok=True)
-      conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-      try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent on a crash; losing the last entries only costs a compile
-        conn.execute("CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, blob BLOB NOT NULL, size INTEGER NOT NULL, "
-                     "last_used INTEGER NOT NULL)")
-        conn.execute("CREATE INDEX IF NOT EXISTS entries_by_use ON entries (last_used)")
-      except BaseException:
-        conn.close()
-        raise
-      self._conn, self._pid = conn, os.getpid()
+      self._conn, self._pid = open_sqlite(self.root, self.path, [
+        "PRAGMA synchronous=NORMAL",  # WAL stays consistent on a crash; losing the last entries only costs a compile
+        "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, blob BLOB NOT NULL, size INTEGER NOT NULL, last_used INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS entries_by_use ON entries (last_used)"]), os.getpid()
     return self._conn
 
   def check(self):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 from kc.ir.uop import UOp
 from kc.kernel import Opt, OptOps
-from kc.runtime.cache import BUSY_TIMEOUT_S, CacheWarning, compile_cache_dir
+from kc.runtime.cache import CacheWarning, compile_cache_dir, open_sqlite
 
 DB_NAME = "opts.sqlite"
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS opts (ast_key TEXT NOT NULL, renderer TEXT NOT NULL, device TEXT NOT NULL, "
@@ -133,15 +133,7 @@ class OptCache:
     # only called while on_disk, which a cache without a folder never is
     if self._conn is None or self._pid != os.getpid():
       # a connection inherited through fork is never used (nor closed: sqlite forbids both); the child opens its own
-      os.makedirs(self.root, exist_ok=True)
-      conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-      try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(_SCHEMA)
-      except BaseException:
-        conn.close()
-        raise
-      self._conn, self._pid = conn, os.getpid()
+      self._conn, self._pid = open_sqlite(self.root, self.path, [_SCHEMA]), os.getpid()
     return self._conn
 
   def _fail(self, err: BaseException):
