@@ -8,10 +8,10 @@ pickled), not the device itself: a compiler never opens it.
 dask is an optional extra (`pip install 'kc[dask]'`): this module imports it only when an executor connects, so kc
 without the extra never imports dask."""
 from __future__ import annotations
-import pickle, threading, time
+import os, threading, time
 from typing import Iterator, Optional, Sequence
 from kc.errors import KcError
-from kc.search.executor import CompileOutcome, LocalCompilePool, compile_source
+from kc.search.executor import CompileOutcome, compile_in_threads, compile_source, pickled
 
 LOCAL = "local"  # the address that starts an in-process cluster instead of connecting to a scheduler
 CONNECT_TIMEOUT_S = 30.0
@@ -84,10 +84,9 @@ class DaskCompileExecutor:
     yields an outcome with an error, so a hanging compile costs one candidate, not the search."""
     sources = list(sources)
     if not sources: return
-    try: pickle.dumps(compiler)
-    except Exception:  # noqa: BLE001  (what an unpicklable object raises varies)
-      # a compiler that holds a live context (OpenCL's) cannot travel to a worker: the local pool compiles it in threads here
-      yield from LocalCompilePool().compile_many(compiler, sources, timeout)
+    if pickled(compiler) is None:
+      # a compiler that holds a live context (OpenCL's) cannot travel to a worker: it compiles in threads here
+      yield from compile_in_threads(compiler, sources, timeout, os.cpu_count() or 1)
       return
     distributed = _distributed()
     client, slots = self.client, self.slots()

@@ -103,9 +103,8 @@ class LocalCompilePool:
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
       raise KcError(f"a compile timeout is a number of seconds > 0, got {timeout!r}")
     if not sources: return
-    try: blob = pickle.dumps(compiler)
-    except Exception:  # noqa: BLE001  (what an unpicklable object raises varies: TypeError, PicklingError, AttributeError)
-      yield from _compile_in_threads(compiler, sources, timeout, self.workers)
+    if (blob := pickled(compiler)) is None:
+      yield from compile_in_threads(compiler, sources, timeout, self.workers)
       return
     with self._lock: yield from self._compile_in_processes(blob, sources, float(timeout))
 
@@ -158,7 +157,14 @@ class LocalCompilePool:
     self._pool[i] = _Worker(self._ctx)
 
 
-def _compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, workers: int) -> Iterator[CompileOutcome]:
+def pickled(compiler: Any) -> Optional[bytes]:
+  """The compiler pickled for another process, or None where it cannot travel (OpenCL's holds a live context)."""
+  try: return pickle.dumps(compiler)
+  except Exception:  # noqa: BLE001  (what an unpicklable object raises varies: TypeError, PicklingError, AttributeError)
+    return None
+
+
+def compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, workers: int) -> Iterator[CompileOutcome]:
   """The thread path for a compiler that cannot be pickled: the same outcomes, compiled in this process by at most
   `workers` threads at a time. A thread past its time limit stops counting against `workers` (another starts in its
   place) and is left to finish: a daemon thread, so it never holds up the interpreter's exit."""
