@@ -8,7 +8,7 @@ from kc import ast as A
 from kc.backend import CompileError, ConfigError, Ops
 from kc.codegen.program import Kernel
 from kc_cuda.arch import parse_arch
-from kc_cuda.compiler import NVRTCCompiler, pack_library, unpack_library
+from kc_cuda.compiler import NVRTCCompiler, nvrtc_major, pack_library, unpack_library
 from kc_cuda.renderer import DYNAMIC_SHARED_MARKER, STATIC_SHARED_MAX, CUDARenderer
 from kc_cuda.tensor_cores import fp8_dtypes
 
@@ -37,7 +37,7 @@ def test_tensor_core_kernels_compile_to_cubin(arch):
     # the tensor core of the kernel's own dtypes, not the tf32 one that also takes widened inputs
     assert {u.arg.dtype_in for u in prg.uops if u.op is Ops.WMMA} == {dt_in}
     meta, cubin = unpack_library(c.compile(prg.src))
-    assert meta == {"arch": arch, "dynamic_shared": 0}
+    assert meta == {"arch": arch, "cuda": nvrtc_major(), "dynamic_shared": 0}
     assert cubin[:4] == b"\x7fELF"  # cubin is an ELF image, not PTX text
 
 
