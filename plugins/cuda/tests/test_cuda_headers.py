@@ -152,7 +152,7 @@ def real_side_by_side(tmp_path_factory):
     if not os.path.isdir(wheel_include(site, major)): shutil.copytree(inc, wheel_include(site, major))
   missing = [m for m in MAJORS if header_version(wheel_include(site, m)) is None]
   if missing:
-    pytest.skip(f"no real CUDA {" or ".join(map(str, missing))} headers here: install nvidia-cuda-runtime of that major, or point {WHEELS_ENV} at a folder "
+    pytest.skip(f"no real CUDA {' or '.join(map(str, missing))} headers here: install nvidia-cuda-runtime of that major, or point {WHEELS_ENV} at a folder "
                 "holding its wheel (pip download --no-deps -d DIR nvidia-cuda-runtime-cu12 'nvidia-cuda-runtime==13.*')")
   return site
 
