@@ -1,6 +1,6 @@
 """kc.compile(opts="beam"), KC_BEAM and `kc beam`: searches go through the opt cache, so a kernel searched once is
 never searched again; opts that no longer apply are searched again; KC_BEAM=N makes the default opts a search."""
-import io, time
+import io, os, shutil, signal, subprocess, sys, time
 import numpy as np
 import pytest
 import kc
@@ -14,6 +14,7 @@ from kc.kernel import Opt, OptOps
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.search import SearchEvent, SearchResult
 from kc.search.dask_executor import DaskCompileExecutor
+from search_fakes import FakeCompiler
 
 N = 64
 CHOSEN = [Opt(OptOps.UPCAST, 0, 4)]  # what the fake search picks: not what the hand-coded heuristics pick on EMU
@@ -217,3 +218,122 @@ def test_the_progress_bar_shows_compiled_timed_and_best():
 def test_kc_render_beam(fake, capsys):
   assert main(["render", "add", "--device", "EMU", "--opts", "beam"]) == 0
   assert str(CHOSEN) in capsys.readouterr().out and len(fake.calls) == 1
+
+
+# ---------------------------------------------------------------------------------------------------------- Ctrl-C
+
+def _matmul_sink(n: int = 16):
+  return A.sink(A.store(0, A.arg(1, dtypes.float32, (n, n)) @ A.arg(2, dtypes.float32, (n, n))))
+
+
+def _interrupt_at(where: str, monkeypatch):
+  """Make a KeyboardInterrupt happen in round 1 of the next search, where a Ctrl-C would land: in the parent's wait for
+  compile results (`wait`), between two results (`consumer`: a progress display) or while timing a candidate (`timing`)."""
+  import kc.search.beam as beam, kc.search.executor as executor
+  in_round_1 = []
+  real_emit, real_wait, real_time = beam._Search.emit, executor.wait_connections, beam.time_launcher
+
+  def emit(self, kind, rnd, done, total, message=""):
+    if kind == "round" and rnd == 1: in_round_1.append(True)
+    if where == "consumer" and in_round_1 and kind == "compiled": raise KeyboardInterrupt
+    real_emit(self, kind, rnd, done, total, message)
+
+  def wait(conns, timeout=None):
+    if where == "wait" and in_round_1: raise KeyboardInterrupt
+    return real_wait(conns, timeout)
+
+  def time_it(*a, **kw):
+    if where == "timing" and in_round_1: raise KeyboardInterrupt
+    return real_time(*a, **kw)
+  monkeypatch.setattr(beam._Search, "emit", emit)
+  monkeypatch.setattr(executor, "wait_connections", wait)
+  monkeypatch.setattr(beam, "time_launcher", time_it)
+
+
+def _record_workers(monkeypatch) -> list:
+  import kc.search.executor as executor
+  started, real_init = [w.process for w in kc.search.shared_pool()._pool], executor._Worker.__init__
+
+  def init(self, ctx):
+    real_init(self, ctx)
+    started.append(self.process)
+  monkeypatch.setattr(executor._Worker, "__init__", init)
+  return started
+
+
+@pytest.mark.parametrize("where", ["wait", "consumer", "timing"])
+def test_an_interrupted_beam_compile_stops_its_workers_and_stores_nothing(where, cache_dir, monkeypatch):
+  monkeypatch.delenv("KC_BEAM", raising=False)
+  monkeypatch.delenv("KC_BEAM_CLUSTER", raising=False)
+  workers = _record_workers(monkeypatch)
+  _interrupt_at(where, monkeypatch)
+  sink = _matmul_sink()
+  with pytest.raises(KeyboardInterrupt) as info: kc.compile(sink, "CLANG", opts="beam")
+  assert isinstance(info.value, kc.search.SearchInterrupted)
+  best = info.value.best  # round 0 timed the hand-coded and the unoptimized kernel
+  assert best is not None and best.seconds > 0 and len(best.rounds) == 1 and best.hand_seconds > 0
+  assert workers and not kc.search.shared_pool()._pool
+  assert not any(p.is_alive() for p in workers), [p.exitcode for p in workers]
+  assert opt_cache().get(OptKey.of(sink, kc.Device["CLANG"].renderer, "CLANG", 2)) is None
+  monkeypatch.undo()  # the pool starts the workers it needs again
+  assert [o.lib for o in kc.search.shared_pool().compile_many(FakeCompiler(), ["x"], 30)] == [b"LIB:x"]
+
+
+SLOW_CC = """#!/bin/sh
+# cc, one second slower for each kernel (a compile writes -o FILE; the compiler probes do not)
+case " $* " in *" -o "*) sleep 1;; esac
+exec cc "$@"
+"""
+
+
+def _children(pid: int) -> list[int]:
+  """The processes whose parent is `pid` (Linux /proc)."""
+  found = []
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit(): continue
+    try:
+      with open(f"/proc/{entry}/stat") as f: fields = f.read().rsplit(")", 1)[1].split()
+    except OSError: continue
+    if fields[1] == str(pid): found.append(int(entry))
+  return found
+
+
+def _running(pid: int) -> bool:
+  """Whether `pid` is a live process (a zombie waiting for its new parent to reap it has ended)."""
+  try:
+    with open(f"/proc/{pid}/stat") as f: return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError: return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or not shutil.which("cc"), reason="needs Linux's /proc and cc")
+@pytest.mark.parametrize("group", [True, False], ids=["ctrl-c", "kill-parent"])
+def test_ctrl_c_stops_kc_beam_with_the_best_so_far_and_status_130(group, tmp_path):
+  # a terminal's Ctrl-C reaches every process of the group (workers too); `kill -INT` only the parent
+  (tmp_path / "slowcc").write_text(SLOW_CC)
+  cache = tmp_path / "cache"
+  env = {**os.environ, "KC_CACHE_DIR": str(cache), "KC_CC": f"sh {tmp_path / 'slowcc'}", "KC_BEAM": "", "KC_BEAM_CLUSTER": ""}
+  p = subprocess.Popen([sys.executable, "-m", "kc.cli", "beam", "matmul", "--device", "CLANG", "--no-cache"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+  try:
+    err = []
+    while "round 0" not in (line := p.stderr.readline()):  # round 0 is over: round 1's compiles are in flight
+      assert line, f"kc beam ended before round 1: {''.join(err)}{p.stdout.read()}"
+      err.append(line)
+    time.sleep(0.5)
+    workers = [c for c in _children(p.pid) if "spawn_main" in open(f"/proc/{c}/cmdline").read()]
+    os.killpg(p.pid, signal.SIGINT) if group else os.kill(p.pid, signal.SIGINT)
+    out, rest = p.communicate(timeout=60)
+  finally:
+    if p.poll() is None: p.kill()
+  err = "".join(err) + rest
+  assert p.returncode == 130, (out, err)
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err and len(err.splitlines()) <= 3, err
+  assert err.splitlines()[-1] == "kc beam: interrupted; the search's result was not stored in the opt cache"
+  assert "best so far: [" in out and "after 1 finished round:" in out, out
+  assert len(workers) >= 1 and not any(_running(w) for w in workers)
+  assert not (cache / "opts.sqlite").exists() or not _opt_rows(cache / "opts.sqlite")
+
+
+def _opt_rows(path) -> list:
+  import sqlite3
+  with sqlite3.connect(path) as db: return db.execute("SELECT * FROM opts").fetchall()

@@ -349,8 +349,27 @@ def _installed(name: str) -> bool:
   return importlib.util.find_spec(name) is not None
 
 
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C, as a shell reports one (128 + SIGINT)
+
+
 def cmd_beam(args) -> int:
-  """BEAM search for one kernel: the chosen opts, their speedup over the hand-coded kernel and the search's time."""
+  """BEAM search for one kernel: the chosen opts, their speedup over the hand-coded kernel and the search's time.
+  Ctrl-C prints the best opts timed so far (stored nowhere) and one line on stderr, and exits with status 130."""
+  try: return _beam_command(args)
+  except KeyboardInterrupt as e:  # kc.search.SearchInterrupted when the search had started: it carries the best so far
+    best = getattr(e, "best", None)
+    if best is not None:
+      rounds = len(best.rounds)
+      print(f"best so far: {list(best.opts)} at {best.seconds * 1e6:.1f} us (hand-coded {_us(best.hand_seconds)}) after "
+            f"{rounds} finished round{'s' if rounds != 1 else ''}: timed in the search only, its output not checked", flush=True)
+    print("kc beam: interrupted; the search's result was not stored in the opt cache", file=sys.stderr, flush=True)
+    return INTERRUPTED
+
+
+def _us(seconds: float) -> str: return f"{seconds * 1e6:.1f} us" if seconds < float("inf") else "not timed"
+
+
+def _beam_command(args) -> int:
   from kc.api import DEFAULT_BEAM_WIDTH, beam_opts, beam_width_from_env, optimize
   from kc.codegen import Kernel
   from kc.runtime.device import Device

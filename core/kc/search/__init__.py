@@ -6,8 +6,8 @@ This layer sits above codegen and below the runtime: it never imports a device; 
 from kc.search.actions import DEFAULT_LIMITS, SearchLimits, action_list, next_kernels
 from kc.search.beam import SearchWarning, beam_search
 from kc.search.executor import CompileOutcome, LocalCompilePool, shared_pool
-from kc.search.result import RoundStats, SearchEvent, SearchResult
+from kc.search.result import RoundStats, SearchEvent, SearchInterrupted, SearchResult
 from kc.search.timing import TimingPlan
 
-__all__ = ["beam_search", "SearchResult", "SearchEvent", "RoundStats", "SearchWarning", "LocalCompilePool", "CompileOutcome", "shared_pool",
+__all__ = ["beam_search", "SearchResult", "SearchEvent", "RoundStats", "SearchInterrupted", "SearchWarning", "LocalCompilePool", "CompileOutcome", "shared_pool",
            "action_list", "next_kernels", "SearchLimits", "DEFAULT_LIMITS", "TimingPlan"]

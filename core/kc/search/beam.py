@@ -2,7 +2,10 @@
 the new sources in parallel, times them on the device and keeps the `width` fastest again, until a round gains less
 than `min_gain`. A kernel clearly slower than the best (TimingPlan.give_up times) is not expanded: its children
 cost a run as slow as it just to be found slower. The hand-coded kernel is a candidate from the start and meets the winner again head to head at the
-end, and the winner's output is checked against the hand-coded kernel's before it is returned."""
+end, and the winner's output is checked against the hand-coded kernel's before it is returned.
+
+A search interrupted by Ctrl-C stops its compile workers and raises SearchInterrupted (a KeyboardInterrupt) carrying the
+fastest kernel timed so far."""
 from __future__ import annotations
 import math, statistics, time, warnings
 from dataclasses import dataclass, field
@@ -15,7 +18,7 @@ from kc.renderer import Program
 from kc.search.actions import DEFAULT_LIMITS, SearchLimits, action_list, expand
 from kc.search.check import mismatch
 from kc.search.executor import shared_pool
-from kc.search.result import RoundStats, SearchEvent, SearchResult
+from kc.search.result import RoundStats, SearchEvent, SearchInterrupted, SearchResult
 from kc.search.timing import Launcher, SearchBuffers, TimingPlan, time_launcher
 
 FINAL_RUNS = 5  # runs of each side in the final head-to-head (interleaved, after one warm-up each)
@@ -27,9 +30,11 @@ class SearchWarning(UserWarning):
 
 @dataclass
 class _Source:
-  """One distinct source: compiled and timed at most once, whichever candidates render to it."""
+  """One distinct source: compiled and timed at most once, whichever candidates render to it (`kernel` is the first
+  of them)."""
   src: str
   program: Program
+  kernel: Kernel
   launcher: Optional[Launcher] = None
   seconds: float = math.inf
   error: Optional[str] = None
@@ -65,14 +70,16 @@ class _Search:
     self.sources: dict[str, _Source] = {}
     self.best: Optional[float] = None
     self.hand_seconds: Optional[float] = None
+    self.hand_opts: list[Opt] = []
     self.counters = _Counters()
     self.order = 0
+    self.start = time.perf_counter()
 
   def emit(self, kind: str, rnd: int, done: int, total: int, message: str = "") -> None:
     if self.progress is not None: self.progress(SearchEvent(kind, rnd, done, total, self.best, self.hand_seconds, message))
 
   def candidate(self, kernel: Kernel, program: Program) -> _Candidate:
-    source = self.sources.setdefault(program.src, _Source(program.src, program))
+    source = self.sources.setdefault(program.src, _Source(program.src, program, kernel))
     self.order += 1
     return _Candidate(kernel, source, self.order)
 
@@ -83,13 +90,18 @@ class _Search:
     self.emit("round", rnd, 0, len(todo), f"round {rnd}: {len(todo)} new sources of {len(cands)} candidates")
     failed = 0
     libs: dict[int, bytes] = {}
-    for n, outcome in enumerate(self.executor.compile_many(self.device.compiler, [s.src for s in todo], self.timeout), 1):
-      s = todo[outcome.index]
-      s.compiled = True
-      if outcome.lib is None:
-        s.error, failed = outcome.error or "the compile failed", failed + 1
-      else: libs[outcome.index] = outcome.lib
-      self.emit("compiled", rnd, n, len(todo))
+    outcomes = self.executor.compile_many(self.device.compiler, [s.src for s in todo], self.timeout)
+    try:
+      for n, outcome in enumerate(outcomes, 1):
+        s = todo[outcome.index]
+        s.compiled = True
+        if outcome.lib is None:
+          s.error, failed = outcome.error or "the compile failed", failed + 1
+        else: libs[outcome.index] = outcome.lib
+        self.emit("compiled", rnd, n, len(todo))
+    finally:
+      # closed now, whatever stopped the loop (a Ctrl-C in a progress display): the executor stops what is in flight
+      if (close := getattr(outcomes, "close", None)) is not None: close()
     self.counters.compiled += len(todo)
     timed = 0
     for i, s in enumerate(todo):  # in candidate order, whatever order the compiles finished in: the same runs every time
@@ -106,6 +118,17 @@ class _Search:
       self.emit("timed", rnd, timed, len(libs))
     self.counters.timed += timed
     return len(todo), failed, timed
+
+  def best_so_far(self) -> Optional[SearchResult]:
+    """The fastest kernel timed so far, with the search's own timing of it (not the final head-to-head; its output
+    not checked), or None when nothing was timed yet."""
+    timed = [s for s in self.sources.values() if s.launcher is not None and math.isfinite(s.seconds)]
+    if not timed: return None
+    best = min(timed, key=lambda s: s.seconds)  # the first of equals: the earliest candidate, as the beam keeps
+    hand = self.hand_seconds if self.hand_seconds is not None else math.inf
+    return SearchResult(opts=list(best.kernel.applied_opts), kernel=best.kernel, seconds=best.seconds, hand_opts=list(self.hand_opts),
+                        hand_seconds=hand, rounds=list(self.counters.rounds), compiled=self.counters.compiled,
+                        timed=self.counters.timed, elapsed=time.perf_counter() - self.start)
 
 
 def _validate(kernel: Any, device: Any, width: Any, min_gain: Any, max_rounds: Any, timeout: Any, seed: Any) -> None:
@@ -133,52 +156,69 @@ def beam_search(kernel: Kernel, device: Any, width: int = 2, *, min_gain: float 
   may take. executor: what compiles (compile_many); None is the process's shared LocalCompilePool. progress: called
   with each SearchEvent. seed: the random inputs. limits / timing: candidates' limits and how each is timed."""
   _validate(kernel, device, width, min_gain, max_rounds, timeout, seed)
-  start = time.perf_counter()
   executor = executor if executor is not None else shared_pool()
   actions = action_list(kernel.opts)
   buffers = SearchBuffers(kernel.ast, device, seed)
   search = _Search(device, buffers, executor, float(timeout), progress, timing)
-  try:
-    # round 0: the hand-coded kernel first (it wins a tie) and the unoptimized one
-    hand_k, base_k = kernel.copy().hand_coded_optimizations(), kernel.copy().required_optimizations()
-    starts = []
-    for k in (hand_k, base_k):
-      # the starting kernels are candidates whatever their size (no limits): only a render failure keeps one out
-      try: starts.append(search.candidate(k, k.to_program()))
-      except KcError as e: warnings.warn(f"beam_search: the {'hand-coded' if k is hand_k else 'unoptimized'} kernel does not render: {e}", SearchWarning, stacklevel=2)
-    if not starts: raise KcError("beam_search: neither the hand-coded nor the unoptimized kernel renders")
-    hand = starts[0] if starts[0].kernel is hand_k else None
-    t0 = time.perf_counter()
-    compiled, failed, timed = search.evaluate(starts, 0)
-    if hand is not None and hand.source.launcher is not None: search.hand_seconds = hand.source.seconds
-    _finish_round(search, 0, len(starts), compiled, failed, timed, t0)
-    seen: dict[str, _Candidate] = {}
-    for c in starts: seen.setdefault(c.source.src, c)
-    beam = _beam(list(seen.values()), width, timing.give_up)
-    rnd = 0
-    while beam and (max_rounds is None or rnd < max_rounds):
-      rnd += 1
-      t0 = time.perf_counter()
-      before = beam[0].source.seconds
-      children: list[_Candidate] = []
-      for parent in beam:
-        for child in expand(parent.kernel, actions, limits)[0]: children.append(search.candidate(child.kernel, child.program))
-      compiled, failed, timed = search.evaluate(children, rnd)
-      for c in children: seen.setdefault(c.source.src, c)
-      pool = {c.source.src: c for c in beam}
-      for c in children: pool.setdefault(c.source.src, c)
-      beam = _beam(list(pool.values()), width, timing.give_up)
-      _finish_round(search, rnd, len(children), compiled, failed, timed, t0, beam)
-      if not children or not beam or not (before - beam[0].source.seconds > min_gain * before): break
-    winner, rejected = _checked_winner(search, list(seen.values()), hand if hand is not None else starts[0])
-    seconds, hand_seconds = _head_to_head(winner, hand, timing)
-    if hand is not None and winner is not hand and hand_seconds <= seconds: winner, seconds = hand, hand_seconds
-    search.best = seconds
-    search.emit("done", rnd, 1, 1, f"{len(winner.opts)} opts, {hand_seconds / seconds if seconds > 0 else 1.0:.2f}x the hand-coded kernel")
-    return SearchResult(opts=winner.opts, kernel=winner.kernel, seconds=seconds, hand_opts=list(hand_k.applied_opts),
-                        hand_seconds=hand_seconds, rounds=search.counters.rounds, compiled=search.counters.compiled,
-                        timed=search.counters.timed, elapsed=time.perf_counter() - start, rejected=rejected)
+  try: return _run(search, kernel, width, min_gain, max_rounds, limits, timing, actions)
+  except KeyboardInterrupt:
+    _stop_workers(executor)
+    raise SearchInterrupted(search.best_so_far()) from None
   finally: buffers.free()
+
+
+def _stop_workers(executor: Any) -> None:
+  """After a Ctrl-C: the executor's workers go now (LocalCompilePool.terminate), not when the process exits. An
+  executor without terminate() stopped its work when its compile_many was closed."""
+  if callable(terminate := getattr(executor, "terminate", None)): terminate()
+
+
+def _run(search: _Search, kernel: Kernel, width: int, min_gain: float, max_rounds: Optional[int], limits: SearchLimits,
+         timing: TimingPlan, actions: list[Opt]) -> SearchResult:
+  """The search's rounds, the check of the winner and the final head-to-head (beam_search without its set-up)."""
+  # round 0: the hand-coded kernel first (it wins a tie) and the unoptimized one
+  hand_k, base_k = kernel.copy().hand_coded_optimizations(), kernel.copy().required_optimizations()
+  search.hand_opts = list(hand_k.applied_opts)
+  starts = []
+  for k in (hand_k, base_k):
+    # the starting kernels are candidates whatever their size (no limits): only a render failure keeps one out
+    try: starts.append(search.candidate(k, k.to_program()))
+    except KcError as e:
+      which = "hand-coded" if k is hand_k else "unoptimized"
+      warnings.warn(f"beam_search: the {which} kernel does not render: {e}", SearchWarning, stacklevel=3)
+  if not starts: raise KcError("beam_search: neither the hand-coded nor the unoptimized kernel renders")
+  hand = starts[0] if starts[0].kernel is hand_k else None
+  t0 = time.perf_counter()
+  compiled, failed, timed = search.evaluate(starts, 0)
+  if hand is not None and hand.source.launcher is not None: search.hand_seconds = hand.source.seconds
+  _finish_round(search, 0, len(starts), compiled, failed, timed, t0)
+  seen: dict[str, _Candidate] = {}
+  for c in starts: seen.setdefault(c.source.src, c)
+  beam = _beam(list(seen.values()), width, timing.give_up)
+  rnd = 0
+  while beam and (max_rounds is None or rnd < max_rounds):
+    rnd += 1
+    t0 = time.perf_counter()
+    before = beam[0].source.seconds
+    children: list[_Candidate] = []
+    for parent in beam:
+      children += [search.candidate(child.kernel, child.program) for child in expand(parent.kernel, actions, limits)[0]]
+    compiled, failed, timed = search.evaluate(children, rnd)
+    for c in children: seen.setdefault(c.source.src, c)
+    pool = {c.source.src: c for c in beam}
+    for c in children: pool.setdefault(c.source.src, c)
+    beam = _beam(list(pool.values()), width, timing.give_up)
+    _finish_round(search, rnd, len(children), compiled, failed, timed, t0, beam)
+    if not children or not beam or not (before - beam[0].source.seconds > min_gain * before): break
+  winner, rejected = _checked_winner(search, list(seen.values()), hand if hand is not None else starts[0])
+  seconds, hand_seconds = _head_to_head(winner, hand, timing)
+  if hand is not None and winner is not hand and hand_seconds <= seconds: winner, seconds = hand, hand_seconds
+  search.best = seconds
+  speedup = hand_seconds / seconds if seconds > 0 else 1.0
+  search.emit("done", rnd, 1, 1, f"{len(winner.opts)} opts, {speedup:.2f}x the hand-coded kernel")
+  return SearchResult(opts=winner.opts, kernel=winner.kernel, seconds=seconds, hand_opts=list(hand_k.applied_opts),
+                      hand_seconds=hand_seconds, rounds=search.counters.rounds, compiled=search.counters.compiled,
+                      timed=search.counters.timed, elapsed=time.perf_counter() - search.start, rejected=rejected)
 
 
 def _best(cands: list[_Candidate], width: int) -> list[_Candidate]:
@@ -229,7 +269,7 @@ def _checked_winner(search: _Search, cands: list[_Candidate], reference: _Candid
     if not problems: return c, rejected
     report = f"opts {c.opts} ({c.source.seconds * 1e6:.1f} us) give a wrong result: " + "; ".join(problems)
     rejected.append(report)
-    warnings.warn(f"beam_search dropped a candidate: {report}", SearchWarning, stacklevel=3)
+    warnings.warn(f"beam_search dropped a candidate: {report}", SearchWarning, stacklevel=4)
   return reference, rejected
 
 

@@ -8,9 +8,13 @@ worker is killed and replaced. A compile error is an outcome, never an exception
 
 A compiler that cannot be pickled (OpenCL's holds its context) is compiled in the parent by a thread pool instead,
 with the same outcomes; a thread cannot be killed, so a hung compile there is reported as timed out and left to
-finish on its own."""
+finish on its own.
+
+Ctrl-C is the parent's to handle: workers ignore SIGINT (a terminal sends it to the whole process group) from the
+moment they start, and a parent interrupted while it compiles kills the workers that were busy; LocalCompilePool.
+terminate() kills the rest (beam_search calls it when it is interrupted)."""
 from __future__ import annotations
-import multiprocessing, os, pickle, queue, sys, threading, time
+import multiprocessing, os, pickle, queue, signal, sys, threading, time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait as wait_connections
@@ -37,9 +41,34 @@ def compile_source(compiler: Any, src: str) -> tuple[Optional[bytes], Optional[s
   except Exception as e: return None, f"{type(e).__name__}: {e}"  # noqa: BLE001  (any failure costs only this candidate)
 
 
+def _ignore_interrupt(signum, frame) -> None:
+  """A worker's SIGINT handler: Ctrl-C is for the parent, which stops its workers itself. A handler rather than
+  SIG_IGN, so that a compiler the worker runs (cc) gets the default action back and stops with the terminal's Ctrl-C."""
+
+
+def _start_without_interrupts(process) -> None:
+  """Start `process` with SIGINT blocked in this thread, so that the child starts with it blocked (a Ctrl-C during
+  its start-up waits until _worker_main ignores it, instead of printing a traceback from the child's imports). A
+  Ctrl-C that arrives meanwhile is delivered to the parent when the mask is restored."""
+  if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks (and no process group to share a Ctrl-C)
+    process.start()
+    return
+  old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+  try: process.start()
+  finally: signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _worker_main(conn: Connection, path: list[str]) -> None:
-  """A worker's loop: receive (index, pickled compiler, source), send back (index, lib, error, seconds); None ends it."""
+  """A worker's loop: receive (index, pickled compiler, source), send back (index, lib, error, seconds); None ends it,
+  and so does a parent that went away."""
+  signal.signal(signal.SIGINT, _ignore_interrupt)
+  if hasattr(signal, "pthread_sigmask"): signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
   sys.path[:] = path  # the parent's imports (a compiler's module may live on a path only the parent was given)
+  try: _serve(conn)
+  except (EOFError, OSError): pass  # the parent exited or closed this worker's pipe: nobody waits for results
+
+
+def _serve(conn: Connection) -> None:
   conn.send("ready")
   last: tuple[bytes, Any] = (b"", None)
   while (task := conn.recv()) is not None:
@@ -59,8 +88,12 @@ class _Worker:
   def __init__(self, ctx):
     self.conn, child = ctx.Pipe()
     self.process = ctx.Process(target=_worker_main, args=(child, list(sys.path)), daemon=True, name="kc-compile")
-    self.process.start()
-    child.close()
+    try: _start_without_interrupts(self.process)
+    except BaseException:  # a Ctrl-C delivered as the mask was restored: this worker is nobody's, so it goes now
+      if self.process.pid is not None: self.process.kill()
+      self.conn.close()
+      raise
+    finally: child.close()
     self.ready = False
     self.task: Optional[tuple[int, float]] = None
 
@@ -96,6 +129,12 @@ class LocalCompilePool:
     """Stop every worker process (a later compile_many starts new ones)."""
     for w in self._pool: w.stop()
     self._pool = []
+
+  def terminate(self) -> None:
+    """Kill every worker process now, busy or not, and wait for each to end (after a Ctrl-C: nothing they compile
+    is wanted). A later compile_many starts new ones."""
+    pool, self._pool = self._pool, []
+    for w in pool: w.kill()
 
   def compile_many(self, compiler: Any, sources: Sequence[str], timeout: float) -> Iterator[CompileOutcome]:
     """One CompileOutcome per source, in completion order; a source that takes longer than `timeout` seconds is a
@@ -146,11 +185,15 @@ class LocalCompilePool:
           if outcome is not None:
             left -= 1
             yield outcome
+    except KeyboardInterrupt:
+      self.terminate()
+      raise
     finally:
-      # a caller that stops early leaves workers with a source in flight: their late answers would be taken for
-      # the next call's, so they are replaced
-      for i, w in enumerate(self._pool):
-        if w.task is not None: self._replace(i)
+      # a caller that stops early (or is interrupted) leaves workers with a source in flight: their late answers would
+      # be taken for the next call's, so they are killed; the next call starts the workers it needs
+      for w in self._pool:
+        if w.task is not None: w.kill()
+      self._pool = [w for w in self._pool if w.task is None]
 
   def _replace(self, i: int) -> None:
     self._pool[i].kill()

@@ -1,4 +1,5 @@
-"""What a BEAM search reports: SearchEvent (progress, as it happens), RoundStats (one round) and SearchResult."""
+"""What a BEAM search reports: SearchEvent (progress, as it happens), RoundStats (one round), SearchResult, and
+SearchInterrupted when Ctrl-C stopped it."""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
@@ -58,3 +59,15 @@ class SearchResult:
     """How many times faster than the hand-coded kernel (1.0 when the hand-coded kernel won)."""
     if self.seconds > 0: return self.hand_seconds / self.seconds
     return 1.0 if self.hand_seconds == 0 else math.inf
+
+
+class SearchInterrupted(KeyboardInterrupt):
+  """A search stopped by Ctrl-C (KeyboardInterrupt), after its compile workers were stopped; code that catches
+  KeyboardInterrupt catches it. `best` is the fastest kernel timed so far as a SearchResult, or None when nothing was
+  timed: its times are the search's own measurements (there was no final head-to-head), its output was not checked
+  against the hand-coded kernel's, and it was not stored in the opt cache."""
+
+  def __init__(self, best: Optional[SearchResult]):
+    rounds = len(best.rounds) if best is not None else 0
+    super().__init__(f"the BEAM search was interrupted after {rounds} finished round{'s' if rounds != 1 else ''}")
+    self.best = best
