@@ -227,8 +227,9 @@ def _matmul_sink(n: int = 16):
 
 
 def _interrupt_at(where: str, monkeypatch):
-  """Make a KeyboardInterrupt happen in round 1 of the next search, where a Ctrl-C would land: in the parent's wait for
-  compile results (`wait`), between two results (`consumer`: a progress display) or while timing a candidate (`timing`)."""
+  """Make a KeyboardInterrupt happen in round 1 of the next search, where a Ctrl-C would land: in the parent's wait
+  for compile results (`wait`), between two results (`consumer`: a progress display) or while timing a candidate
+  (`timing`)."""
   import kc.search.beam as beam, kc.search.executor as executor
   in_round_1 = []
   real_emit, real_wait, real_time = beam._Search.emit, executor.wait_connections, beam.time_launcher
@@ -311,9 +312,10 @@ def test_ctrl_c_stops_kc_beam_with_the_best_so_far_and_status_130(group, tmp_pat
   # a terminal's Ctrl-C reaches every process of the group (workers too); `kill -INT` only the parent
   (tmp_path / "slowcc").write_text(SLOW_CC)
   cache = tmp_path / "cache"
-  env = {**os.environ, "KC_CACHE_DIR": str(cache), "KC_CC": f"sh {tmp_path / 'slowcc'}", "KC_BEAM": "", "KC_BEAM_CLUSTER": ""}
-  p = subprocess.Popen([sys.executable, "-m", "kc.cli", "beam", "matmul", "--device", "CLANG", "--no-cache"], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+  env = {**os.environ, "KC_CACHE_DIR": str(cache), "KC_CC": f"sh {tmp_path / 'slowcc'}", "KC_BEAM": "",
+         "KC_BEAM_CLUSTER": ""}
+  p = subprocess.Popen([sys.executable, "-m", "kc.cli", "beam", "matmul", "--device", "CLANG", "--no-cache"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
   try:
     err = []
     while "round 0" not in (line := p.stderr.readline()):  # round 0 is over: round 1's compiles are in flight

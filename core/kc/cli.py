@@ -360,8 +360,9 @@ def cmd_beam(args) -> int:
     best = getattr(e, "best", None)
     if best is not None:
       rounds = len(best.rounds)
-      print(f"best so far: {list(best.opts)} at {best.seconds * 1e6:.1f} us (hand-coded {_us(best.hand_seconds)}) after "
-            f"{rounds} finished round{'s' if rounds != 1 else ''}: timed in the search only, its output not checked", flush=True)
+      print(f"best so far: {list(best.opts)} at {_us(best.seconds)} (hand-coded {_us(best.hand_seconds)}) "
+            f"after {rounds} finished round{'s' if rounds != 1 else ''}: timed in the search only, output not checked",
+            flush=True)
     print("kc beam: interrupted; the search's result was not stored in the opt cache", file=sys.stderr, flush=True)
     return INTERRUPTED
 

@@ -9,5 +9,6 @@ from kc.search.executor import CompileOutcome, LocalCompilePool, shared_pool
 from kc.search.result import RoundStats, SearchEvent, SearchInterrupted, SearchResult
 from kc.search.timing import TimingPlan
 
-__all__ = ["beam_search", "SearchResult", "SearchEvent", "RoundStats", "SearchInterrupted", "SearchWarning", "LocalCompilePool", "CompileOutcome", "shared_pool",
-           "action_list", "next_kernels", "SearchLimits", "DEFAULT_LIMITS", "TimingPlan"]
+__all__ = ["beam_search", "SearchResult", "SearchEvent", "RoundStats", "SearchInterrupted", "SearchWarning",
+           "LocalCompilePool", "CompileOutcome", "shared_pool", "action_list", "next_kernels", "SearchLimits",
+           "DEFAULT_LIMITS", "TimingPlan"]

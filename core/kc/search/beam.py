@@ -126,9 +126,10 @@ class _Search:
     if not timed: return None
     best = min(timed, key=lambda s: s.seconds)  # the first of equals: the earliest candidate, as the beam keeps
     hand = self.hand_seconds if self.hand_seconds is not None else math.inf
-    return SearchResult(opts=list(best.kernel.applied_opts), kernel=best.kernel, seconds=best.seconds, hand_opts=list(self.hand_opts),
-                        hand_seconds=hand, rounds=list(self.counters.rounds), compiled=self.counters.compiled,
-                        timed=self.counters.timed, elapsed=time.perf_counter() - self.start)
+    return SearchResult(opts=list(best.kernel.applied_opts), kernel=best.kernel, seconds=best.seconds,
+                        hand_opts=list(self.hand_opts), hand_seconds=hand, rounds=list(self.counters.rounds),
+                        compiled=self.counters.compiled, timed=self.counters.timed,
+                        elapsed=time.perf_counter() - self.start)
 
 
 def _validate(kernel: Any, device: Any, width: Any, min_gain: Any, max_rounds: Any, timeout: Any, seed: Any) -> None:
