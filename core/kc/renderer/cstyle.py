@@ -431,7 +431,7 @@ class CStyleLanguage(Renderer):
     """The pointer expression of an INDEX, cast to a vector pointer when the access is a vector."""
     if value_dtype.count > 1:
       ptr_dt = index.src[0].dtype
-      space = self.smem_prefix if isinstance(ptr_dt, PtrDType) and ptr_dt.local else self.buffer_prefix
+      space = self.smem_prefix if isinstance(ptr_dt, PtrDType) and ptr_dt.local and self.smem_prefix_for_cast else self.buffer_prefix
       return f"(({space}{self.render_dtype(value_dtype)}*){rendered})"
     return rendered
 

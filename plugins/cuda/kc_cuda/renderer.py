@@ -116,7 +116,9 @@ class CUDARenderer(CStyleLanguage):
     for u in locals_:
       offsets[u.arg[0]] = total = _align16(total)
       total += u.dtype.size * u.dtype.base.itemsize
-    self._state.dynamic = offsets if sum(u.dtype.size * u.dtype.base.itemsize for u in locals_) > STATIC_SHARED_MAX else {}
+    # each __align__(16) array may start 16-aligned wherever ptxas places it: padded sizes bound the static total
+    padded = sum(_align16(u.dtype.size * u.dtype.base.itemsize) for u in locals_)
+    self._state.dynamic = offsets if padded > STATIC_SHARED_MAX else {}
     self._state.dynamic_bytes = total
     try: return super().render(name, uops)
     finally: self._state.dynamic = {}
