@@ -125,6 +125,9 @@ def _run_example(name: str, device: str, opts: str) -> tuple[float, float]:
 
 
 def cmd_doctor(args) -> int:
+  """Plugin errors, a bad KC_DEVICE, devices that should open here and cannot (BackendSpec.expected_everywhere), and
+  per device that opens a smoke test and the backend's own self-test (BackendSpec.self_test): each wrong result or
+  failure is a problem, and any problem makes the exit status 1."""
   from kc.runtime.device import Device
   print(f"kc {kc.__version__}")
   problems = 0
@@ -134,21 +137,49 @@ def cmd_doctor(args) -> int:
   if (problem := _kc_device_problem()) is not None:
     print(problem)
     problems += 1
+  broken = Device.broken()
   for name in Device.names():
-    reason = Device.unavailable_reason(name)
-    if reason is not None:
+    if name in broken:
+      print(f"{name}: BROKEN: {Device.spec(name).origin} is installed and should open on any machine, "
+            f"but cannot ({broken[name]})")
+      problems += 1
+      continue
+    if (reason := Device.unavailable_reason(name)) is not None:
       print(f"{name}: unavailable ({reason})")
       continue
-    try:
-      err, seconds = _run_example("add", name, "hand")
-      ok = err == 0.0
-      print(f"{name}: {'ok' if ok else 'WRONG RESULT'} (add of 65536 floats, max error {err:g}, {seconds * 1e6:.0f} us)")
-      problems += not ok
-    except Exception as e:  # the doctor reports a broken backend, whatever it raises, and goes on to the next one
-      print(f"{name}: FAILED ({type(e).__name__}: {e})")
-      problems += 1
+    problems += _smoke_test(name) + _self_test(name)
   print("no problems found" if not problems else f"{problems} problem{'s' if problems > 1 else ''} found")
   return 1 if problems else 0
+
+
+def _smoke_test(name: str) -> int:
+  """Runs the add example on device `name` and prints how it went; returns the number of problems (0 or 1)."""
+  try:
+    err, seconds = _run_example("add", name, "hand")
+    ok = err == 0.0
+    print(f"{name}: {'ok' if ok else 'WRONG RESULT'} (add of 65536 floats, max error {err:g}, {seconds * 1e6:.0f} us)")
+    return int(not ok)
+  except Exception as e:  # the doctor reports a broken backend, whatever it raises, and goes on to the next one
+    print(f"{name}: FAILED ({type(e).__name__}: {e})")
+    return 1
+
+
+def _self_test(name: str) -> int:
+  """Runs device `name`'s BackendSpec.self_test, if it has one, and prints each failed check (or one line when all
+  passed); returns the number of problems."""
+  from kc.runtime.device import Device
+  if (test := Device.spec(name).self_test) is None: return 0
+  try: results = test()
+  except Exception as e:  # a self-test that cannot run is a problem too, and the other devices still get checked
+    print(f"{name}: self-test FAILED ({type(e).__name__}: {e})")
+    return 1
+  if not isinstance(results, dict):
+    print(f"{name}: self-test FAILED (it returned {type(results).__name__}, not a dict of check -> problem or None)")
+    return 1
+  failed = {check: problem for check, problem in results.items() if problem is not None}
+  for check, problem in failed.items(): print(f"{name}: self-test {check}: WRONG: {problem}")
+  if not failed: print(f"{name}: self-test ok ({len(results)} checks)")
+  return len(failed)
 
 
 def cmd_render(args) -> int:
@@ -428,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
   d = sub.add_parser("devices", help="every registered device: plugin, availability, renderer limits, tensor cores")
   d.add_argument("--json", action="store_true")
   d.set_defaults(fn=cmd_devices)
-  sub.add_parser("doctor", help="plugin errors, versions and a one-kernel smoke test per available device").set_defaults(fn=cmd_doctor)
+  sub.add_parser("doctor", help="plugin errors, broken devices, and a smoke test and the backend's self-test per device"
+                 ).set_defaults(fn=cmd_doctor)
   c = sub.add_parser("conformance", help="run the conformance suite against devices (needs kc-conformance)")
   c.add_argument("--device", action="append", default=[], help="a device to certify (repeatable; default: the default device)")
   c.add_argument("--tier", default="run", choices=["render", "compile", "run"], help="run the tiers up to this one (default: all)")

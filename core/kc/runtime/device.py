@@ -7,7 +7,7 @@ the first time `kc.Device` is used, so `import kc` never pays for (or fails beca
 device is one of them, registered through the kc distribution's entry point like any other."""
 from __future__ import annotations
 from abc import ABC, abstractmethod
-import hashlib, json, operator, threading
+import hashlib, json, operator, threading, warnings
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
@@ -323,6 +323,7 @@ class DeviceRegistry:
     self._given_table, self._opened, self._lock = table, {}, threading.RLock()
     self._device_free_compilers: dict = {}  # name -> (spec, Compiler) for devices that cannot open here
     self._default: Optional[str] = None
+    self._fallbacks_warned: set[str] = set()  # broken devices DEFAULT has warned about passing over (once each)
 
   @property
   def table(self) -> PluginTable:
@@ -405,12 +406,33 @@ class DeviceRegistry:
     """$KC_DEVICE if set (or a name assigned here), else the highest-priority available device."""
     if (chosen := self._default or env_value("KC_DEVICE", "")):
       return self.spec(chosen).name
-    if avail := self.available(): return avail[0]
+    if avail := self.available():
+      self._warn_fallback(avail[0])
+      return avail[0]
     reasons = "; ".join(f"{n}: {self.table.unavailable_reason(n)}" for n in self.names()) or "no device is registered"
     raise DeviceUnavailable(f"no device can open here ({reasons}). Install kc-clang and a C compiler, or set KC_DEVICE")
 
   @DEFAULT.setter
   def DEFAULT(self, name: Optional[str]): self._default = None if name is None else self.spec(name).name
+
+  def broken(self) -> dict[str, str]:
+    """Devices that should open on any machine (BackendSpec.expected_everywhere) and cannot here, and why: a broken
+    installation or setting (KC_CC naming no compiler), not a machine without the hardware."""
+    specs = self.table.specs()
+    return {n: reason for n in self.names()
+            if specs[n].expected_everywhere and (reason := self.table.unavailable_reason(n)) is not None}
+
+  def _warn_fallback(self, default: str):
+    """Say once per device that DEFAULT is `default` because a higher-priority device that should open here cannot:
+    otherwise kernels silently move to another device (KC_CC=nonexistent-cc made OPENCL the default without a word)."""
+    from kc.runtime.plugins import PluginWarning  # imported here, as in `table`: `import kc` does not import pluggy
+    names = self.names()
+    for name, reason in self.broken().items():
+      if names.index(name) > names.index(default) or name in self._fallbacks_warned: continue
+      self._fallbacks_warned.add(name)
+      warnings.warn(f"device {name} ({self.spec(name).origin}) is installed but cannot open here: {reason}. The "
+                    f"default device is {default} instead; fix {name} or set KC_DEVICE={default} to choose it (kc "
+                    "doctor checks the devices)", PluginWarning, stacklevel=3)
 
 
 Device = DeviceRegistry()

@@ -72,7 +72,14 @@ class BackendSpec:
     (NVRTC, a cross compiler): the conformance compile tier then runs on machines that cannot run the device. None:
     the compiler is taken from the opened device.
   distribution / version: the distribution that provides the device and its version, shown by `kc devices` and
-    in every error about the device; filled in from the entry point's distribution when left empty."""
+    in every error about the device; filled in from the entry point's distribution when left empty.
+  self_test: the backend's own checks, run by `kc doctor` on a device that opens here: returns each check's name
+    mapped to None when it passed, else the problem as a sentence (what was wrong, with what compiler or driver, and
+    what to do). For what a smoke test cannot see: a compiler version known to miscompile, a driver quirk. None: none.
+  expected_everywhere: True for a device that needs nothing a machine may lack by design (no GPU, another OS), only
+    what its plugin's installation brings (CLANG: a C compiler). Then a device that cannot open is a broken
+    installation: `kc doctor` reports it as a problem and kc.Device.DEFAULT warns once when it falls back past it.
+    False (default): a device that cannot open is simply absent here, as CUDA is without a GPU."""
   name: str
   api_version: int
   priority: int
@@ -82,6 +89,8 @@ class BackendSpec:
   distribution: str = ""
   version: str = ""
   compiler: Optional[Callable[[], Any]] = None  # -> kc.backend.Compiler (declared by kc.runtime.device)
+  self_test: Optional[Callable[[], dict[str, Optional[str]]]] = None
+  expected_everywhere: bool = False
 
   @property
   def origin(self) -> str:
@@ -135,6 +144,8 @@ def validate_spec(spec: Any, origin: str) -> BackendSpec:
     raise PluginError(f"{origin}: device {spec.name} has a renderer that is not callable")
   if spec.compiler is not None and not callable(spec.compiler):
     raise PluginError(f"{origin}: device {spec.name} has a compiler that is not callable")
+  if spec.self_test is not None and not callable(spec.self_test):
+    raise PluginError(f"{origin}: device {spec.name} has a self_test that is not callable")
   return dataclasses.replace(spec, name=spec.name.upper())
 
 
