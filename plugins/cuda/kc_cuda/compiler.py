@@ -226,18 +226,18 @@ class NVRTCCompiler(Compiler):
         first = next((ln.strip() for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else err.name)
         raise CompileError(f"NVRTC {nvrtc_version()} failed to compile for {self.arch}: {first}", src=src,
                            log=log + ("\n" + error_context(src, log) if _ERROR_LINE.search(log) else ""))
-      size = _check(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-      cubin = b" " * size
+      cubin = bytearray(_check(nvrtc, nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize"))
       _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
     finally: nvrtc.nvrtcDestroyProgram(prog)
     m = re.search(re.escape(DYNAMIC_SHARED_MARKER) + r" (\d+)", src)
     # the CUDA major that built the cubin: a driver of an older major cannot load it
     meta = {"arch": self.arch, "cuda": nvrtc_major(), "dynamic_shared": int(m.group(1)) if m else 0}
-    return pack_library(meta, cubin), log
+    return pack_library(meta, bytes(cubin)), log
 
   @staticmethod
   def _log(nvrtc, prog) -> str:
-    size = _check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-    buf = b" " * size
+    # NVRTC writes into the buffer: it must be a bytearray. A bytes object would be written in place, and an empty
+    # log's one-byte b" " is the interpreter's shared b" ", which every later b" " (print's separator) would then be NUL
+    buf = bytearray(_check(nvrtc, nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize"))
     _check(nvrtc, nvrtc.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
-    return buf.rstrip(b"\0").decode(errors="replace")
+    return bytes(buf).rstrip(b"\0").decode(errors="replace")

@@ -1,6 +1,6 @@
 """The CUDA renderer and NVRTC compiler with no GPU: CUDA C for each arch compiles to cubin, tensor-core kernels
 included; errors are typed and say where; limits are the Kernel's to refuse, never a launch's."""
-import re
+import re, subprocess, sys
 import pytest
 import kc
 from kc import KernelOptError, Opt, OptOps, dtypes
@@ -129,3 +129,14 @@ def test_arch_from_environment(monkeypatch):
   assert kc_cuda.device_renderer().arch == "sm_80" and not any(m.min_capability > 80 for m in kc_cuda.device_renderer().mmas)
   monkeypatch.setenv("KC_CUDA_ARCH", "volta")
   with pytest.raises(ConfigError, match="KC_CUDA_ARCH"): kc_cuda.device_renderer()
+
+
+def test_reading_nvrtcs_log_leaves_the_interpreters_bytes_alone():
+  # a kernel that compiles has a one-byte log (its NUL): read into a bytes object, NVRTC overwrote the interpreter's
+  # shared b" ", and print then wrote NUL between its arguments. In a fresh interpreter, so a regression cannot poison this one
+  code = ("from kc_cuda.compiler import NVRTCCompiler\n"
+          "lib, log = NVRTCCompiler('sm_90').compile_with_log('extern \"C\" __global__ void k(float* a) { a[0] = a[1]; }')\n"
+          "assert log == '' and lib.startswith(b'KCCUDA1'), log\n"
+          "print('a', 'b', b' '[0], (b'x' * 2).replace(b'x', b' ')[0])\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
+  assert out == b"a b 32 32\n", out
