@@ -8,7 +8,8 @@
 
 Every figure is the median kernel time over repeated launches, as CUDA events measure it (what kc.compile'd kernels
 return), after one warm-up launch; every result is checked against numpy first (the matmuls on a slice of rows).
-Without a CUDA GPU it says why and exits 0. Run: python benchmarks/bench_cuda.py [--json PATH] [--quick]
+--json is rewritten after every row, so a timeout keeps the rows before it; a wrong result or a kc error is that row's
+"error" and the others still run (exit 1 at the end). Without a CUDA GPU it says why and exits 0. Run: python benchmarks/bench_cuda.py [--json PATH] [--quick]
 (--quick: small sizes, no RESULTS.md section)."""
 from __future__ import annotations
 import argparse, json, pathlib, re, statistics, sys
@@ -74,6 +75,10 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
 def bf16_values(bits: np.ndarray) -> np.ndarray: return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+class WrongResult(Exception):
+  """A kernel's result that numpy disagrees with: the row is reported as an error, never timed."""
+
+
 def relative_error(got: np.ndarray, ref: np.ndarray) -> float:
   return float(np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max())))
 
@@ -87,7 +92,7 @@ def bench_add(dev, n: int, repeats: int) -> dict:
   ck = kc.compile(A.sink(A.store(0, F(1) + F(2))), device=DEVICE, opts="hand")
   out, bx, by = Buffer(DEVICE, n, dtypes.float32).allocate(), to_device(x, dtypes.float32), to_device(y, dtypes.float32)
   ck(out, bx, by)
-  if (err := relative_error(out.numpy(), x + y)) != 0: raise SystemExit(f"kc CUDA add is wrong: relative error {err:.2e}")
+  if (err := relative_error(out.numpy(), x + y)) != 0: raise WrongResult(f"kc CUDA add is wrong: relative error {err:.2e}")
   add_s = median_kernel_time(lambda: ck(out, bx, by), repeats)
   copy = lambda: dev.allocator.copy_device(out._buf, bx._buf, 4 * n, wait=False)  # noqa: E731
   copy_s = statistics.median(event_time(dev, copy) for _ in range(repeats + 1))
@@ -131,7 +136,7 @@ def bench_matmul(dev, n: int, kind: str, data: tuple[np.ndarray, np.ndarray], re
   got = out.numpy().reshape(n, n)[:check_rows]
   tol = 1e-3 if "TC" not in opts_text(ck.kernel.applied_opts) else 1e-2  # a float32 tensor core computes in tf32
   if (err := relative_error(got, a_ref @ b_ref)) > tol:
-    raise SystemExit(f"kc CUDA {kind} matmul {n} is wrong on its first {check_rows} rows: relative error {err:.2e} > {tol}")
+    raise WrongResult(f"kc CUDA {kind} matmul {n} is wrong on its first {check_rows} rows: relative error {err:.2e} > {tol}")
   s = median_kernel_time(lambda: ck(out, ba, bb), repeats)
   row = {"n": n, "kind": kind, "kc_s": s, "kc_TFLOPs": 2 * n ** 3 / s / 1e12, "opts": opts_text(ck.kernel.applied_opts),
          "tensor_cores": "TC" in opts_text(ck.kernel.applied_opts), "max_rel_error": err}
@@ -164,15 +169,27 @@ def markdown(fig: dict) -> str:
   lines = [f"### CUDA: {dev['name']} ({dev['arch']}, driver {dev['driver']})", "",
            "Median kernel times from CUDA events; results checked against numpy first.", "",
            "| elementwise add, 2^26 floats | kc GB/s | cuMemcpyDtoD GB/s | kc / memcpy |", "|---|---|---|---|"]
-  a = fig["add"]
-  lines.append(f"| {a['opts']} | {a['kc_add_GBps']:.0f} | {a['memcpy_dtod_GBps']:.0f} | {a['ratio_to_memcpy']:.2f} |")
+  a = fig.get("add", {"error": "not run"})
+  if "error" in a: lines.append(f"| error: {a['error']} | - | - | - |")
+  else: lines.append(f"| {a['opts']} | {a['kc_add_GBps']:.0f} | {a['memcpy_dtod_GBps']:.0f} | {a['ratio_to_memcpy']:.2f} |")
   lines += ["", "| matmul | n | kc TFLOP/s | torch TFLOP/s | kc / torch | of peak | opts |", "|---|---|---|---|---|---|---|"]
   for r in fig["matmul"]:
+    if "error" in r:
+      lines.append(f"| {r['kind']} | {r['n']} | error: {r['error']} | - | - | - | - |")
+      continue
     torch_s = f"{r['torch_TFLOPs']:.1f}" if r.get("torch_TFLOPs") else "-"
     ratio = f"{r['ratio_to_torch']:.2f}" if r.get("ratio_to_torch") else "-"
     peak = f"{r['fraction_of_peak']:.0%}" if "fraction_of_peak" in r else "-"
     lines.append(f"| {r['kind']} | {r['n']} | {r['kc_TFLOPs']:.1f} | {torch_s} | {ratio} | {peak} | {r['opts']} |")
   return "\n".join(lines)
+
+
+def guarded(label: str, fields: dict, bench: Callable[[], dict]) -> dict:
+  """bench()'s row, or `fields` and the error where the result was wrong or kc raised: the other rows still run."""
+  try: return bench()
+  except (WrongResult, kc.KcError) as e:
+    print(f"{label}: {type(e).__name__}: {e}", flush=True)
+    return {**fields, "error": f"{type(e).__name__}: {e}"}
 
 
 def unavailable() -> Optional[str]:
@@ -196,26 +213,31 @@ def main() -> int:
   fig: dict = {"available": True, "device": {"name": p.name, "arch": p.arch, "driver": p.driver_version_text,
                                              "sms": p.multiprocessor_count, "memory_bandwidth_Bps": p.memory_bandwidth},
                "peaks": peaks_for(p.name)}
-  fig["add"] = bench_add(dev, n_add, repeats)
-  print(f"add {n_add}: kc {fig['add']['kc_add_GBps']:.0f} GB/s, memcpy {fig['add']['memcpy_dtod_GBps']:.0f} GB/s", flush=True)
+  def save():  # after every row: a timeout later keeps what was measured before it
+    if args.json: pathlib.Path(args.json).write_text(json.dumps(fig, indent=2))
+  fig["add"] = guarded(f"add {n_add}", {"n": n_add}, lambda: bench_add(dev, n_add, repeats))
+  if "error" not in fig["add"]:
+    print(f"add {n_add}: kc {fig['add']['kc_add_GBps']:.0f} GB/s, memcpy {fig['add']['memcpy_dtod_GBps']:.0f} GB/s", flush=True)
+  fig["matmul"] = []
+  save()
   rng = np.random.default_rng(1)
   big = max(sizes)
   a_all, b_all = (rng.random((big, big), dtype=np.float32) * 2 - 1 for _ in range(2))
-  fig["matmul"] = []
   for n in sizes:
     data = (np.ascontiguousarray(a_all[:n, :n]), np.ascontiguousarray(b_all[:n, :n]))
     for kind in MATMULS:
-      row = bench_matmul(dev, n, kind, data, repeats, check_rows=min(n, 64))
-      if (t := torch_matmul(n, kind, data, row["tensor_cores"], repeats)) is not None:
-        row["torch_TFLOPs"], row["ratio_to_torch"] = t, row["kc_TFLOPs"] / t
+      row = guarded(f"{kind} {n}", {"n": n, "kind": kind}, lambda: bench_matmul(dev, n, kind, data, repeats, check_rows=min(n, 64)))
+      if "error" not in row:
+        if (t := torch_matmul(n, kind, data, row["tensor_cores"], repeats)) is not None:
+          row["torch_TFLOPs"], row["ratio_to_torch"] = t, row["kc_TFLOPs"] / t
+        print(f"{kind} {n}: kc {row['kc_TFLOPs']:.1f} TFLOP/s ({row['opts']})"
+              + (f", torch {row['torch_TFLOPs']:.1f}" if "torch_TFLOPs" in row else ""), flush=True)
       fig["matmul"].append(row)
-      print(f"{kind} {n}: kc {row['kc_TFLOPs']:.1f} TFLOP/s ({row['opts']})"
-            + (f", torch {row['torch_TFLOPs']:.1f}" if "torch_TFLOPs" in row else ""), flush=True)
+      save()
   text = markdown(fig)
   print(text)
-  if args.json: pathlib.Path(args.json).write_text(json.dumps(fig, indent=2))
   if not args.quick: write_section("bench_cuda", text)
-  return 0
+  return 1 if any("error" in r for r in [fig["add"], *fig["matmul"]]) else 0
 
 
 if __name__ == "__main__":

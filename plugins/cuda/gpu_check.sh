@@ -1,30 +1,51 @@
 #!/usr/bin/env bash
-# The CUDA device's check on a machine with an NVIDIA GPU and driver: install kc, kc-cuda and the conformance suite
-# into a virtual environment, show what kc sees, run kc-cuda's own tests (its GPU tests included), the conformance
-# suite on CUDA (all tiers) and the CUDA benchmark. Everything lands in $OUT (default ./gpu_check_out).
+# The CUDA device's check on a machine with an NVIDIA GPU and driver, offline: install kc, kc-cuda and the conformance
+# suite into the machine's own Python, show what kc sees, run kc-cuda's own tests (its GPU tests included), the
+# conformance suite on CUDA (all tiers) and the CUDA benchmark. Everything lands in $OUT (default ./gpu_check_out).
 #
-# Run from the repository root:  bash plugins/cuda/gpu_check.sh
-# Every step is bounded by `timeout` and the whole run by KC_GPU_CHECK_BUDGET seconds (default 450, under 8 minutes
-# with the install); a failing step does not stop the next, and the script exits 1 at the end if any step failed.
+# Run from anywhere in the repository:  bash plugins/cuda/gpu_check.sh
+#
+# It uses the Python it is given as it is (a GPU image's Python is often itself a virtual environment, whose packages
+# a new venv would not see): `pip install --no-deps --no-build-isolation --no-index -e . -e plugins/cuda -e conformance`
+# needs no network. Before that it checks that every module the run imports is there and names what is missing; a
+# missing one can be carried in as wheels (KC_WHEELHOUSE), which it installs from with --no-index first. Make them on
+# a machine with a network:  bash plugins/cuda/gpu_check.sh wheels   (into build/gpu-wheels, ~1 MiB)
+#
+# The steps' caps add up to less than KC_GPU_CHECK_BUDGET (default 540 s), so the whole run fits one 10-minute call;
+# a step also never runs past what is left of the budget. A failing step does not stop the next, except that nothing
+# runs after a failed preflight or install, and nothing that needs a GPU runs where none can open. The benchmark
+# rewrites its JSON after every row. Exit status: 0 all passed, 1 a step failed, 3 no GPU here (everything before
+# that passed).
 #
 # Settings (environment):
 #   OUT                  where reports go (default ./gpu_check_out)
-#   PYTHON               the interpreter that makes the virtual environment (default python3)
-#   KC_GPU_VENV          the virtual environment (default .venv-gpu-check; reused when it exists). It sees the system's
-#                        site-packages, so a torch (or cuda-bindings) the machine already has is used as it is
-#   KC_GPU_TORCH=1       pip install torch too (a large download; without it torch is used only if already present)
-#   KC_PIP_OFFLINE=1     install without an index (--no-index --no-build-isolation), from KC_WHEELHOUSE if set
-#   KC_GPU_SKIP_INSTALL=1  use KC_GPU_VENV as it is (kc, kc-cuda and kc-conformance already installed in it)
-#   KC_GPU_CHECK_BUDGET  seconds for all steps together (default 450)
+#   PYTHON               the interpreter to install into and run (default python3)
+#   KC_WHEELHOUSE        a folder of wheels for modules the Python lacks (default build/gpu-wheels where it exists;
+#                        a path that is no folder, e.g. none, installs nothing from wheels)
+#   KC_GPU_SKIP_INSTALL=1  kc, kc-cuda and kc-conformance are already installed in PYTHON
+#   KC_GPU_WORKERS       conformance processes (default 8)
+#   KC_GPU_SPECS         the conformance specs (default none,hand,random,tc: the single-opt specs are the shared
+#                        lowering, which CI certifies on EMU impersonating CUDA)
+#   KC_GPU_CHECK_BUDGET  seconds for all steps together (default 540)
 set -u
 cd "$(dirname "$0")/../.." || exit 2
+PYTHON=${PYTHON:-python3}
+WHEELHOUSE=${KC_WHEELHOUSE:-$([[ -d build/gpu-wheels ]] && echo build/gpu-wheels)}
+# what the run needs that a GPU image with torch, cupy, NVIDIA's CUDA wheels and pytest may lack
+CARRIED_WHEELS="jsonschema"
+
+if [[ "${1:-}" == wheels ]]; then  # on a networked machine: the wheels of CARRIED_WHEELS for Python 3.12 on x86-64 Linux
+  exec "$PYTHON" -m pip download --only-binary=:all: --python-version "${KC_GPU_PYTHON_VERSION:-3.12}" \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "${KC_WHEELHOUSE:-build/gpu-wheels}" $CARRIED_WHEELS
+fi
+
 OUT=${OUT:-./gpu_check_out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-PYTHON=${PYTHON:-python3}
-VENV=${KC_GPU_VENV:-.venv-gpu-check}
-BUDGET=${KC_GPU_CHECK_BUDGET:-450}
+BUDGET=${KC_GPU_CHECK_BUDGET:-540}
 DEADLINE=$(( $(date +%s) + BUDGET ))
+KILL_GRACE=10  # timeout's --kill-after: a step may overrun its limit by this much
 # a fresh compile cache: a stale entry from another kc must not decide what runs
 export KC_CACHE_DIR=${KC_CACHE_DIR:-$(mktemp -d)}
 exec > >(tee "$OUT/gpu_check.log") 2>&1
@@ -33,78 +54,134 @@ FAILED=()
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 
-# step NAME CAP_SECONDS COMMAND...: run COMMAND for at most CAP seconds and what is left of the budget
+# step NAME CAP_SECONDS COMMAND...: run COMMAND for at most CAP seconds and never past the budget; returns its status
 step() {
   local name=$1 cap=$2; shift 2
-  local left=$(( DEADLINE - $(date +%s) ))
+  local left=$(( DEADLINE - $(date +%s) - KILL_GRACE ))
   local limit=$(( cap < left ? cap : left ))
   echo
   echo "=== $name (at most ${limit}s) ==="
-  if (( limit < 10 )); then
+  if (( limit < 5 )); then
     echo "skipped: the time budget of ${BUDGET}s is spent"
     FAILED+=("$name")
     echo "$name: skipped (no time left)" >> "$SUMMARY"
-    return
+    return 124
   fi
   local start=$(date +%s)
   # a fresh bash runs the step: timeout runs programs, and the step functions are exported to it
-  timeout --kill-after=10 "$limit" bash -c '"$@"' step "$@"
+  timeout --kill-after=$KILL_GRACE "$limit" bash -c '"$@"' step "$@"
   local rc=$?
   local took=$(( $(date +%s) - start ))
   if (( rc == 124 || rc == 137 )); then echo "--- $name timed out after ${limit}s"; fi
   if (( rc != 0 )); then FAILED+=("$name"); fi
   echo "$name: rc=$rc in ${took}s" | tee -a "$SUMMARY"
+  return $rc
 }
 
-PIP_FLAGS="--disable-pip-version-check --progress-bar off"
-if [[ "${KC_PIP_OFFLINE:-0}" == 1 ]]; then
-  PIP_FLAGS+=" --no-index --no-build-isolation"
-  [[ -n "${KC_WHEELHOUSE:-}" ]] && PIP_FLAGS+=" --find-links $KC_WHEELHOUSE"
-fi
-export OUT VENV PYTHON PIP_FLAGS
+finish() {  # the summary, then exit with $1 where no step failed
+  echo
+  echo "=== summary ==="
+  cat "$SUMMARY"
+  if (( ${#FAILED[@]} )); then echo "failed: ${FAILED[*]}"; exit 1; fi
+  exit "$1"
+}
 
-make_venv() { [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$VENV"; }
+# every module the run imports: "module pip-name why", one a line
+export REQUIRED_MODULES="numpy numpy kc
+pluggy pluggy kc's plugin registry
+cuda.bindings cuda-bindings NVRTC and the CUDA driver
+cuda.pathfinder cuda-pathfinder finding the CUDA headers
+pytest pytest the plugin tests and the conformance suite
+xdist pytest-xdist conformance in several processes
+hypothesis hypothesis the plugin tests
+ml_dtypes ml-dtypes the plugin tests' fp8 and bfloat16 references
+jsonschema jsonschema the conformance report (validated before it is written)"
+export OUT PYTHON WHEELHOUSE
+
+missing_modules() {  # prints "pip-name (module: why)" for each REQUIRED_MODULES entry that does not import
+  "$PYTHON" - <<'EOF'
+import importlib, os
+for line in os.environ["REQUIRED_MODULES"].splitlines():
+  module, pip_name, why = line.split(" ", 2)
+  try: importlib.import_module(module)
+  except Exception as e: print(f"{pip_name} ({module}: {why}; {type(e).__name__}: {e})")
+EOF
+}
+preflight() {
+  "$PYTHON" -c "import sys; print(sys.executable, sys.version.split()[0], '(a virtual environment)' if sys.prefix != sys.base_prefix else '')" || return 1
+  "$PYTHON" -c "import sys; sys.exit(sys.version_info < (3, 10))" || { echo "kc needs Python 3.10 or newer"; return 1; }
+  if [[ "${KC_GPU_SKIP_INSTALL:-0}" != 1 ]]; then
+    "$PYTHON" -c "import setuptools, sys; v = tuple(int(x) for x in setuptools.__version__.split('.')[:2]); print('setuptools', setuptools.__version__); sys.exit(v < (64, 0))" \
+      || { echo "missing: setuptools>=64 (installing kc with --no-build-isolation builds with the Python's own setuptools)"; return 1; }
+  fi
+  local missing
+  missing=$(missing_modules)
+  if [[ -n "$missing" && -d "$WHEELHOUSE" ]]; then
+    echo "installing from $WHEELHOUSE (--no-index): $(ls "$WHEELHOUSE" | tr '\n' ' ')"
+    "$PYTHON" -m pip install --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" $(echo "$missing" | cut -d' ' -f1) || return 1
+    missing=$(missing_modules)
+  fi
+  if [[ -n "$missing" ]]; then
+    echo "missing, and no network to install them from:"
+    echo "$missing" | sed 's/^/  /'
+    echo "carry them in: on a machine with a network, 'bash plugins/cuda/gpu_check.sh wheels' fills build/gpu-wheels; bring that folder along (or set KC_WHEELHOUSE)"
+    return 1
+  fi
+  echo "every module the run imports is there"
+  "$PYTHON" -c "import torch; print('torch', torch.__version__, 'for CUDA', torch.version.cuda)" 2>/dev/null \
+    || echo "torch is not importable: the benchmark leaves out the torch.matmul comparison"
+}
 install_kc() {
-  "$VENV/bin/python" -m pip install $PIP_FLAGS -e '.[test]' -e plugins/cuda -e 'conformance[parallel]'
+  "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index -e . -e plugins/cuda -e conformance
 }
-install_torch() { "$VENV/bin/python" -m pip install $PIP_FLAGS torch; }
+kc_cli() { "$PYTHON" -c 'import sys; from kc.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
+show_nvrtc() {  # needs no GPU: NVRTC and the headers it compiles with, and one kernel through both
+  "$PYTHON" - <<'EOF'
+from kc_cuda.compiler import NVRTCCompiler, bindings_major, cuda_headers, nvrtc_version
+h = cuda_headers()
+print(f"cuda-bindings for CUDA {bindings_major()}, NVRTC {nvrtc_version()}, CUDA {h.version_text} headers in {h.path} (found by {h.found_via})")
+src = '#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nextern "C" __global__ void k(half* a, nv_bfloat16* b) { a[0] = a[1]; b[0] = b[1]; }\n'
+print("a half and bfloat16 kernel compiles to", len(NVRTCCompiler("sm_90").compile_uncached(src)), "bytes of cubin for sm_90")
+EOF
+}
 show_gpu() {
   if command -v nvidia-smi > /dev/null; then nvidia-smi -L; else echo "nvidia-smi is not on PATH"; fi
-  "$VENV/bin/kc" devices
-  "$VENV/bin/python" -c "import kc_cuda.driver as d; r = d.unavailable_reason(); print('CUDA:', r or d.device_props(d.selected_ordinal()))"
-  "$VENV/bin/python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>/dev/null \
-    || echo "torch: not installed (KC_GPU_TORCH=1 installs it)"
+  kc_cli devices
 }
-cuda_available() { "$VENV/bin/python" -c "import sys, kc_cuda.driver as d; r = d.unavailable_reason(); print(r or 'CUDA is available'); sys.exit(r is not None)"; }
+cuda_available() { "$PYTHON" -c "import sys, kc_cuda.driver as d; r = d.unavailable_reason(); print(r or 'CUDA is available: ' + str(d.device_props(d.selected_ordinal()))); sys.exit(r is not None)"; }
 plugin_tests() {
-  "$VENV/bin/python" -m pytest -q -p no:cacheprovider -rs plugins/cuda/tests --junitxml="$OUT/cuda_plugin_tests.xml"
+  "$PYTHON" -m pytest -q -p no:cacheprovider -rs -n 4 plugins/cuda/tests --junitxml="$OUT/cuda_plugin_tests.xml"
 }
 conformance() {
-  "$VENV/bin/kc" conformance --device CUDA -n 4 --report "$OUT/cuda_conformance.json" --junitxml "$OUT/cuda_conformance.xml"
+  kc_cli conformance --device CUDA -n "${KC_GPU_WORKERS:-8}" --specs "${KC_GPU_SPECS:-none,hand,random,tc}" \
+    --report "$OUT/cuda_conformance.json" --report "$OUT/cuda_conformance.html" --junitxml "$OUT/cuda_conformance.xml"
 }
 bench() {
-  "$VENV/bin/python" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json" && cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
+  local rc=0
+  "$PYTHON" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json" || rc=$?
+  cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
+  return $rc
 }
+export -f missing_modules preflight install_kc kc_cli show_nvrtc show_gpu cuda_available plugin_tests conformance bench
 
-export -f make_venv install_kc install_torch show_gpu cuda_available plugin_tests conformance bench
+# the caps: they add up to at most the default budget, each step's limit is also what is left of it
+CAPS=(preflight:30 install:60 nvrtc:30 devices:30 cuda-available:20 plugin-tests:90 conformance:170 bench:100)
+cap() { local c; for c in "${CAPS[@]}"; do [[ ${c%%:*} == "$1" ]] && echo "${c#*:}"; done; }
+total=0; for c in "${CAPS[@]}"; do total=$(( total + ${c#*:} )); done
 
-echo "kc CUDA check: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(uname -srm), budget ${BUDGET}s, reports in $OUT"
-if [[ "${KC_GPU_SKIP_INSTALL:-0}" == 1 ]]; then echo "using $VENV as it is (KC_GPU_SKIP_INSTALL=1)"; else
-  step venv 60 make_venv
-  step install 180 install_kc
+echo "kc CUDA check: $(git rev-parse --short HEAD 2>/dev/null || echo 'no git') on $(uname -srm), budget ${BUDGET}s" \
+     "(step caps add up to ${total}s), reports in $OUT"
+step preflight "$(cap preflight)" preflight || finish 1
+if [[ "${KC_GPU_SKIP_INSTALL:-0}" == 1 ]]; then echo "kc is installed in $PYTHON already (KC_GPU_SKIP_INSTALL=1)"
+else step install "$(cap install)" install_kc || finish 1; fi
+step nvrtc "$(cap nvrtc)" show_nvrtc
+step devices "$(cap devices)" show_gpu
+if ! step cuda-available "$(cap cuda-available)" cuda_available; then
+  unset 'FAILED[${#FAILED[@]}-1]'
+  echo "no GPU here: the plugin tests, the conformance run tier and the benchmark need one; stopping before them"
+  finish 3
 fi
-if [[ "${KC_GPU_TORCH:-0}" == 1 ]]; then step install-torch 180 install_torch; fi
-step devices 60 show_gpu
-step cuda-available 30 cuda_available
-step plugin-tests 120 plugin_tests
-step conformance 240 conformance
-step bench 150 bench
-
-echo
-echo "=== summary ==="
-cat "$SUMMARY"
-if (( ${#FAILED[@]} )); then
-  echo "failed: ${FAILED[*]}"
-  exit 1
-fi
-echo "all steps passed"
+step plugin-tests "$(cap plugin-tests)" plugin_tests
+step conformance "$(cap conformance)" conformance
+step bench "$(cap bench)" bench
+finish 0
