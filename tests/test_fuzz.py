@@ -99,3 +99,225 @@ def test_injected_crash_and_untyped_error_are_recorded_and_the_run_goes_on(tmp_p
   for r in data["results"]:
     if r["outcome"] == "untyped-error": assert "RuntimeError" in r["message"]
     if r["outcome"] == "crash": assert "SIGSEGV" in r["message"]
+
+
+# ***** the generator families (kc.fuzz.families) *****
+
+from kc.fuzz.families import FAMILIES, pick_family  # noqa: E402
+from kc.fuzz.recipe import NARROW_FLOATS, evaluate, narrow_round  # noqa: E402
+from kc.fuzz.tolerance import Bound, compare, output_bound  # noqa: E402
+
+_SEEDS = range(200)
+
+
+def _family(name: str, seeds=_SEEDS):
+  return [generate(case_seed(11, i), family=name) for i in seeds]
+
+
+def _inputs(r):
+  return [(r.nodes[n].kc, r.data[n]) for n in r.live() if r.nodes[n].op == "input"]
+
+
+def _kc_dtype(kc_src: str) -> str: return kc_src.split("dtypes.")[1].split(",")[0]
+
+
+def test_families_are_drawn_by_seed_and_classic_keeps_the_old_generator():
+  from kc.fuzz.generate import Generator
+  drawn = [pick_family(case_seed(1, i)) for i in range(400)]
+  assert set(drawn) == set(FAMILIES) and 0.5 < drawn.count("classic") / len(drawn) < 0.7
+  for i in range(40):   # a classic seed makes exactly the kernel the generator made before there were families
+    s = case_seed(1, i)
+    if pick_family(s) == "classic": assert kc_lines(generate(s)) == kc_lines(Generator(s).recipe())
+  assert pick_family(5, ("intdiv",)) == "intdiv"
+  with pytest.raises(Exception, match="unknown fuzz family 'nope'"): generate(1, family="nope")
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "classic"])
+def test_family_cases_are_deterministic_and_sound(family):
+  for i in range(40):
+    a, b = generate(case_seed(2, i), family=family), generate(case_seed(2, i), family=family)
+    assert kc_lines(a) == kc_lines(b) and a.family == family
+    assert reference(a) is not None, kc_lines(a)
+
+
+def test_specials_appear_in_every_dtype():
+  seen: dict[str, set] = {}
+  for r in _family("specials"):
+    for src, v in _inputs(r):
+      dt, got = _kc_dtype(src), seen.setdefault(_kc_dtype(src), set())
+      if v.dtype.kind == "f":
+        if np.isnan(v).any(): got.add("nan")
+        if (v == np.inf).any(): got.add("+inf")
+        if (v == -np.inf).any(): got.add("-inf")
+        if ((v == 0) & np.signbit(v)).any(): got.add("-0.0")
+      elif v.dtype.kind in "iu":
+        info = np.iinfo(v.dtype)
+        got.update(name for name, x in (("min", info.min), ("max", info.max), ("0", 0), ("-1", -1 if info.min < 0 else info.max)) if (v == x).any())
+  for dt in ("float32", "float16", "bfloat16", "fp8e5m2"): assert seen[dt] >= {"nan", "+inf", "-inf", "-0.0"}, (dt, seen.get(dt))
+  assert seen["fp8e4m3"] >= {"nan", "-0.0"}   # e4m3fn has no inf: an inf input becomes NaN, as in ml_dtypes
+  for dt in ("int8", "int16", "int32", "int64", "uint8", "uint64"): assert seen[dt] >= {"min", "max", "0", "-1"}, (dt, seen.get(dt))
+  # and NaN and infs reach the outputs, with ordinary values still the most of them
+  outs = [reference(r).want[0] for r in _family("specials")]
+  floats = [w for w in outs if w.dtype.kind == "f"]
+  assert sum(np.isnan(w).any() for w in floats) > 10 and sum(np.isinf(w).any() for w in floats) > 10
+  allf = np.concatenate([w.reshape(-1) for w in floats])
+  assert np.isfinite(allf).mean() > 0.5
+
+
+def test_narrow_floats_are_rounded_once_with_kcs_codec():
+  for r in _family("specials", range(120)):
+    values = evaluate(r)
+    for i in r.live():
+      if (dt := r.nodes[i].dtype):
+        v = values[i]
+        assert dt in NARROW_FLOATS and v.dtype == np.float32
+        assert np.array_equal(narrow_round(v, dt), v, equal_nan=True), (dt, r.nodes[i])
+  r = next(r for r in _family("specials") if r.nodes[r.outputs[0]].dtype == "bfloat16")
+  assert r.output_dtypes() == {0: "bfloat16"} and all(a.dtype in (np.uint16, np.uint8) or a.dtype.kind != "f" or a.dtype.itemsize >= 2
+                                                     for a in r.inputs().values())
+
+
+def test_int_division_corners_of_every_width_and_numpy_agrees_with_kcs_docs():
+  seen = set()
+  for r in _family("intdiv", range(300)):
+    values = evaluate(r)
+    for i in r.live():
+      n = r.nodes[i]
+      if n.op not in ("idiv", "mod"): continue
+      a = values[n.srcs[0]]
+      info = np.iinfo(a.dtype)
+      div = values[n.srcs[1]] if len(n.srcs) > 1 else np.array([int(n.np.split("(")[-1].rstrip(")"))], a.dtype)
+      for name, x in (("MIN", info.min), ("-1", -1 if info.min < 0 else info.max), ("0", 0)):
+        if (div == x).any(): seen.add((a.dtype.name, n.op, name))
+  for dt in ("int8", "int16", "int32", "int64"):
+    for op in ("idiv", "mod"): assert {(dt, op, "MIN"), (dt, op, "-1"), (dt, op, "0")} <= seen, (dt, op)
+  # docs/IR.md: MIN // -1 wraps to MIN, MIN % -1 is 0, a divisor of 0 gives 0: numpy, the reference, says the same
+  for dt in (np.int8, np.int16, np.int32, np.int64):
+    mn = np.array([np.iinfo(dt).min], dt)
+    with np.errstate(all="ignore"):
+      assert (mn // dt(-1))[0] == mn[0] and (mn % dt(-1))[0] == 0 and (mn // dt(0))[0] == 0 and (mn % dt(0))[0] == 0
+
+
+def test_computed_values_are_padded_clipped_and_compared_with_nan():
+  ops = [" ".join(kc_lines(r)) for r in _family("computed")]
+  assert any("//" in s and ".pad(" in s for s in ops)
+  assert any("**" in s and ".clip(" in s for s in ops)
+  assert any(".where(" in s and " * " in s for s in ops)
+  assert any(("maximum(float('nan'))" in s or "minimum(float('nan'))" in s) for s in ops)
+
+
+def test_compares_and_any_all_of_every_width():
+  reduced, compared, casts = set(), set(), set()
+  for r in _family("compare", range(300)):
+    srcs = {_kc_dtype(src) for src, _ in _inputs(r)}
+    text = " ".join(kc_lines(r))
+    if ".any(" in text or ".all(" in text: reduced |= srcs
+    if any(f" {c} " in text for c in ("<", ">", "<=", ">=", "==", "!=")): compared |= srcs
+    casts.update(ln.split("dtypes.")[-1].rstrip(")") for ln in kc_lines(r) if ".cast(" in ln)
+  every = {"bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32", "bfloat16", "fp8e4m3", "fp8e5m2"}
+  assert reduced == every and compared >= every - {"bool"}
+  assert {"int64", "int32", "uint8", "float32"} <= casts
+
+
+def test_low_precision_matmuls_against_a_once_rounded_reference():
+  rs = _family("lowp_matmul", range(40))
+  assert {_kc_dtype(_inputs(r)[0][0]) for r in rs} == {"float16", "bfloat16"}
+  rounded = 0
+  for r in rs:
+    ref, values = reference(r), evaluate(r)
+    (a, b) = [values[n] for n in r.live() if r.nodes[n].op == "input"]
+    once = np.matmul(a.astype(np.float32), b.astype(np.float32))
+    want = once.astype(np.float16) if a.dtype == np.float16 else narrow_round(once, "bfloat16")
+    assert np.array_equal(ref.want[0], want)
+    dt = "float16" if a.dtype == np.float16 else "bfloat16"
+    if ref.bounds[0].exact: continue   # small integers: products and sums are exact, so is kc's answer
+    rounded += 1
+    assert 0 < ref.bounds[0].rtol <= TABLE[dt]["arith"].rtol   # one rounding: the core table's arith bound, once
+  assert rounded > 20
+
+
+def test_big_int64_sums_and_padto_unroll_opts_on_them():
+  from kc.fuzz.worker import random_opts
+  rs = _family("bigsum", range(40))
+  assert {_kc_dtype(_inputs(r)[0][0]) for r in rs} == {"int64", "uint64"}
+  assert all(np.abs(_inputs(r)[0][1].astype(np.float64)).min() >= 2 ** 40 for r in rs)
+  combos = 0
+  for r in rs:
+    ns = {"A": __import__("kc").ast, "dtypes": __import__("kc").dtypes, "np": np}
+    exec("\n".join(kc_lines(r)), ns)
+    for s in range(5):
+      names = [op for op, _, _ in random_opts(ns["sink"], "CLANG", s)]
+      if "PADTO" in names and "UNROLL" in names: combos += 1
+  assert combos >= 20, combos   # of 200 opt lists over int64/uint64 reduces
+
+
+def test_big_index_ranges_from_small_buffers():
+  huge = 0
+  for r in _family("bigindex", range(60)):
+    assert all(v.nbytes <= 1024 for _, v in _inputs(r))
+    text = " ".join(kc_lines(r))
+    if ".expand(" in text:
+      shape = text.split(".expand(")[1].split(")")[0]
+      if np.prod([int(x) for x in shape.split(",")], dtype=np.float64) >= 2 ** 32: huge += 1
+    assert reference(r).want[0].size <= 4096
+  assert huge >= 50
+
+
+@pytest.mark.parametrize("got, want, ok", [
+  (np.nan, 1.0, False), (1.0, np.nan, False), (np.nan, np.nan, True),
+  (np.inf, -np.inf, False), (-np.inf, np.inf, False), (np.inf, np.inf, True), (6e4, np.inf, False), (np.inf, 6e4, False),
+  (-0.0, 0.0, True), (0.0, -0.0, True)])
+def test_checker_flags_a_planted_special(got, want, ok):
+  # a loose bound (a chain of transcendental steps in half) must not let a wrong special through
+  for dt in (np.float32, np.float16):
+    g, w = np.array([1.0, got], dt), np.array([1.0, want], dt)
+    assert (compare(0, g, w, Bound(rtol=0.5, atol=1.0)) is None) == ok, (got, want)
+    assert (compare(0, g, w, Bound()) is None) == ok, (got, want)
+
+
+def test_bound_ignores_infinite_values_and_narrow_outputs_are_decoded():
+  from kc.fuzz.check import judge
+  from kc.fuzz.worker import Reply
+  r = next(r for r in _family("specials") if r.output_dtypes() and np.isinf(reference(r).want[0]).any()
+           and not output_bound(r, evaluate(r), r.outputs[0]).exact)
+  ref = reference(r)
+  assert np.isfinite(ref.bounds[0].atol) and np.isfinite(ref.bounds[0].rtol)
+  dt, want = ref.narrow[0], ref.want[0]
+  from kc.fuzz.recipe import narrow_bits
+  assert judge(ref, Reply(outputs={0: narrow_bits(want, dt)})).outcome == "ok"
+  planted = want.copy()
+  planted[np.isinf(planted)] *= -1   # +inf <-> -inf
+  v = judge(ref, Reply(outputs={0: narrow_bits(planted, dt)}))
+  assert v.outcome == "wrong" and "inf" in v.message
+
+
+def test_families_run_on_emu_and_clang(tmp_path):
+  families = tuple(f for f in FAMILIES if f != "classic")
+  res = fuzz(FuzzConfig(devices=("EMU", "CLANG"), n=14, seed=3, modes=("none", "random"), families=families,
+                        out_dir=str(tmp_path), minimize_seconds=5))
+  assert len({r.family for r in res}) >= 4 and "classic" not in {r.family for r in res} and len(res) == 2 * 14 * 2
+  assert sum(r.outcome == "ok" for r in res) > len(res) // 2
+  assert "family" in summary(res)
+  with pytest.raises(Exception, match="unknown fuzz family"): fuzz(FuzzConfig(devices=("EMU",), n=1, families=("nope",)))
+
+
+_PLANT_SPECIAL = """import numpy as np
+    for i in self.program.outs:
+      a = args[i].reshape(-1)
+      if a.size == 0: continue
+      if a.dtype.kind == 'f': a[0] = 1.0 if np.isnan(a[0]) else np.nan
+      elif a.dtype.kind == 'u' and a.dtype.itemsize <= 2: a[0] = (0x7F if a.dtype.itemsize == 1 else 0x7FC0) if a[0] not in (0x7F, 0x7E, 0x7FC0) else 0
+      else: a[0] = a[0] ^ 1"""
+
+
+def test_injected_wrong_special_gets_a_failing_reproducer(tmp_path):
+  # NaN planted for a number (or a number for NaN; a NaN code in a bfloat16/fp8 output's bits): the fuzzer flags it, and
+  # the reproducer, which spells nan/inf inputs and narrow floats' bits as source, fails while the fault is there
+  env = _inject(tmp_path, _PATCH.replace("if self.kernel.reduceops:", "if True:").format(action=_PLANT_SPECIAL))
+  p, data = _run_cli(tmp_path, env, "--family", "specials")
+  wrong = [r for r in data["results"] if r["outcome"] == "wrong"]
+  assert p.returncode == 1 and len(wrong) == len(data["results"]) == 12, p.stderr
+  assert all(r["family"] == "specials" for r in data["results"])
+  for r in wrong[:4]:
+    rp = subprocess.run([sys.executable, r["reproducer"]], env=env, capture_output=True, text=True, timeout=120)
+    assert rp.returncode == 1 and "FAIL" in rp.stdout, rp.stdout + rp.stderr

@@ -302,12 +302,13 @@ def cmd_fuzz(args) -> int:
   from kc.fuzz import FuzzConfig, fuzz, summary, write_json
   cfg = FuzzConfig(devices=tuple(args.device or [Device.DEFAULT]), n=args.n, seed=args.seed,
                    modes=tuple(m.strip() for m in args.opts.split(",") if m.strip()), timeout=args.timeout, out_dir=args.out,
-                   minimize_seconds=args.minimize)
+                   minimize_seconds=args.minimize, families=tuple(f.strip() for f in args.family.split(",") if f.strip()))
   t0 = time.perf_counter()
   results = fuzz(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
   print(summary(results))
   print(f"{len(results)} runs of {cfg.n} kernels (seed {cfg.seed}) in {time.perf_counter() - t0:.1f} s")
-  if args.json: write_json(args.json, {"devices": cfg.devices, "n": cfg.n, "seed": cfg.seed, "modes": cfg.modes, "timeout": cfg.timeout}, results)
+  if args.json: write_json(args.json, {"devices": cfg.devices, "n": cfg.n, "seed": cfg.seed, "modes": cfg.modes, "timeout": cfg.timeout,
+                                     "families": cfg.families}, results)
   return 1 if any(r.outcome in ("wrong", "untyped-error", "crash", "hang") for r in results) else 0
 
 
@@ -487,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
   z.add_argument("--out", default="kc-fuzz-failures", metavar="DIR", help="where reproducers go (default ./kc-fuzz-failures)")
   z.add_argument("--timeout", type=float, default=60.0, metavar="SEC", help="seconds a case may run before it counts as a hang")
   z.add_argument("--minimize", type=float, default=120.0, metavar="SEC", help="seconds per device for minimizing failures")
+  z.add_argument("--family", default="", metavar="F[,F]", help="only kernels of these generator families (kc.fuzz.families): "
+                 "classic, specials, intdiv, computed, compare, lowp_matmul, bigsum, bigindex (default: all, drawn by seed)")
   z.set_defaults(fn=cmd_fuzz)
   bm = sub.add_parser("beam", help="BEAM search for an example kernel (or one from a file): the chosen opts and their speedup")
   from kc.examples import EXAMPLES

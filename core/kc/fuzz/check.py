@@ -1,9 +1,9 @@
 """One fuzz case on one device and opts mode: its numpy reference, the job for the worker, and the verdict."""
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 import numpy as np
-from kc.fuzz.recipe import Recipe, evaluate, kc_lines, soundness_problem
+from kc.fuzz.recipe import Recipe, evaluate, kc_lines, narrow_values, soundness_problem
 from kc.fuzz.tolerance import Bound, compare, output_bound
 from kc.fuzz.worker import DeviceWorker, Job, OptsSpec, Reply
 
@@ -14,9 +14,11 @@ _FROM_ERROR = {"typed": "typed-error", "untyped": "untyped-error", "crash": "cra
 
 @dataclass
 class Reference:
-  """numpy's answer for each output buffer and the bound each must meet."""
+  """numpy's answer for each output buffer and the bound each must meet; `narrow` names the outputs of a float type
+  numpy lacks (kc returns their bits; `want` holds their float32 values)."""
   want: dict[int, np.ndarray]
   bounds: dict[int, Bound]
+  narrow: dict[int, str] = field(default_factory=dict)
 
 
 def reference(r: Recipe) -> Optional[Reference]:
@@ -25,7 +27,8 @@ def reference(r: Recipe) -> Optional[Reference]:
   except Exception:  # noqa: BLE001 (a recipe numpy refuses is not a case; only the minimizer produces such)
     return None
   if soundness_problem(r, values) is not None: return None
-  return Reference({b: values[o] for b, o in enumerate(r.outputs)}, {b: output_bound(r, values, o) for b, o in enumerate(r.outputs)})
+  return Reference({b: values[o] for b, o in enumerate(r.outputs)}, {b: output_bound(r, values, o) for b, o in enumerate(r.outputs)},
+                   r.output_dtypes())
 
 
 @dataclass
@@ -45,9 +48,15 @@ def judge(ref: Reference, reply: Reply) -> Verdict:
   for b, want in ref.want.items():
     got = reply.outputs.get(b)
     if got is None: problems.append(f"output {b}: missing")
-    elif (m := compare(b, np.asarray(got), want, ref.bounds[b])) is not None: problems.append(m.describe())
+    elif (m := compare(b, _values(np.asarray(got), ref.narrow.get(b)), want, ref.bounds[b])) is not None: problems.append(m.describe())
   if problems: return Verdict("wrong", "; ".join(problems), reply.opts, stage="run")
   return Verdict("ok", "", reply.opts, stage="run")
+
+
+def _values(got: np.ndarray, narrow: "str | None") -> np.ndarray:
+  """kc's output as numbers: a narrow float's raw bits decoded (anything else, a wrong dtype included, as it is)."""
+  if narrow is None or got.dtype.kind != "u": return got
+  return narrow_values(got, narrow)
 
 
 def check(worker: DeviceWorker, r: Recipe, ref: Reference, opts: OptsSpec, opt_seed: int) -> Verdict:

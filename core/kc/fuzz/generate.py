@@ -15,14 +15,14 @@ from typing import Callable, Optional
 import numpy as np
 from kc import ast as A
 from kc.ir.dtype import dtypes, least_upper_dtype
-from kc.fuzz.recipe import Node, Recipe, eval_node, is_exact
+from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, eval_node, input_node, is_exact, value_dtype
 
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64", "uint64")   # the 64-bit ones come from int sums
 FLOAT_DTYPES = ("float16", "float32")
 INPUT_DTYPES = INT_DTYPES[:5] + FLOAT_DTYPES
 MAX_ELEMENTS = 4096
 # the largest float magnitude a step may produce: well inside each type's range, so later sums and products stay finite
-_LIMIT = {"float16": 2000.0, "float32": 1e6}
+_LIMIT = {"float16": 2000.0, "float32": 1e6, "bfloat16": 1e6, "fp8e4m3": 100.0, "fp8e5m2": 1000.0}
 _BITCAST = {"int8": ("uint8",), "uint8": ("int8",), "int16": ("uint16", "float16"), "uint16": ("int16", "float16"),
             "float16": ("int16", "uint16"), "int32": ("float32",), "float32": ("int32",)}
 
@@ -50,8 +50,9 @@ def _kc_dtype_name(dt: np.dtype) -> str: return "bool" if dt == np.bool_ else dt
 class Generator:
   """Grows one Recipe step by step; every step is checked against numpy before it is kept."""
 
-  def __init__(self, seed: int, size: float = 1.0):
+  def __init__(self, seed: int, size: float = 1.0, specials: bool = False):
     self.seed, self.size = seed, size
+    self.specials = specials      # NaN and infs may stay (the families that aim at them); else a step making one is dropped
     self.rng = np.random.default_rng(seed)
     self.nodes: list[Node] = []
     self.values: dict[int, np.ndarray] = {}
@@ -77,7 +78,7 @@ class Generator:
     """Append `node` if numpy can evaluate it and its value is one a correct kernel must match; else forget it."""
     i = len(self.nodes)
     self.nodes.append(node)
-    try: v = eval_node(Recipe(tuple(self.nodes), (i,), self.data), i, self.values)
+    try: v = eval_node(Recipe(tuple(self.nodes), (i,), self.data, specials=self.specials), i, self.values)
     except Exception:  # numpy refuses (e.g. max of an empty axis): this step is not a kernel
       v = None
     if v is None or not self._keep(node, v):
@@ -92,19 +93,20 @@ class Generator:
   def _keep(self, node: Node, v: np.ndarray) -> bool:
     if v.size > MAX_ELEMENTS or v.ndim == 0 or v.ndim > 4: return False
     if v.dtype.kind == "f":
-      if v.dtype.name not in _LIMIT: return False
+      if (dt := value_dtype(v, node)) not in _LIMIT: return False
       with np.errstate(all="ignore"):
-        if not np.all(np.isfinite(v)) or (v.size and np.abs(v).max() > _LIMIT[v.dtype.name]): return False
+        finite = np.isfinite(v)
+        if not (self.specials or np.all(finite)) or np.abs(np.where(finite, v, 0)).max(initial=0) > _LIMIT[dt]: return False
     if node.needs_exact and any(self.values[s].dtype.kind == "f" and s not in self.exact for s in node.srcs): return False
     return True
 
-  def dt(self, i: int) -> str: return _kc_dtype_name(self.values[i].dtype)
+  def dt(self, i: int) -> str: return value_dtype(self.values[i], self.nodes[i])
   def shp(self, i: int) -> tuple[int, ...]: return self.values[i].shape
 
   def input(self, dtype: str, shape: tuple[int, ...]) -> Optional[int]:
     i = len(self.nodes)
     self.data[i] = self._array(dtype, shape)
-    return self.add(Node("input", f"A.arg({{idx}}, {_kdt(dtype)}, {shape})", "inputs[{idx}]"))
+    return self.add(input_node(dtype, shape))
 
   def _array(self, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     profile = int(self.rng.integers(3))
@@ -393,7 +395,10 @@ class Generator:
     for _ in range(int(self.rng.integers(3)) if self.chance(0.3) else 0):
       cand = [i for i in self.values if i not in outs and self.nodes[i].op != "input"]
       if cand: outs.append(self.pick(cand))
-    return Recipe(tuple(self.nodes), tuple(outs), dict(self.data), self.seed)
+    return self.finish(outs)
+
+  def finish(self, outs: list[int], family: str = "classic") -> Recipe:
+    return Recipe(tuple(self.nodes), tuple(outs), dict(self.data), self.seed, family, self.specials)
 
 
 def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
@@ -402,9 +407,11 @@ def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
   return all(s in (1, b) for s, b in zip(small[::-1], big[::-1]))
 
 
-def generate(seed: int, size: float = 1.0) -> Recipe:
-  """The random kernel of `seed` (`size` < 1 shrinks its shapes)."""
-  return Generator(seed, size).recipe()
+def generate(seed: int, size: float = 1.0, family: Optional[str] = None) -> Recipe:
+  """The random kernel of `seed` (`size` < 1 shrinks its shapes). The family (kc.fuzz.families.FAMILIES) is drawn
+  from the seed unless given; "classic" kernels are the ones this generator made before the families existed."""
+  from kc.fuzz.families import build, pick_family
+  return build(family or pick_family(seed), seed, size)
 
 
 def case_seed(seed: int, index: int) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from kc.fuzz.check import Verdict, check, reference
 from kc.fuzz.generate import generate
-from kc.fuzz.recipe import Node, Recipe, evaluate
+from kc.fuzz.recipe import Recipe, evaluate, input_node, value_dtype
 from kc.fuzz.worker import DeviceWorker, OptsSpec
 
 _HANG_TRIES = 3
@@ -21,8 +21,8 @@ def same_failure(a: Verdict, b: Verdict) -> bool:
 def as_input(r: Recipe, i: int, value) -> Recipe:
   """Node i replaced by a buffer that holds its numpy value: everything it was computed from drops out."""
   import numpy as np
-  dt = "bool" if value.dtype == np.bool_ else value.dtype.name
-  node = Node("input", f"A.arg({{idx}}, dtypes.{dt}, {tuple(value.shape)})", "inputs[{idx}]")
+  dt = value_dtype(value, r.nodes[i])
+  node = input_node(dt, tuple(value.shape))
   nodes = r.nodes[:i] + (node,) + r.nodes[i + 1:]
   return replace(r, nodes=nodes, data={**r.data, i: np.ascontiguousarray(value).copy()})
 
@@ -39,7 +39,7 @@ class Minimizer:
 
   def run(self, r: Recipe, opts: OptsSpec) -> tuple[Recipe, OptsSpec]:
     for size in (0.25, 0.5):   # the same seed at a smaller size: much the same kernel with smaller shapes
-      if self.fails(cand := generate(r.seed, size), opts):
+      if self.fails(cand := generate(r.seed, size, r.family), opts):
         r = cand
         break
     changed = True

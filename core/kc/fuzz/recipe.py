@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 import numpy as np
+from kc.ir.dtype import dtypes, float_to_fp8, fp8_to_float32
+from kc.runtime.emulator import bf16_bits, bf16_values
 
 # ops whose result kc must match bit for bit when every float involved holds a small integer (an integral value is
 # exact whatever the summation order, contraction or intermediate precision); every other float op is approximate
@@ -15,7 +17,34 @@ EXACT_OPS = frozenset({"input", "const", "add", "sub", "mul", "neg", "maximum", 
                        "min", "reshape", "permute", "expand", "pad", "shrink", "flip", "getitem", "cmp", "bitop", "not",
                        "idiv", "mod", "bitcast", "abs", "matmul", "prod"})
 # float mantissa bits: integers up to 2**bits are exact
-_MANTISSA = {"float16": 11, "float32": 24, "float64": 53}
+_MANTISSA = {"float16": 11, "float32": 24, "float64": 53, "bfloat16": 8, "fp8e4m3": 4, "fp8e5m2": 3}
+# the float types numpy lacks: a node of one holds float32 values exact in its type (rounded once with kc's own codec,
+# the fuzzer does not import ml_dtypes); kc takes and returns their raw bits
+NARROW_FLOATS = ("bfloat16", "fp8e4m3", "fp8e5m2")
+
+
+def narrow_round(x, name: str) -> np.ndarray:
+  """float values rounded once to the narrow float type `name`, as float32 (NaN stays NaN, the sign of zeros stays)."""
+  x = np.asarray(x, dtype=np.float32)
+  if name == "bfloat16": return bf16_values(bf16_bits(x))
+  return fp8_to_float32(float_to_fp8(x, getattr(dtypes, name)), getattr(dtypes, name))
+
+
+def narrow_bits(values: np.ndarray, name: str) -> np.ndarray:
+  """float32 values of the narrow type `name` as the raw bits kc takes (uint16 for bfloat16, uint8 for fp8)."""
+  if name == "bfloat16": return bf16_bits(values)
+  return float_to_fp8(values, getattr(dtypes, name))
+
+
+def narrow_values(bits: np.ndarray, name: str) -> np.ndarray:
+  """Raw bits of the narrow type `name` (as kc returns them) as float32 values."""
+  if name == "bfloat16": return bf16_values(bits)
+  return fp8_to_float32(bits, getattr(dtypes, name))
+
+
+def value_dtype(v: np.ndarray, node: "Node") -> str:
+  """The kc dtype name of a node's value: the node's own for a narrow float, else numpy's."""
+  return node.dtype or ("bool" if v.dtype == np.bool_ else v.dtype.name)
 
 
 @dataclass(frozen=True)
@@ -28,6 +57,7 @@ class Node:
   srcs: tuple[int, ...] = ()
   kind: str = "arith"           # tolerance class when not exact: arith | reduce | transcendental
   needs_exact: bool = False     # a compare or float->int cast: only sound when its float operands are exact
+  dtype: str = ""               # the kc dtype where numpy's value does not say it: a NARROW_FLOATS name (float32 values)
 
 
 @dataclass(frozen=True)
@@ -37,6 +67,8 @@ class Recipe:
   outputs: tuple[int, ...]
   data: dict[int, np.ndarray] = field(compare=False)
   seed: int = 0
+  family: str = "classic"       # the generator that made it (kc.fuzz.families); generate(seed, size, family) remakes it
+  specials: bool = False        # NaN and infs may occur in the middle (numpy's IEEE answers are the reference)
 
   def live(self) -> list[int]:
     """The nodes the outputs depend on, in order."""
@@ -57,8 +89,13 @@ class Recipe:
     return idx
 
   def inputs(self) -> dict[int, np.ndarray]:
-    """The input arrays by buffer index."""
-    return {b: self.data[n] for n, b in self.buffer_index().items()}
+    """The input arrays by buffer index, as kc takes them (a narrow float's as its raw bits)."""
+    return {b: narrow_bits(self.data[n], self.nodes[n].dtype) if self.nodes[n].dtype else self.data[n]
+            for n, b in self.buffer_index().items()}
+
+  def output_dtypes(self) -> dict[int, str]:
+    """The narrow float type of each output buffer that has one (kc returns its raw bits)."""
+    return {b: self.nodes[o].dtype for b, o in enumerate(self.outputs) if self.nodes[o].dtype}
 
   def ops(self) -> list[str]:
     return [self.nodes[i].op for i in self.live()]
@@ -68,6 +105,13 @@ class Recipe:
     nodes = tuple(replace(n, srcs=tuple(new if s == old else s for s in n.srcs)) if old in n.srcs else n for n in self.nodes)
     outputs = tuple(dict.fromkeys(new if o == old else o for o in self.outputs))
     return replace(self, nodes=nodes, outputs=outputs)
+
+
+def input_node(dtype: str, shape: tuple[int, ...]) -> Node:
+  """A buffer of `dtype` and `shape`: a narrow float's numpy side decodes the bits kc takes."""
+  if dtype in NARROW_FLOATS:
+    return Node("input", f"A.arg({{idx}}, dtypes.{dtype}, {shape})", f"decode(inputs[{{idx}}], {dtype!r})", dtype=dtype)
+  return Node("input", f"A.arg({{idx}}, dtypes.{dtype}, {shape})", "inputs[{idx}]")
 
 
 def _fill(r: Recipe, i: int, template: str, prefix: str, bufs: dict[int, int]) -> str:
@@ -93,9 +137,14 @@ def eval_node(r: Recipe, i: int, values: dict[int, np.ndarray]) -> np.ndarray:
   """One node's numpy value from its operands' values (the generator calls this as it grows a recipe)."""
   n = r.nodes[i]
   if n.op == "input": return r.data[i]
-  ns = {"np": np, **{f"n{s}": values[s] for s in n.srcs}}
+  ns = {**NP_NAMES, **{f"n{s}": values[s] for s in n.srcs}}
   with np.errstate(all="ignore"):
     return np.asarray(eval(n.np.format(*(f"n{s}" for s in n.srcs), idx=-1), ns))  # noqa: S307 (our own templates)
+
+
+# the names numpy templates use: numpy, and kc's codec for the float types numpy lacks (a reproducer imports the same)
+NP_NAMES = {"np": np, "rnd": narrow_round, "decode": narrow_values}
+NP_IMPORTS = "from kc.fuzz.recipe import narrow_round as rnd, narrow_values as decode  # noqa: F401"
 
 
 def evaluate(r: Recipe) -> dict[int, np.ndarray]:
@@ -118,14 +167,17 @@ def is_exact(n: Node, v: np.ndarray, exact: set[int]) -> bool:
   """One step of exact_nodes: `exact` holds the operands already known exact."""
   if n.op in ("input", "const"): return True
   if n.op not in EXACT_OPS or not all(s in exact for s in n.srcs): return False
-  return v.dtype.kind != "f" or is_integral(v)
+  return v.dtype.kind != "f" or is_integral(v, value_dtype(v, n))
 
 
-def is_integral(v: np.ndarray) -> bool:
+def is_integral(v: np.ndarray, dtype: str = "") -> bool:
+  """Every number in `v` is an integer its float type holds exactly; NaN and infs count as exact too (IEEE defines
+  what an exact op makes of them)."""
   if v.dtype.kind != "f": return True
-  bits = _MANTISSA.get(v.dtype.name, 0)
+  bits = _MANTISSA.get(dtype or v.dtype.name, 0)
   with np.errstate(all="ignore"):
-    return bool(np.all(np.isfinite(v)) and np.all(v == np.round(v)) and np.all(np.abs(v) <= 2 ** bits))
+    w = np.where(np.isfinite(v), v, 0)
+    return bool(np.all(w == np.round(w)) and np.all(np.abs(w) <= 2 ** bits))
 
 
 def soundness_problem(r: Recipe, values: dict[int, np.ndarray]) -> Optional[str]:
@@ -134,7 +186,20 @@ def soundness_problem(r: Recipe, values: dict[int, np.ndarray]) -> Optional[str]
   exact = exact_nodes(r, values)
   for i in r.live():
     n, v = r.nodes[i], values[i]
-    if v.dtype.kind == "f" and not np.all(np.isfinite(v)): return f"node {i} ({n.op}) is not finite"
+    if v.dtype.kind == "f" and not r.specials and not np.all(np.isfinite(v)): return f"node {i} ({n.op}) is not finite"
     if n.needs_exact and any(values[s].dtype.kind == "f" and s not in exact for s in n.srcs):
       return f"node {i} ({n.op}) needs exact float operands"
+    if (why := special_problem(r, n, v, values)) is not None: return f"node {i} ({n.op}) {why}"
+  return None
+
+
+def special_problem(r: Recipe, n: Node, v: np.ndarray, values: dict[int, np.ndarray]) -> Optional[str]:
+  """Why a step over NaN or infs has no one right answer, or None: a float->int cast of one is undefined in C, and a
+  NaN computed in the middle has no defined payload for a bitcast to read."""
+  floats = [s for s in n.srcs if values[s].dtype.kind == "f"]
+  with np.errstate(all="ignore"):
+    if n.op == "cast" and v.dtype.kind in "iu" and any(not np.all(np.isfinite(values[s])) for s in floats):
+      return "casts a NaN or inf to an int"
+    if n.op == "bitcast" and any(r.nodes[s].op != "input" and np.isnan(values[s]).any() for s in floats):
+      return "bitcasts a computed NaN"
   return None

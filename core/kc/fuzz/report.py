@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 import numpy as np
 from kc.fuzz.check import FAILURES, OUTCOMES, Reference
-from kc.fuzz.recipe import Recipe, kc_lines, np_lines
+from kc.fuzz.recipe import NP_IMPORTS, Recipe, kc_lines, np_lines
 from kc.fuzz.worker import OptsSpec
 
 _INLINE_ELEMENTS = 256   # inputs up to this size are written into the script; larger ones go to an .npz beside it
@@ -25,6 +25,7 @@ class Result:
   stage: str = ""
   ops: list = field(default_factory=list)
   reproducer: Optional[str] = None
+  family: str = ""          # the generator family of the case (kc.fuzz.families)
 
   def kind(self) -> str:
     """What failures have in common, for counting: the outcome and the error's type and normalized message, or for a
@@ -65,6 +66,7 @@ def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts:
     load = [f"_saved = np.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), {stem + '.npz'!r}))",
             "inputs = {int(k[1:]): _saved[k] for k in _saved.files}"]
   bounds = {b: (bd.rtol, bd.atol) for b, bd in ref.bounds.items()}
+  narrow = r.output_dtypes()
   first = res.message.splitlines()[0][:300] if res.message else ""
   src = [
     f'"""kc fuzz reproducer: {res.outcome} on {res.device} with opts {opts_source(opts)}.',
@@ -76,6 +78,9 @@ def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts:
     "import numpy as np",
     "import kc",
     "from kc import Opt, OptOps, ast as A, dtypes  # noqa: F401",
+    NP_IMPORTS,
+    "from kc.fuzz.tolerance import Bound, compare",
+    "nan, inf = float('nan'), float('inf')  # as the input lists below spell them",
     "",
     *load,
     "",
@@ -87,26 +92,18 @@ def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts:
     *("  " + line for line in np_lines(r)),
     f"expected = {{{', '.join(f'{b}: n{o}' for b, o in enumerate(r.outputs))}}}",
     f"bounds = {bounds!r}  # output -> (rtol, atol); (0, 0) means bit-exact",
+    f"narrow = {narrow!r}  # outputs of a float type numpy lacks: kc returns their bits",
     "",
     f"got = kc.run(sink, inputs, device={res.device!r}, opts={opts_source(opts)})",
     "failed = False",
     "for i, want in expected.items():",
-    "  have = got[i]",
-    "  if have.shape != want.shape or have.dtype != want.dtype:",
-    "    print(f'output {i}: kc gives {have.dtype}{have.shape}, numpy {want.dtype}{want.shape}')",
+    "  have = decode(got[i], narrow[i]) if i in narrow and got[i].dtype.kind == 'u' else got[i]",
+    "  if (m := compare(i, have, want, Bound(*bounds[i]))) is not None:",
     "    failed = True",
-    "    continue",
-    "  rtol, atol = bounds[i]",
-    "  g, w = have.astype(np.float64), want.astype(np.float64)",
-    "  with np.errstate(all='ignore'):",
-    "    bad = ~((np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= atol + rtol * np.abs(w)))",
-    "  if bad.any():",
-    "    failed = True",
-    "    print(f'output {i}: {int(bad.sum())} of {bad.size} elements differ')",
-    "    for idx in list(zip(*np.nonzero(bad)))[:8]:",
-    "      print(f'  at {tuple(int(j) for j in idx)}: kc {have[idx]!r}, numpy {want[idx]!r}')",
-    "    print('kc:', have.tolist())",
-    "    print('numpy:', want.tolist())",
+    "    print(m.describe())",
+    "    if have.shape == want.shape:",
+    "      print('kc:', have.tolist())",
+    "      print('numpy:', want.tolist())",
     "print('FAIL' if failed else 'ok: kc matches numpy')",
     "sys.exit(1 if failed else 0)",
   ]
@@ -122,6 +119,11 @@ def summary(results: list[Result]) -> str:
   lines = [f"{'device':8s} {'opts':7s} " + " ".join(f"{o:>13s}" for o in OUTCOMES)]
   for (dev, mode), c in sorted(rows.items()):
     lines.append(f"{dev:8s} {mode:7s} " + " ".join(f"{c[o]:13d}" for o in OUTCOMES))
+  fams: dict[str, Counter] = defaultdict(Counter)
+  for res in results: fams[res.family or "classic"][res.outcome] += 1
+  if len(fams) > 1:
+    lines += ["", f"{'family':15s} " + " ".join(f"{o:>13s}" for o in OUTCOMES)]
+    lines += [f"{fam:15s} " + " ".join(f"{c[o]:13d}" for o in OUTCOMES) for fam, c in sorted(fams.items())]
   typed = Counter(f"{r.device}: {normalize(r.message)}" for r in results if r.outcome == "typed-error")
   if typed:
     lines += ["", "typed errors (kc refused the kernel; by message):"]

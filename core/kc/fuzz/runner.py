@@ -12,6 +12,7 @@ from typing import Callable, Optional
 from kc.runtime.device import Device
 from kc.errors import KcError
 from kc.fuzz.check import FAILURES, Reference, Verdict, check, reference
+from kc.fuzz.families import FAMILIES, pick_family
 from kc.fuzz.generate import case_seed, generate
 from kc.fuzz.minimize import minimize, same_failure
 from kc.fuzz.recipe import Recipe
@@ -31,6 +32,7 @@ class FuzzConfig:
   out_dir: str = "kc-fuzz-failures"
   minimize_tries: int = 30            # candidate runs per failure
   minimize_seconds: float = 120.0     # per device, for all its failures together; later ones are written as found
+  families: tuple[str, ...] = ()      # generate only kernels of these families (kc.fuzz.families.FAMILIES); () is all
 
   def validate(self) -> "FuzzConfig":
     if not self.devices: raise KcError("kc fuzz needs at least one device")
@@ -41,6 +43,8 @@ class FuzzConfig:
     if bad or not self.modes: raise KcError(f"unknown opts mode {', '.join(bad) or '(none given)'}: use some of {', '.join(MODES)}")
     if self.n < 0: raise KcError(f"--n must be >= 0, got {self.n}")
     if self.timeout <= 0: raise KcError(f"--timeout must be > 0, got {self.timeout}")
+    if (bad := [f for f in self.families if f not in FAMILIES]):
+      raise KcError(f"unknown fuzz family {', '.join(bad)}: use some of {', '.join(FAMILIES)}")
     return self
 
 
@@ -51,11 +55,12 @@ class _Case:
   ref: Reference
 
 
-def cases(seed: int, n: int) -> list[_Case]:
-  """The run's kernels with their numpy answers (deterministic in seed)."""
+def cases(seed: int, n: int, families: tuple[str, ...] = ()) -> list[_Case]:
+  """The run's kernels with their numpy answers (deterministic in seed and families)."""
   out = []
   for i in range(n):
-    r = generate(case_seed(seed, i))
+    cs = case_seed(seed, i)
+    r = generate(cs, family=pick_family(cs, families) if families else None)
     if (ref := reference(r)) is None: raise KcError(f"the fuzz generator made an unsound case {i} of seed {seed}")
     out.append(_Case(i, r, ref))
   return out
@@ -67,7 +72,7 @@ def _device_run(cfg: FuzzConfig, device: str, todo: list[_Case], results: list[R
     for n, c in enumerate(todo, 1):
       for mode in cfg.modes:
         v = check(w, c.recipe, c.ref, mode, opt_seed=c.recipe.seed)
-        res = Result(c.index, c.recipe.seed, device, mode, v.opts, v.outcome, v.message, v.stage, c.recipe.ops())
+        res = Result(c.index, c.recipe.seed, device, mode, v.opts, v.outcome, v.message, v.stage, c.recipe.ops(), family=c.recipe.family)
         results.append(res)
         if v.outcome in FAILURES: failed.append((res, c, v))
       if n % 50 == 0 or n == len(todo): log(f"{device}: {n}/{len(todo)} cases, {len(failed)} failures")
@@ -99,7 +104,7 @@ def fuzz(cfg: FuzzConfig, log: Optional[Callable[[str], None]] = None) -> list[R
   """Run the campaign; results are ordered by device, case and mode."""
   cfg.validate()
   log = log or (lambda s: None)
-  todo = cases(cfg.seed, cfg.n)
+  todo = cases(cfg.seed, cfg.n, cfg.families)
   per_device: dict[str, list[Result]] = {d: [] for d in cfg.devices}
   errors: dict[str, BaseException] = {}
 

@@ -14,6 +14,7 @@ import numpy as np
 # opts as data that crosses the process boundary: a mode name, or a list of (OptOps name, axis, amt)
 OptsSpec = Union[str, list]
 _RANDOM_OPS = ("UPCAST", "UPCAST", "UNROLL", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP", "NOLOCALS")
+_PAD_UNROLL_P = 0.4   # the share of reduce kernels whose random opts include a PADTO + UNROLL pair
 _START_TIMEOUT = 120.0   # opening a device may compile or load a runtime: not counted against a case
 
 
@@ -44,13 +45,16 @@ def opts_from_spec(spec: OptsSpec):
 
 def random_opts(sink, device: str, seed: int) -> list:
   """A random legal opt list: random Opt(op, axis, amt) tried one after another on the kernel; those the kernel refuses
-  (kc.KernelOptError) are skipped. A tensor-core opt goes first where the device has tensor cores."""
+  (kc.KernelOptError) are skipped. A tensor-core opt goes first where the device has tensor cores. A reduce kernel
+  gets, often, a PADTO of a reduce axis next to an UNROLL of it (either order), with an UPCAST or GROUP now and then:
+  padding a reduce that is then unrolled is a combination single random opts rarely hit. That choice comes from a
+  random stream of its own, so the opts the plain draws give a seed stay those they were."""
   from kc.runtime.device import Device
   from kc.errors import KernelOptError
   from kc.kernel import Kernel, Opt, OptOps
   rng = random.Random(seed)
   k = Kernel(sink, Device[device].renderer)
-  tries: list[Opt] = []
+  tries: list = []
   if k.opts.tensor_cores and rng.random() < 0.5: tries.append(Opt(OptOps.TC, rng.choice((0, 0, 1)), rng.choice((0, 1, 2))))
   for _ in range(rng.randint(1, 8)):
     op = OptOps[rng.choice(_RANDOM_OPS)]
@@ -58,12 +62,37 @@ def random_opts(sink, device: str, seed: int) -> list:
     if op is OptOps.NOLOCALS: tries.append(Opt(op))
     elif op is OptOps.SWAP: tries.append(Opt(op, rng.randrange(n), rng.randrange(n)))
     else: tries.append(Opt(op, rng.randrange(n), rng.choice((0, 2, 3, 4, 8))))
+  combo = random.Random(f"{seed}:padto-unroll")
+  if k.reduceop is not None and combo.random() < _PAD_UNROLL_P: tries.insert(combo.randint(int(bool(tries) and tries[0].op is OptOps.TC), len(tries)), combo)
   applied = []
   for o in tries:
-    try: k.apply_opt(o)
-    except KernelOptError: continue
-    applied.append((o.op.name, o.axis, o.amt))
+    for opt in (_pad_unroll(k, o) if isinstance(o, random.Random) else [o]):
+      try: k.apply_opt(opt)
+      except KernelOptError: continue
+      applied.append((opt.op.name, opt.axis, opt.amt))
   return applied
+
+
+def _pad_unroll(k, rng: random.Random) -> list:
+  """PADTO of a reduce axis of the kernel as it is now and an UNROLL of the padded axis, in either order (an UNROLL
+  first takes a divisor of the axis, the PADTO then pads what is left), maybe with an UPCAST or a GROUP."""
+  from kc.kernel import Opt, OptOps
+  reduce_axes = [a for a in range(k.first_reduce, k.first_upcast) if isinstance(k.full_shape[a], int) and k.full_shape[a] > 1]
+  if not reduce_axes: return []
+  axis = rng.choice(reduce_axes)
+  size, amt = k.full_shape[axis], rng.choice((4, 8, 16))
+  padded = -(-size // amt) * amt
+  unroll = rng.choice([u for u in (2, 4, 8) if padded % u == 0 and u <= padded])
+  rel = axis - k.first_reduce
+  if rng.random() < 0.6: opts = [Opt(OptOps.PADTO, axis, amt), Opt(OptOps.UNROLL, rel, unroll)]
+  else:
+    divs = [u for u in (2, 3, 4) if size % u == 0]
+    first = Opt(OptOps.UNROLL, rel, rng.choice(divs)) if divs else Opt(OptOps.UNROLL, rel, 0) if size <= 8 else None
+    opts = [first, Opt(OptOps.PADTO, axis, amt)] if first is not None else [Opt(OptOps.PADTO, axis, amt), Opt(OptOps.UNROLL, rel, unroll)]
+  extra = rng.random()
+  if extra < 0.3 and k.first_reduce > 0: opts.append(Opt(OptOps.UPCAST, rng.randrange(k.first_reduce), rng.choice((2, 4))))
+  elif extra < 0.5: opts.insert(0, Opt(OptOps.GROUP, rng.randrange(max(1, k.first_upcast - k.first_reduce)), rng.choice((2, 4, 8))))
+  return opts
 
 
 def run_job(job: Job, device: str, note=None) -> Reply:
