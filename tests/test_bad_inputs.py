@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes, Variable
-from kc.errors import (ArgumentError, CompileError, ConfigError, DTypeError, InvalidASTError, KcError, KernelOptError,
-                       PluginError, ShapeError, SymbolicError, UnknownDeviceError)
+from kc.errors import (ArgumentError, CompileError, ConfigError, DTypeError, InvalidASTError, InvalidOptError, KcError,
+                       KernelOptError, OptsError, PluginError, ShapeError, SymbolicError, UnknownDeviceError)
 from kc.runtime.device import InvalidBufferError
 from kc.kernel import Kernel, Opt, OptOps
 from kc.runtime.plugins import PLUGIN_API_VERSION, PluginTable, validate_spec
@@ -54,15 +54,34 @@ AST = [
   ("bool() of an expression", lambda: bool(X(4) == 0), InvalidASTError, "truth value"),
 ]
 
+def _with_opts(opts, shape=(4, 4)): return kc.compile(A.sink(A.store(0, X(*shape) * 2.0)), "CLANG", opts=opts)
+
+
+def _run_with(inputs: list) -> dict:
+  return kc.run(A.sink(A.store(0, X(4))), {i: np.ones(4, f32.np) for i in inputs}, device="CLANG")
+
+
 OPTS = [
-  ("an opts string kc does not know", lambda: kc.compile(A.sink(A.store(0, X(4, 4))), "CLANG", opts="fast"), KcError, "opts must be 'hand', 'none'"),
-  ("an opts of the wrong type", lambda: kc.compile(A.sink(A.store(0, X(4, 4))), "CLANG", opts=3), KcError, "opts must be"),
-  ("an axis past the shape", lambda: kc.compile(A.sink(A.store(0, X(4, 4) * 2.0)), "CLANG", opts=[Opt(OptOps.UPCAST, 7, 4)]), KernelOptError, "axis"),
+  ("an opts string kc does not know", lambda: kc.compile(A.sink(A.store(0, X(4, 4))), "CLANG", opts="fast"), OptsError,
+   "opts must be 'hand', 'none', 'beam'.*got 'fast'"),
+  ("an opts of the wrong type", lambda: _with_opts(3), OptsError, "opts must be.*got int 3"),
+  ("a list holding a non-Opt", lambda: _with_opts([Opt(OptOps.UPCAST, 0, 2), 7]),
+   InvalidOptError, r"opts\[1\]: not an Opt: 7 \(int\)"),
+  ("an op that is not an OptOps", lambda: _with_opts([Opt("UPCAST", 0, 4)]),
+   InvalidOptError, "op must be a kc.OptOps .*got 'UPCAST'"),
+  ("a negative amount", lambda: _with_opts([Opt(OptOps.UPCAST, 0, -4)]),
+   InvalidOptError, "UPCAST's amount must be an int >= 0.*got -4"),
+  ("an axis that is not an int", lambda: _with_opts([Opt(OptOps.UPCAST, 0.0, 4)]),
+   InvalidOptError, "axis must be an int >= 0, got 0.0"),
+  ("an axis past the shape", lambda: _with_opts([Opt(OptOps.UPCAST, 7, 4)]),
+   KernelOptError, r"opts\[0\] = Opt\(op=OptOps.UPCAST, axis=7, amt=4\) does not apply: UPCAST axis 7 is out of range: "
+   r"this kernel has only axis 0 \(shape \(16,\)\)"),
   ("an amount that does not divide", lambda: kc.compile(A.sink(A.store(0, X(4, 5) * 2.0)), "CLANG", opts=[Opt(OptOps.UPCAST, 0, 3)]),
    KernelOptError, "3 does not divide 20"),
   ("LOCAL on a device without locals", lambda: kc.compile(A.sink(A.store(0, X(4, 4) * 2.0)), "CLANG", opts=[Opt(OptOps.LOCAL, 0, 2)]),
    KernelOptError, "does not support local"),
-  ("not an Opt", lambda: Kernel(A.sink(A.store(0, X(4))), kc.Device["CLANG"].renderer).apply_opt(("UPCAST", 0, 4)), KernelOptError, "not an Opt"),
+  ("not an Opt", lambda: Kernel(A.sink(A.store(0, X(4))), kc.Device["CLANG"].renderer).apply_opt(("UPCAST", 0, 4)),
+   InvalidOptError, r"not an Opt: \('UPCAST', 0, 4\) \(tuple\)"),
   ("an upcast of a reduce axis", lambda: kc.compile(A.sink(A.store(0, X(4, 8).sum(1))), "CLANG", opts=[Opt(OptOps.UPCAST, 1, 2)]),
    KernelOptError, "upcast is for non-reduce"),
   ("GROUP on a device without shared memory", lambda: kc.compile(A.sink(A.store(0, X(64).sum(0))), "CLANG", opts=[Opt(OptOps.GROUP, 0, 8)]),
@@ -83,7 +102,11 @@ CALLS = [
   ("a Variable out of its range", lambda: _symbolic()(np.zeros(9, np.float32), np.zeros(9, np.float32), n=9), SymbolicError, r"must be an int in 1..8"),
   ("a Buffer on another device", lambda: copy_kernel()(kc.Buffer("EMU", 16, f32), rows()), ArgumentError, "is on EMU"),
   ("a negative Buffer size", lambda: kc.Buffer("CLANG", -1, f32), InvalidBufferError, "size is an element count >= 0, got -1"),
-  ("kc.run without an input", lambda: kc.run(A.sink(A.store(0, X(4, 4))), {}, device="CLANG"), KcError, "needs an input for buffer 1"),
+  ("kc.run without an input", lambda: kc.run(A.sink(A.store(0, X(4, 4))), {}, device="CLANG"), ArgumentError,
+   r"needs an input for buffer 1 \(float32, shape \(4, 4\)\): .* reads buffers \[1\], and `inputs` has \[\]"),
+  ("kc.run with an input the kernel does not read", lambda: _run_with([1, 2]),
+   ArgumentError, "has buffer 2, not a buffer of the kernel"),
+  ("kc.run with an input for an output", lambda: _run_with([0, 1]), ArgumentError, "has buffer 0, an output"),
 ]
 
 

@@ -4,7 +4,7 @@ the program. The search must find the known-best opt, keep the hand-coded kernel
 wrong candidate, report its progress and stop when a round gains too little."""
 import warnings
 import pytest
-from kc import KcError, Opt, OptOps, dtypes
+from kc import ConfigError, KcError, Opt, OptOps, dtypes
 from kc import ast as A
 from kc.codegen import Kernel
 from kc.search import CompileOutcome, SearchWarning, TimingPlan, beam_search
@@ -130,7 +130,9 @@ def test_bad_arguments_are_kc_errors(emu):
   dev = ToyDevice(emu, lambda n, lib: 1.0)
   k = Kernel(ADD, emu.renderer)
   for kw in ({"width": 0}, {"min_gain": -0.1}, {"max_rounds": -1}, {"timeout": 0}, {"seed": "x"}):
-    with pytest.raises(KcError): beam_search(k, dev, executor=InlineExecutor(), **kw)
+    name, value = next(iter(kw.items()))
+    with pytest.raises(ConfigError, match=f"{name if name != 'width' else 'beam width'} .*{value!r}"):
+      beam_search(k, dev, executor=InlineExecutor(), **kw)
   with pytest.raises(KcError, match="no opts applied"): beam_search(k.copy().hand_coded_optimizations(), dev)
   with pytest.raises(KcError, match="lacks"): beam_search(k, object())
   with pytest.raises(KcError, match="kc.Kernel"): beam_search(ADD, dev)

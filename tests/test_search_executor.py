@@ -2,7 +2,7 @@
 that cost one source each, and the thread path for a compiler that cannot be pickled."""
 import pytest
 import kc
-from kc import KcError
+from kc import ConfigError
 from kc.search import CompileOutcome, LocalCompilePool
 from search_fakes import FakeCompiler, UnpicklableCompiler
 
@@ -62,6 +62,7 @@ def test_an_unpicklable_compiler_compiles_in_threads():
 
 
 def test_bad_arguments_are_kc_errors():
-  with pytest.raises(KcError): LocalCompilePool(workers=0)
-  with pytest.raises(KcError): list(LocalCompilePool(workers=1).compile_many(FakeCompiler(), ["a"], timeout=0))
+  with pytest.raises(ConfigError, match="workers=.*got 0"): LocalCompilePool(workers=0)
+  with pytest.raises(ConfigError, match="timeout.*got 0"):
+    list(LocalCompilePool(workers=1).compile_many(FakeCompiler(), ["a"], timeout=0))
   assert list(LocalCompilePool(workers=1).compile_many(FakeCompiler(), [], timeout=1)) == []

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 import numpy as np
 from kc.runtime.device import Buffer, Device
-from kc.errors import ConfigError, KcError, KernelOptError, SymbolicError
+from kc.errors import ConfigError, InvalidOptError, KernelOptError, OptsError, SymbolicError
 from kc.helpers import debug_level, env_value
 from kc.ir.symbolic import sym_infer
 from kc.codegen import Kernel
@@ -14,6 +14,7 @@ from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_s
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
+from kc.shape.view import fmt_shape
 from kc.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
 
 OptsArg = Union[str, Opt, Sequence[Opt], None]
@@ -126,20 +127,30 @@ def _overlaps(i: int, args: tuple) -> bool:
   return isinstance(out, np.ndarray) and any(j != i and isinstance(a, np.ndarray) and np.may_share_memory(a, out) for j, a in enumerate(args))
 
 
+OPTS_CHOICES = "'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt"
+
+
 def optimize(k: Kernel, opts: OptsArg) -> Kernel:
   """Apply `opts` to a Kernel: "hand" (the hand-coded heuristics), "none" (only what the target requires), one
   kc.Opt, or a list (or tuple) of kc.Opt. "beam" needs the device it times on: it is resolved by kc.compile (or
-  beam_opts) into a list of kc.Opt first."""
+  beam_opts) into a list of kc.Opt first. A value that is none of these is an OptsError (an Opt with fields of the
+  wrong type an InvalidOptError); an Opt this kernel refuses a KernelOptError that says which one."""
   if opts is None: return k.hand_coded_optimizations()
   if isinstance(opts, str):
     if opts == "hand": return k.hand_coded_optimizations()
     if opts == "none": return k.required_optimizations()  # what the target cannot do without (images: whole texels)
-    if opts == "beam": raise KcError("opts='beam' searches on a device: use kc.compile(sink, device, opts='beam') or kc.api.beam_opts")
-    raise KcError(f"opts must be 'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt, got {opts!r}")
-  if isinstance(opts, Opt): opts = [opts]
-  if not isinstance(opts, (list, tuple)) or not all(isinstance(o, Opt) for o in opts):
-    raise KcError(f"opts must be 'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt, got {type(opts).__name__} {opts!r}")
-  for o in opts: k.apply_opt(o)
+    if opts == "beam":
+      raise OptsError("opts='beam' searches on a device: use kc.compile(sink, device, opts='beam') or kc.api.beam_opts")
+    raise OptsError(f"opts must be {OPTS_CHOICES}, got {opts!r}")
+  one = isinstance(opts, Opt)
+  if one: opts = [opts]
+  if not isinstance(opts, (list, tuple)):
+    raise OptsError(f"opts must be {OPTS_CHOICES}, got {type(opts).__name__} {opts!r}")
+  for i, o in enumerate(opts):
+    where = "opts" if one else f"opts[{i}]"
+    try: k.apply_opt(o)
+    except InvalidOptError as e: raise InvalidOptError(f"{where}: {e}") from None  # the message names the Opt already
+    except KernelOptError as e: raise KernelOptError(f"{where} = {o!r} does not apply: {e}") from None
   return k
 
 
@@ -187,7 +198,8 @@ def beam_opts(sink: UOp, device: Optional[str] = None, width: Optional[int] = No
   kc.search.SearchEvents."""
   dev = Device[device or Device.DEFAULT]
   if width is None: width = beam_width_from_env() or DEFAULT_BEAM_WIDTH
-  if not isinstance(width, int) or isinstance(width, bool) or width < 1: raise KcError(f"the beam width must be an int >= 1, got {width!r}")
+  if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+    raise ConfigError(f"the beam width (kernels kept per round) must be an int >= 1, got {width!r}")
   base = Kernel(sink, dev.renderer)  # verifies the AST: an invalid one fails here, with the error about its shapes
   key, store = OptKey.of(sink, dev.renderer, dev.name, width), opt_cache()
   if cache and (entry := store.get(key)) is not None:
@@ -260,6 +272,23 @@ def _output_np_dtype(dt, specs, inputs: dict[int, np.ndarray]) -> np.dtype:
   return next((g for g in given if g != bits and array_fits(dt, g)), bits)
 
 
+def _indices(xs) -> str: return "[" + ", ".join(map(str, sorted(xs))) + "]"
+
+
+def _described(spec) -> str:
+  return f"{spec.dtype.name}, shape {fmt_shape(spec.shape)}" if spec.shape is not None else spec.dtype.name
+
+
+def _unread_inputs(ck: CompiledKernel, inputs: dict) -> None:
+  """An entry of `inputs` that the kernel never reads is a mistake (a wrong index, an output): say so."""
+  reads = {s.index for s in ck.specs if not s.output}
+  in_order = lambda i: (0, i) if isinstance(i, int) else (1, repr(i))  # noqa: E731  (ints first, by value)
+  if (extra := sorted((i for i in inputs if i not in reads), key=in_order)):
+    outs = {s.index for s in ck.specs if s.output}
+    what = "an output (kc.run allocates and returns it)" if extra[0] in outs else "not a buffer of the kernel"
+    raise ArgumentError(f"kc.run: `inputs` has buffer {extra[0]!r}, {what}; {ck.name} reads buffers {_indices(reads)}")
+
+
 def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, opts: OptsArg = None, **var_vals) -> dict[int, np.ndarray]:
   """Compile and run once; the outputs are allocated here (shaped like each store) and returned by index. An output
   of a dtype numpy lacks (bfloat16, fp8) comes back in the type its inputs of that dtype were given in (ml_dtypes'),
@@ -267,6 +296,7 @@ def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, 
   if not isinstance(inputs, dict):
     raise ArgumentError(f"kc.run takes its inputs as a dict of buffer index -> array, got {type(inputs).__name__}")
   ck = compile(sink, device, opts)
+  _unread_inputs(ck, inputs)
   vals = ck._var_values(var_vals)
   args: list = []
   outs: dict[int, np.ndarray] = {}
@@ -276,6 +306,9 @@ def run(sink: UOp, inputs: dict[int, np.ndarray], device: Optional[str] = None, 
       outs[spec.index] = np.zeros(shape if shape is not None else spec.elements_at(vals), dtype=_output_np_dtype(spec.dtype, ck.specs, inputs))
       args.append(outs[spec.index])
     elif spec.index in inputs: args.append(inputs[spec.index])
-    else: raise KcError(f"kc.run needs an input for buffer {spec.index}")
+    else:
+      reads = _indices(s.index for s in ck.specs if not s.output)
+      raise ArgumentError(f"kc.run needs an input for buffer {spec.index} ({_described(spec)}): {ck.name} reads "
+                          f"buffers {reads}, and `inputs` has {_indices(inputs)}")
   ck(*args, **var_vals)
   return outs

@@ -29,6 +29,16 @@ class KernelOptError(KcError):
   """An optimization that cannot be applied to this kernel; the Kernel is left unchanged."""
 
 
+class OptsError(KcError, ValueError):
+  """An `opts` value kc cannot use: not "hand", "none", "beam", a kc.Opt or a list of kc.Opt; the message names the
+  value and what would be valid."""
+
+
+class InvalidOptError(OptsError, KernelOptError):
+  """A kc.Opt that no kernel can take: its op is not a kc.OptOps, or its axis or amount is not an int >= 0. Bad input
+  (an OptsError), and, like every opt Kernel.apply_opt refuses, a KernelOptError."""
+
+
 class CompileError(KcError):
   """The backend compiler failed; carries the source and the compiler's message."""
   def __init__(self, msg: str, src: str = "", log: str = ""):

@@ -13,7 +13,7 @@ import dataclasses, itertools
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from kc.ir.dtype import ImageDType, dtypes
-from kc.errors import ConfigError, KcError, KernelOptError
+from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError
 from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
 from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
 from kc.kernel.naming import colored, ansilen
@@ -21,6 +21,7 @@ from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.optimized_ast import get_optimized_ast
 from kc.kernel.verify import preorder, full_buffer, reduce_axes, st_arg, verify_ast
 from kc.shape import ShapeTracker, strides_for_shape
+from kc.shape.view import fmt_shape
 from kc.ir.symbolic import resolve, ssimplify
 from kc.ir.uop import GroupOp, Ops, UOp, sint
 
@@ -83,6 +84,26 @@ def _state_attribute(name: str) -> property:
   def set_field(k: "Kernel", value: Any) -> None: setattr(k.state, name, value)
   return property(attrgetter(f"state.{name}"), set_field, doc=f"KernelState.{name} of this Kernel")
 
+
+
+def _whole(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
+
+
+def malformed(opt: Any) -> Optional[str]:
+  """Why `opt` is an Opt no kernel can take (not an Opt, an op that is not an OptOps, an axis or amount that is not an
+  int >= 0), or None. NOLOCALS alone may leave its axis and amount None; SWAP's amount is the other axis."""
+  if not isinstance(opt, Opt):
+    return f"not an Opt: {opt!r} ({type(opt).__name__}); make one as kc.Opt(kc.OptOps.UPCAST, axis, amount)"
+  if not isinstance(opt.op, OptOps):
+    ops = ", ".join(o.name for o in OptOps)
+    return f"{opt!r}: op must be a kc.OptOps ({ops}), got {opt.op!r} ({type(opt.op).__name__})"
+  for field, value in (("axis", opt.axis), ("amount", opt.amt)):
+    if (value is None and opt.op is OptOps.NOLOCALS) or (_whole(value) and value >= 0): continue
+    if field == "axis" or opt.op is OptOps.TC: valid = "an int >= 0"
+    elif opt.op is OptOps.SWAP: valid = "the other axis, an int >= 0"
+    else: valid = "an int >= 0 (0: the whole axis)"
+    return f"{opt!r}: {opt.op.name}'s {field} must be {valid}, got {value!r}"
+  return None
 
 class Kernel:
   """One kernel AST under optimization for one renderer (`opts`). The AST and what is read off it are fixed; what
@@ -249,7 +270,7 @@ class Kernel:
     self._apply_opt(opt, append_opt, tc_level=None)
 
   def _apply_opt(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
-    if not isinstance(opt, Opt) or not isinstance(opt.op, OptOps): raise KernelOptError(f"not an Opt: {opt!r}")
+    if (why := malformed(opt)) is not None: raise InvalidOptError(why)
     saved = self.state.copy()
     try:
       self._apply_checked(opt, append_opt, tc_level)
@@ -268,21 +289,16 @@ class Kernel:
     if self.dont_use_locals: check(opt.op not in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCASTMID), "not using locals")
     if opt.op is OptOps.TC:
       check(len(self.applied_opts) == 0, "tensor core opts must be first")
-      check(isinstance(opt.axis, int) and isinstance(opt.amt, int), "tensor core opts must have an axis and amt")
       level = tc_level if tc_level is not None else env_value("KC_TC", 1)
       check(level in (1, 2, 3), f"tensor core level must be 1, 2 or 3, got {level}")
       check(len(self.opts.tensor_cores) > 0, "the renderer has no tensor cores")
       check(self._apply_tc_opt(level, opt.axis, opt.amt), "no tensor core available")
       self.applied_opts.append(opt)
       return
-    check(opt.axis is None or (isinstance(opt.axis, int) and opt.axis >= 0), f"invalid axis {opt.axis!r}")
     axis = opt.real_axis(self)
-    check(axis < len(self.full_shape), "invalid axis")
-    if opt.op is OptOps.SWAP:
-      check(isinstance(opt.amt, int), "SWAP's amt is the other axis")
-      amt: Any = opt.amt
-    elif opt.amt is not None:
-      check(isinstance(opt.amt, int) and opt.amt >= 0, f"amt must be a non-negative int, got {opt.amt!r}")
+    if axis >= len(self.full_shape): raise KernelOptError(self._axis_out_of_range(opt))
+    if opt.op is OptOps.SWAP: amt: Any = opt.amt  # the other axis
+    elif opt.amt is not None:  # an int >= 0 (malformed() refused anything else)
       size = self.full_shape[axis]
       check(not (isinstance(size, int) and size == 0), f"axis {axis} has size 0 (the kernel does no work): nothing to {opt.op.name}")
       amt = opt.amt if opt.amt != 0 else size
@@ -370,6 +386,21 @@ class Kernel:
     if opt.op in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCASTMID): self._check_work_group()
     if append_opt: self.applied_opts.append(opt)
     if self.simplify_ones() and self.tensor_core_opts: self.tensor_core_opts.fix_axes(axis)
+
+  def _axis_out_of_range(self, opt: Opt) -> str:
+    """Why opt.axis names no axis of this kernel: the op, the axis, the axes it could name and the shape."""
+    shape, head = f"shape {fmt_shape(self.full_shape)}", f"{opt.op.name} axis {opt.axis} is out of range"
+    if opt.op is OptOps.UNROLL:
+      first, counts, kind = self.first_reduce, "UNROLL's axis counts from the first reduce axis", "reduce axis"
+    elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
+      first, kind = self.first_reduce + self.group_for_reduces, "reduce axis left to group"
+      counts = f"{opt.op.name}'s axis counts from the first reduce axis not grouped yet"
+    else: first, counts, kind = 0, "", "axis"
+    n = self.shape_len - first
+    valid = "axis 0" if n == 1 else f"axes 0..{n - 1}"
+    if n <= 0: return f"{head}: {counts + ', and ' if counts else ''}this kernel has no {kind} ({shape})"
+    if not counts: return f"{head}: this kernel has {'only ' if n == 1 else ''}{valid} ({shape})"
+    return f"{head}: {counts} (axis {first} of {shape}), so {valid} {'is' if n == 1 else 'are'} valid"
 
   def _check_work_group(self) -> None:
     """The local dims (and grouped reduce dims) are one work-group's threads: all of them together within what the

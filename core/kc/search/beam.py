@@ -11,7 +11,7 @@ import math, statistics, time, warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from kc.codegen import Kernel
-from kc.errors import KcError
+from kc.errors import ConfigError, KcError
 from kc.helpers import debug_level
 from kc.kernel.opt import Opt
 from kc.renderer import Program
@@ -138,12 +138,12 @@ def _validate(kernel: Any, device: Any, width: Any, min_gain: Any, max_rounds: A
   missing = [a for a in ("name", "compiler", "runtime", "allocator") if not hasattr(device, a)]
   if missing: raise KcError(f"beam_search needs a device (kc.Device[name]) with .name .compiler .runtime .allocator; {device!r} lacks {', '.join(missing)}")
   def whole(x): return isinstance(x, int) and not isinstance(x, bool)
-  if not whole(width) or width < 1: raise KcError(f"beam width is an int >= 1, got {width!r}")
+  if not whole(width) or width < 1: raise ConfigError(f"beam width is an int >= 1, got {width!r}")
   if not isinstance(min_gain, (int, float)) or isinstance(min_gain, bool) or not 0 <= min_gain < 1:
-    raise KcError(f"min_gain is a fraction in [0, 1), got {min_gain!r}")
-  if max_rounds is not None and (not whole(max_rounds) or max_rounds < 0): raise KcError(f"max_rounds is None or an int >= 0, got {max_rounds!r}")
-  if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0: raise KcError(f"timeout is seconds > 0, got {timeout!r}")
-  if not whole(seed): raise KcError(f"seed is an int, got {seed!r}")
+    raise ConfigError(f"min_gain is a fraction in [0, 1), got {min_gain!r}")
+  if max_rounds is not None and (not whole(max_rounds) or max_rounds < 0): raise ConfigError(f"max_rounds is None or an int >= 0, got {max_rounds!r}")
+  if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0: raise ConfigError(f"timeout is seconds > 0, got {timeout!r}")
+  if not whole(seed): raise ConfigError(f"seed is an int, got {seed!r}")
 
 
 def beam_search(kernel: Kernel, device: Any, width: int = 2, *, min_gain: float = 0.01, max_rounds: Optional[int] = None,

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait as wait_connections
 from typing import Any, Iterator, Optional, Sequence
-from kc.errors import KcError
+from kc.errors import ConfigError, KcError
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class LocalCompilePool:
 
   def __init__(self, workers: Optional[int] = None):
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
-      raise KcError(f"LocalCompilePool(workers=...) is a number of processes >= 1, got {workers!r}")
+      raise ConfigError(f"LocalCompilePool(workers=...) is a number of processes >= 1, got {workers!r}")
     self.workers = workers or os.cpu_count() or 1
     self._ctx = multiprocessing.get_context("spawn")
     self._pool: list[_Worker] = []
@@ -140,7 +140,7 @@ class LocalCompilePool:
     """One CompileOutcome per source, in completion order; a source that takes longer than `timeout` seconds is a
     failed outcome."""
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-      raise KcError(f"a compile timeout is a number of seconds > 0, got {timeout!r}")
+      raise ConfigError(f"a compile timeout is a number of seconds > 0, got {timeout!r}")
     if not sources: return
     if (blob := pickled(compiler)) is None:
       yield from compile_in_threads(compiler, sources, timeout, self.workers)
