@@ -22,10 +22,19 @@ def make_renderer():
   return ClangRenderer()
 
 
+def self_test() -> dict:
+  """The known compiler bugs' reproducers and the canary kernels on CLANG against numpy (kc doctor runs it)."""
+  from kc_clang.doctor import self_test as run  # imports numpy and kc's builder: only when doctor asks
+  return run(DEVICE)
+
+
 @hookimpl
 def kc_backends() -> list[BackendSpec]:
   return [BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=unavailable_reason,
-                      open=open_device, renderer=make_renderer, distribution="kc-clang", version=__version__)]
+                      open=open_device, renderer=make_renderer, distribution="kc-clang", version=__version__,
+                      # a C compiler is all CLANG needs: where it cannot open, the installation or KC_CC is broken
+                      self_test=self_test, expected_everywhere=True)]
 
 
-__all__ = ["ClangCompiler", "compiler_command", "open_device", "kc_backends", "DEVICE", "PRIORITY", "__version__"]
+__all__ = ["ClangCompiler", "compiler_command", "open_device", "self_test", "kc_backends", "DEVICE", "PRIORITY",
+           "__version__"]

@@ -2,8 +2,9 @@
 from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from typing import Optional
+from dataclasses import dataclass
 from kc.backend import CompileError, Compiler, ConfigError, env_value
-from kc_clang import host
+from kc_clang import host, known_bugs
 
 
 def compiler_command() -> list[str]:
@@ -25,12 +26,22 @@ def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None
   # no -fopenmp: threads come from the runtime (runtime.py), so gcc and clang work without an OpenMP library
   # -march=native: the host's vector width and FMA; the cache key then names the CPU (ClangCompiler.identity)
   # -march=x86-64-v3 (KC_CLANG_ISA=avx2, ...): that level's vector width, for every CPU that has the level
+  # + the flags of the known compiler bugs (known_bugs.py) of this compiler at the level of the code
   cmd_t = tuple(cmd or compiler_command())
   base = ["-shared", "-fPIC", "-O2", "-fwrapv", "-ffp-contract=off"]
   level = host.isa_level(isa) if isa is not None else host.chosen_isa() if native is None else None
-  if level is not None: return base + isa_flags(cmd_t, level)
-  native = host.native_code() if native is None else native
-  return base + (native_flags(cmd_t) if native else [])
+  if level is not None: target, psabi = isa_flags(cmd_t, level), level.march
+  else:
+    native = host.native_code() if native is None else native
+    target, psabi = (native_flags(cmd_t), host.psabi_level()) if native else ([], host.baseline_level())
+  return base + target + bug_workarounds(cmd_t, psabi)
+
+
+def bug_workarounds(cmd: tuple[str, ...], psabi: Optional[str]) -> list[str]:
+  """The flags that avoid the known bugs (known_bugs.KNOWN_BUGS) of compiler `cmd` in code for x86-64 psABI level
+  `psabi`: none for a compiler that is not an affected version, for a level the bugs do not reach, or off x86."""
+  found = compiler_id(cmd)
+  return known_bugs.workaround_flags(found.family, found.major, psabi) if found is not None else []
 
 
 def isa_flags(cmd: tuple[str, ...], level: host.IsaLevel) -> list[str]:
@@ -58,7 +69,42 @@ def native_flags(cmd: tuple[str, ...]) -> list[str]:
 
 def is_clang(cmd: tuple[str, ...]) -> bool:
   """Whether the compiler is clang (its --version says so, whatever the command is called: cc may be either)."""
-  return "clang" in (_version_line(cmd) or "")
+  found = compiler_id(cmd)
+  return found is not None and found.family == "clang"
+
+
+@dataclass(frozen=True)
+class CompilerId:
+  """Which C compiler a command runs, as its --version says."""
+  family: Optional[str]   # "gcc", "clang", or None for a compiler kc does not recognize
+  major: Optional[int]    # the major version (12 for gcc 12.2.0), None when the output names none
+  line: str               # the first line of the output, for messages
+
+  def describe(self) -> str:
+    return f"{self.family or 'an unrecognized compiler'} {self.major if self.major is not None else '?'} ({self.line})"
+
+
+_VERSION = re.compile(r"(?<![\w.+-])(\d+)\.(\d+)(?:\.(\d+))?(?![\w.])")
+
+
+def parse_version_output(text: str) -> CompilerId:
+  """The compiler and its major version from `cc --version` output. clang says "clang version X.Y.Z" (Apple's, Debian's
+  and others' prefix it), gcc "NAME (PACKAGE) X.Y.Z" on its first line, whatever the command is called (cc, gcc-12,
+  x86_64-linux-gnu-gcc; a date and more may follow), and "Free Software Foundation" in its copyright line."""
+  lines = text.strip().splitlines()
+  first = lines[0].strip() if lines else ""
+  if m := re.search(r"clang version (\d+)\.", text): return CompilerId("clang", int(m[1]), first)
+  if "clang" in first.lower(): return CompilerId("clang", None, first)
+  if "Free Software Foundation" in text or re.search(r"\b(gcc|GCC)\b", first):
+    m = _VERSION.search(first[first.find(")") + 1:])  # after "(PACKAGE)", which may hold other versions
+    return CompilerId("gcc", int(m[1]) if m else None, first)
+  return CompilerId(None, None, first)
+
+
+def compiler_id(cmd: tuple[str, ...]) -> Optional[CompilerId]:
+  """Which compiler `cmd` runs (parse_version_output of its --version), None when it does not run."""
+  out = _version_output(cmd)
+  return parse_version_output(out) if out is not None else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,11 +126,17 @@ def has_float16(cmd: tuple[str, ...], flags: tuple[str, ...]) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _version_line(cmd: tuple[str, ...]) -> Optional[str]:
-  """The first line of `cmd --version`, None when the compiler does not run."""
+def _version_output(cmd: tuple[str, ...]) -> Optional[str]:
+  """What `cmd --version` prints, asked once per process; None when the compiler does not run."""
   try: r = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=30)
   except (OSError, subprocess.SubprocessError): return None
-  return (r.stdout.strip().splitlines() or ["(no version output)"])[0] if r.returncode == 0 else None
+  return r.stdout if r.returncode == 0 else None
+
+
+def _version_line(cmd: tuple[str, ...]) -> Optional[str]:
+  """The first line of `cmd --version`, None when the compiler does not run."""
+  out = _version_output(cmd)
+  return None if out is None else (out.strip().splitlines() or ["(no version output)"])[0]
 
 
 def unavailable_reason() -> Optional[str]:

@@ -32,6 +32,23 @@ _V3 = _V2 + (("avx", "avx1_0"), ("avx2",), ("bmi1",), ("bmi2",), ("f16c",), ("fm
 _V4 = _V3 + (("avx512f",), ("avx512bw",), ("avx512cd",), ("avx512dq",), ("avx512vl",))
 ISA_LEVELS = {level.name: level for level in (IsaLevel("avx512f", "x86-64-v4", 64, _V4), IsaLevel("avx2", "x86-64-v3", 32, _V3),
                                               IsaLevel("sse2", "x86-64", 16, ()))}
+# every x86-64 psABI level, highest first, with the extensions its code may use: which level -march=native code on a
+# CPU reaches, for compiler bugs that show only from some level up (known_bugs.py). x86-64-v2 is no KC_CLANG_ISA
+# level (its 16-byte vectors are SSE2's), but gcc's vectorizer uses its byte instructions (pmaxub, pextrb) natively
+PSABI_LEVELS = (("x86-64-v4", _V4), ("x86-64-v3", _V3), ("x86-64-v2", _V2), ("x86-64", ()))
+
+
+def psabi_level(cpu: Optional["HostCPU"] = None) -> Optional[str]:
+  """The highest x86-64 psABI level (x86-64-v4 .. x86-64) whose every extension `cpu` (default: this host) has:
+  the level -march=native code there may use. None on a machine that is not x86-64."""
+  cpu = cpu or host_cpu()
+  if cpu.machine.lower() not in _X86: return None
+  return next(march for march, needs in PSABI_LEVELS if all(any(a in cpu.features for a in alts) for alts in needs))
+
+
+def baseline_level(cpu: Optional["HostCPU"] = None) -> Optional[str]:
+  """The psABI level of portable code (no -march): x86-64 on x86-64 machines, None elsewhere."""
+  return "x86-64" if (cpu or host_cpu()).machine.lower() in _X86 else None
 
 
 def isa_level(name: str, cpu: Optional["HostCPU"] = None) -> IsaLevel:
