@@ -33,10 +33,21 @@ def split_symbol(name: str) -> str:
   return f"kc_parts_{name}"
 
 
+def max_threads() -> int:
+  """The most threads KC_CLANG_THREADS may ask for: 4 per core, and at least 256. Each part of a split kernel runs
+  on an OS thread of its own, all started by the pool at the first call: parts beyond the cores only add start-up
+  and switching, and a count in the tens of thousands would start that many threads (or fail to). The floor leaves
+  room to test more parts than a loop has iterations on a machine with few cores."""
+  return max(256, 4 * (os.cpu_count() or 1))
+
+
 def threads() -> int:
   """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across this many threads."""
-  n = env_value("KC_CLANG_THREADS", os.cpu_count() or 1)
-  if n < 1: raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count: give an int >= 1, or unset it for every core")
+  n, most = env_value("KC_CLANG_THREADS", os.cpu_count() or 1), max_threads()
+  if not 1 <= n <= most:
+    raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count CLANG runs: give an int from 1 to {most} (4 per "
+                      f"core, at least 256: each part is an OS thread, and this machine has {os.cpu_count() or 1} "
+                      "cores), or unset it for every core")
   return n
 
 _FLOAT_FUNCS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}

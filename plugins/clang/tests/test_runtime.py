@@ -208,6 +208,21 @@ def test_a_split_loop_with_variable_bounds(monkeypatch):
     np.testing.assert_allclose(out, np.exp2(inp * 2 + 1), rtol=1e-6)
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "100000", "max+1"])
+def test_thread_counts_out_of_range_are_config_errors(value, monkeypatch):
+  """KC_CLANG_THREADS is 1 to max_threads() (4 per core, at least 256): each part is an OS thread the pool starts,
+  so 100000 would start 100000 threads at the first call instead of being refused."""
+  from kc_clang.renderer import max_threads, threads
+  most = max_threads()
+  assert most == max(256, 4 * (__import__("os").cpu_count() or 1))
+  value = str(most + 1) if value == "max+1" else value
+  monkeypatch.setenv("KC_CLANG_THREADS", value)
+  with pytest.raises(kc.ConfigError, match=rf"KC_CLANG_THREADS={value} .* from 1 to {most} "):
+    kc.compile(kc.ast.sink(kc.ast.store(0, kc.ast.arg(1, dtypes.float32, (1024, 1024)) * 2.0)), device="CLANG")
+  monkeypatch.setenv("KC_CLANG_THREADS", str(most))
+  assert threads() == most
+
+
 def test_run_parts_covers_every_part_once():
   from kc_clang.runtime import run_parts
   seen, lock = [], __import__("threading").Lock()
