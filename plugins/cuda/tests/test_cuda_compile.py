@@ -140,3 +140,14 @@ def test_reading_nvrtcs_log_leaves_the_interpreters_bytes_alone():
           "print('a', 'b', b' '[0], (b'x' * 2).replace(b'x', b' ')[0])\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
   assert out == b"a b 32 32\n", out
+
+
+def test_an_arch_the_cuda_major_dropped_names_the_major_that_compiles_it(monkeypatch):
+  import kc_cuda.compiler as compiler
+  monkeypatch.setattr(compiler, "supported_archs", lambda: ("sm_75", "sm_80", "sm_90"))  # CUDA 13's range
+  monkeypatch.setattr(compiler, "nvrtc_version", lambda: "13.0")
+  with pytest.raises(CompileError, match=r"NVRTC 13\.0 \(CUDA 13\) cannot compile for sm_70.*older than sm_75.*'kc-cuda\[cu12\]'"):
+    NVRTCCompiler("sm_70")
+  assert "cu12" not in compiler.unsupported_arch_message("sm_99")  # newer than this NVRTC: no older major helps
+  monkeypatch.setattr(compiler, "nvrtc_version", lambda: "12.9")
+  assert compiler.unsupported_arch_message("sm_70").endswith("sm_75, sm_80, sm_90")  # CUDA 12 is the oldest major kc knows
