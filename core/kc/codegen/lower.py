@@ -9,18 +9,21 @@ Every axis of the kernel's full shape gets an index:
                 backend's vector loads come back later, from groups of neighbouring scalar loads)
 Each node of the AST is lowered under an environment (one index UOp per axis); a reduce changes the indices of
 its own axes for its source. Views become INDEX(buffer, offset, valid): masked loads read 0, masked stores are
-skipped. A reduce becomes DEFINE_ACC + ASSIGN over its loops."""
+skipped. A reduce becomes DEFINE_ACC + ASSIGN over its loops.
+
+Index arithmetic (loop counters, launch indices, offsets, gates) is in one dtype per kernel, index_dtype(ast): int32,
+or int64 where some value of it can leave int32's range."""
 from __future__ import annotations
 import functools, itertools, operator
 from dataclasses import dataclass, field
 from typing import Any, Optional
-from kc.ir.dtype import dtypes
+from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
 from kc.kernel.optimized_ast import KernelInfo
 from kc.kernel.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
-from kc.shape.view import fmt_shape
+from kc.shape.view import View, fmt_shape, sint_to_uop
 from kc.ir.symbolic import split_sum, sum_bounds
 from kc.ir.uop import GroupOp, Ops, UOp, sint
 
@@ -30,13 +33,121 @@ Env = tuple[UOp, ...]
 _HOLDER = "lane:"  # the name prefix of lane placeholders
 
 
-def _as_uop(x: sint) -> UOp: return x if isinstance(x, UOp) else UOp.const(dtypes.int32, x)
+def _as_uop(x: sint, dtype: DType = dtypes.int32) -> UOp: return sint_to_uop(x, dtype)
 
 
 @functools.lru_cache(maxsize=4096)
-def _index_const(v: int) -> UOp:
-  """An int32 constant of index arithmetic (lane numbers, zeros): built once."""
-  return UOp.const(dtypes.int32, v)
+def _index_const(v: int, dtype: DType = dtypes.int32) -> UOp:
+  """A constant of index arithmetic (lane numbers, zeros): built once."""
+  return UOp.const(dtype, v)
+
+
+def _loop(dtype: DType, end: sint, arg) -> UOp:
+  """RANGE(0, end) with counter `dtype`; a symbolic end (an int32 Variable) is converted to it."""
+  return UOp.range(dtype, 0, _as_uop(end, dtype), arg)
+
+
+# ***** the index dtype *****
+
+INT32_MAX = dtypes.max(dtypes.int32)
+
+
+def index_dtype(ast: UOp) -> DType:
+  """The dtype of a kernel's index arithmetic: int32, unless some value of it can leave int32's range, then int64.
+
+  The values are those of every view the kernel reads, writes or masks with (VIEW args of the optimized AST): its
+  dims (the loop and launch bounds), offset, strides and mask bounds, the index sum and its partial sums over the
+  view's whole shape (padded positions too: their index is computed before the gate drops it), and, for a tracker of
+  several views, the flat index each inner view unravels with its divisors. Variables count with their bounds. A
+  cheap interval bound decides nearly every kernel; a view it cannot clear is decided by building its index in int64
+  (vmin/vmax of every node) and checking that an int32 build is the same graph (no constant wrapped on the way)."""
+  views = dict.fromkeys(u.arg for u in ast.toposort if u.op is Ops.VIEW)
+  return dtypes.int32 if all(_index_fits_int32(st) for st in views) else dtypes.int64
+
+
+def view_index_dtype(st: ShapeTracker) -> DType:
+  """The index dtype one view needs on its own (index_dtype is the widest over a kernel's views)."""
+  return dtypes.int32 if _index_fits_int32(st) else dtypes.int64
+
+
+@functools.lru_cache(maxsize=4096)
+def _index_fits_int32(st: ShapeTracker) -> bool:
+  return _bounded_in_int32(st) or _built_in_int32(st)
+
+
+def _span(x: sint) -> tuple[int, int]:
+  """(least, greatest) value of an sint."""
+  return (x, x) if isinstance(x, int) else (int(x.vmin), int(x.vmax))
+
+
+def _fit(*values: int) -> bool: return all(-INT32_MAX <= v <= INT32_MAX for v in values)
+
+
+def _bounded_in_int32(st: ShapeTracker) -> bool:
+  """Every value of the index arithmetic of `st`, by interval bounds, fits int32 (a conservative answer: False may
+  still fit). The views are taken as the lowering indexes them: the tracker simplified, inner views minified."""
+  views = st.simplify().views
+  flat: Optional[tuple[int, int]] = None  # the range of the flat index an inner view unravels
+  for view in reversed(views):
+    if flat is not None: view = view.minify()
+    coords = _coordinate_spans(view, flat)
+    if coords is None: return False
+    offset = _span(view.offset)
+    low, high = min(0, offset[0]), max(0, offset[1])  # every partial sum of the offset and the stride terms lies in here
+    for (c0, c1), stride in zip(coords, view.strides):
+      s0, s1 = _span(stride)
+      if not _fit(s0, s1): return False
+      ends = (c0 * s0, c0 * s1, c1 * s0, c1 * s1)
+      low, high = low + min(0, *ends), high + max(0, *ends)
+    for b, e in view.mask or ():
+      if not _fit(*_span(b), *_span(e)): return False
+    if not _fit(low, high): return False
+    flat = (low, high)
+  return True
+
+
+def _coordinate_spans(view: View, flat: Optional[tuple[int, int]]) -> Optional[list[tuple[int, int]]]:
+  """The range of each coordinate of `view`: its dims for the outermost view, else the unravelled `flat` range (C's
+  % keeps the dividend's sign; the outermost coordinate takes no modulo). None where a dim or divisor leaves int32."""
+  tops = [_span(d)[1] for d in view.shape]
+  if not _fit(*tops): return None
+  if flat is None: return [(0, max(0, t - 1)) for t in tops]
+  lo, hi = flat
+  spans, divisor = [], 1
+  for i, top in reversed(list(enumerate(tops))):
+    if not _fit(divisor): return None
+    if i == 0: spans.append((min(0, lo // divisor if lo >= 0 else -(-lo // divisor)), max(0, hi // divisor)))
+    else: spans.append((-(top - 1) if lo < 0 else 0, max(0, top - 1)))
+    divisor *= max(top, 1)
+  return spans[::-1]
+
+
+def _built_in_int32(st: ShapeTracker) -> bool:
+  """The index and validity of `st` built in int64 have every node in int32's range, and the int32 build is the same
+  graph: the int32 arithmetic computes exactly the int64 values."""
+  loops = _index_ranges(st.shape, dtypes.int64)  # the kernel runs them whether or not the index reads them
+  wide = st.to_indexed_uops(loops)
+  if not all(_fit(int(u.vmin), int(u.vmax)) for e in (*wide, *loops) for u in e.toposort if u.dtype in dtypes.ints): return False
+  narrow = st.to_indexed_uops(_index_ranges(st.shape, dtypes.int32))
+  memo: dict = {}
+  return all(_same_graph(n, w, memo) for n, w in zip(narrow, wide))
+
+
+def _same_graph(narrow: UOp, wide: UOp, memo: dict) -> bool:
+  """`narrow` (int32 indices) is `wide` (int64 indices) with int32 for int64: the same ops, args and constants."""
+  if wide.op is Ops.CAST and wide.dtype == dtypes.int64 and wide.src[0].dtype == dtypes.int32: wide = wide.src[0]  # a Variable
+  if (key := (narrow, wide)) in memo: return memo[key]
+  same = narrow.op is wide.op and narrow.arg == wide.arg and len(narrow.src) == len(wide.src) and \
+    (narrow.dtype == wide.dtype or (narrow.dtype == dtypes.int32 and wide.dtype == dtypes.int64)) and \
+    all(_same_graph(n, w, memo) for n, w in zip(narrow.src, wide.src))
+  memo[key] = same
+  return same
+
+
+@functools.lru_cache(maxsize=4096)
+def _index_ranges(shape: tuple[sint, ...], dtype: DType) -> tuple[UOp, ...]:
+  """One RANGE per dim, numbered by axis, with counters of `dtype`: the shape layer's axis_ranges for int32."""
+  return axis_ranges(shape) if dtype == dtypes.int32 else tuple(_loop(dtype, s, i) for i, s in enumerate(shape))
 
 
 def _fits(dims: list, max_sizes: tuple[int, ...]) -> bool:
@@ -46,15 +157,16 @@ def _fits(dims: list, max_sizes: tuple[int, ...]) -> bool:
 def _max_of(x) -> int: return x if isinstance(x, int) else int(x.vmax)
 
 
-def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tuple[int, ...]], reverse: bool = False
-                     ) -> tuple[list[UOp], list[sint], Optional[UOp]]:
+def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tuple[int, ...]], reverse: bool = False,
+                     dtype: DType = dtypes.int32) -> tuple[list[UOp], list[sint], Optional[UOp]]:
   """Map a kernel's global (or local) dims onto launch axes x, y, z of at most `max_sizes`.
 
   A dim too large for its axis is split across it and the next axis, by a factor where one fits and else by the
   axis limit and a rounded-up rest (the extra launch indices fall outside the dim: the returned guard is false
   there and must gate every access); dims beyond the number of axes are collapsed onto the left-most axis with
   room. Globals are reversed (the fastest-moving dim goes to x). Returns one index UOp per dim (in the dims'
-  order), the launch sizes (x, y, z order, padded with 1s), and the guard (None when every index is in range)."""
+  order, in the index `dtype`), the launch sizes (x, y, z order, padded with 1s), and the guard (None when every
+  index is in range)."""
   order = list(range(len(dims)))[::-1] if reverse else list(range(len(dims)))
   if max_sizes is None: max_sizes = (2**31 - 1,) * max(len(dims), 1)
   guards: list[tuple[int, int]] = []  # (dim, its size): dims launched with more indices than they have
@@ -81,13 +193,13 @@ def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tu
   sizes: list[sint] = [_sym_prod([p[1] for p in parts]) for parts in axes]
   for s, m in zip(sizes, max_sizes):
     if _max_of(s) > m: raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}")
-  idxs: list[UOp] = [UOp.const(dtypes.int32, 0)] * len(dims)
+  idxs: list[UOp] = [_index_const(0, dtype)] * len(dims)
   for a, parts in enumerate(axes):
-    rest = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{prefix}{a}", sizes[a]))
+    rest = UOp(Ops.SPECIAL, dtype, (), (f"{prefix}{a}", sizes[a]))
     for n, (d, size, stride) in enumerate(parts):
       last = n == len(parts) - 1
-      idxs[d] = idxs[d] + (rest if last else rest % _as_uop(size)) * stride
-      if not last: rest = rest // _as_uop(size)
+      idxs[d] = idxs[d] + (rest if last else rest % _as_uop(size, dtype)) * stride
+      if not last: rest = rest // _as_uop(size, dtype)
   idxs = [x.simplify() for x in idxs]
   guard = functools.reduce(lambda a, b: a & b, [idxs[d] < n for d, n in guards]).simplify() if guards else None
   return idxs, sizes + [1] * (len(max_sizes) - len(sizes)), guard
@@ -102,11 +214,11 @@ def _sym_prod(xs: list) -> sint:
 def _shifted(idx: UOp, shift: int) -> UOp:
   """idx + shift for a simplified index, in the canonical form simplify would give (the constant last, folded)."""
   if shift == 0: return idx
-  if idx.op is Ops.CONST: return _index_const(idx.arg + shift)
+  if idx.op is Ops.CONST: return _index_const(idx.arg + shift, idx.dtype)
   if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST:
     c = idx.src[1].arg + shift
-    return idx.src[0] if c == 0 else UOp(Ops.ADD, idx.dtype, (idx.src[0], _index_const(c)))
-  return UOp(Ops.ADD, idx.dtype, (idx, _index_const(shift)))
+    return idx.src[0] if c == 0 else UOp(Ops.ADD, idx.dtype, (idx.src[0], _index_const(c, idx.dtype)))
+  return UOp(Ops.ADD, idx.dtype, (idx, _index_const(shift, idx.dtype)))
 
 
 def _conjunction(a: UOp, b: UOp) -> UOp:
@@ -148,6 +260,7 @@ class Lowering:
   memo: dict = field(default_factory=dict)
   acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
   launch_guard: Optional[UOp] = None  # false on launch indices beyond the kernel's dims (see get_grouped_dims)
+  idt: DType = dtypes.int32  # the dtype of index arithmetic (index_dtype)
 
   def __post_init__(self):
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
@@ -167,24 +280,25 @@ class Lowering:
     shape = self.full_shape
     if self.has_local:
       if info.dont_use_locals:
-        gidx, _, gguard = get_grouped_dims("idx", shape[:global_dims], self.global_max, reverse=True)
+        gidx, _, gguard = get_grouped_dims("idx", shape[:global_dims], self.global_max, reverse=True, dtype=self.idt)
         lidx, lguard = [], None
       else:
-        gidx, _, gguard = get_grouped_dims("gidx", shape[:global_dims], self.global_max, reverse=True)
-        lidx, _, lguard = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max)
+        gidx, _, gguard = get_grouped_dims("gidx", shape[:global_dims], self.global_max, reverse=True, dtype=self.idt)
+        lidx, _, lguard = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max,
+                                           dtype=self.idt)
       idxs = gidx + lidx
       # a dim launched with extra indices: every access is gated so the extra threads touch nothing
       guards = [g for g in (gguard, lguard) if g is not None]
       self.launch_guard = functools.reduce(operator.and_, guards) if guards else None
     else:
-      idxs = [UOp.range(dtypes.int32, 0, s, (i, 0)) for i, s in enumerate(shape[:self.first_reduce])]
+      idxs = [_loop(self.idt, s, (i, 0)) for i, s in enumerate(shape[:self.first_reduce])]
     # reduce axes get their loops from the reduce that walks them; upcast axes are unrolled
-    idxs += [UOp.const(dtypes.int32, 0)] * (n - len(idxs))
+    idxs += [_index_const(0, self.idt)] * (n - len(idxs))
     for i in range(self.first_upcast, n):
       if not isinstance(shape[i], int): raise KcError(f"axis {i} of size {shape[i].render()} is symbolic and cannot be upcast")
     self.base = tuple(idxs)
     for a in range(self.first_reduce, self.first_reduce + self.group_for_reduces):
-      self.late[a] = UOp.range(dtypes.int32, 0, shape[a], (a, 1000))
+      self.late[a] = _loop(self.idt, shape[a], (a, 1000))
     for r in reduce_ops:
       self.depth[r] = sum(1 for u in r.toposort if u is not r and u.op is Ops.REDUCE_AXIS)
 
@@ -206,11 +320,10 @@ class Lowering:
     home = self.with_axes(env, {a: 0 for a in upcast if a not in axes})
     return [self.with_axes(home, c) for c in self.combos(axes)]
 
-  @staticmethod
-  def with_axes(env: Env, values: dict) -> Env:
+  def with_axes(self, env: Env, values: dict) -> Env:
     if not values: return env
     out = list(env)
-    for i, v in values.items(): out[i] = v if isinstance(v, UOp) else _index_const(v)
+    for i, v in values.items(): out[i] = v if isinstance(v, UOp) else _index_const(v, self.idt)
     return tuple(out)
 
   # ***** the lowering *****
@@ -278,7 +391,7 @@ class Lowering:
   def holder(self, axis: int) -> UOp:
     """The placeholder of an upcast axis's lane number in expressions shared by every lane. Its name is no C
     identifier, so no Variable of a kernel (which is rendered as one) can be mistaken for it."""
-    return UOp.variable(f"{_HOLDER}{axis}", 0, self.full_shape[axis] - 1)
+    return UOp.variable(f"{_HOLDER}{axis}", 0, self.full_shape[axis] - 1, self.idt)
 
   def holder_axis(self, u: UOp) -> Optional[int]:
     """The upcast axis whose placeholder `u` is, else None."""
@@ -303,7 +416,7 @@ class Lowering:
       if not used: ret = expr
       elif expr.op is Ops.AND and expr.dtype == dtypes.bool: ret = _conjunction(self.at(expr.src[0], values), self.at(expr.src[1], values))
       elif (known := self.decided(expr, values)) is not None: ret = UOp.const(dtypes.bool, known)
-      else: ret = expr.substitute({self.holder(a): _index_const(values.get(a, 0)) for a in used}).simplify()
+      else: ret = expr.substitute({self.holder(a): _index_const(values.get(a, 0), self.idt) for a in used}).simplify()
       self.memo[key] = ret
     return ret
 
@@ -332,7 +445,7 @@ class Lowering:
     if (ret := self.memo.get(key)) is None:
       if len(st.views) == 1: ret = st.to_indexed_uops(env)
       else:
-        axes = axis_ranges(st.shape)
+        axes = _index_ranges(st.shape, self.idt)
         idx, valid = st.to_indexed_uops(axes)
         sub = {a: v for a, v in zip(axes, env) if a is not v}
         ret = (idx.substitute(sub).simplify(), valid.substitute(sub).simplify())
@@ -390,7 +503,7 @@ class Lowering:
     if (kind := self.loop_kinds.get(key := (self.depth[u], axes, around))) is None and loops:
       same_depth = sum(1 for k in self.loop_kinds if k[0] == self.depth[u])
       kind = self.loop_kinds[key] = self.depth[u] + 1 + 1001 * same_depth
-    ranges = [self.late[a] if a in self.late else UOp.range(dtypes.int32, 0, self.full_shape[a], (a, kind)) for a in loops]
+    ranges = [self.late[a] if a in self.late else _loop(self.idt, self.full_shape[a], (a, kind)) for a in loops]
     inner = self.with_axes(env, dict(zip(loops, ranges)))
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
@@ -446,7 +559,7 @@ def _index(buf: UOp, idx: UOp, valid: UOp) -> UOp:
 
 def lower(ast: UOp, renderer) -> UOp:
   """The lowered SINK of an optimized kernel AST for `renderer` (its has_local, global_max, local_max)."""
-  lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max)
+  lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=index_dtype(ast))
   if any(isinstance(s, int) and s == 0 for s in st_arg(ast.src[0]).shape):
     # no output elements: zero-size work: a program that takes the kernel's buffers and does nothing (no load may touch an empty buffer)
     return UOp(Ops.SINK, dtypes.void, tuple(sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg)))

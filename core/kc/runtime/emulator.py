@@ -445,13 +445,14 @@ class _Batch:
     self.group_of_lane = np.repeat(np.arange(self.num_groups), self.threads)
     self.thread_of_lane = np.tile(tid, self.num_groups)
 
-  def special(self, name: str) -> np.ndarray:
+  def special(self, name: str, dtype: np.dtype = np.dtype(np.int32)) -> np.ndarray:
+    """The launch index `name` of every lane, in the SPECIAL's dtype (int32, or int64 in a kernel with wide indices)."""
     axis = int(name[-1])
-    gid = np.repeat(self.groups[:, axis], self.threads).astype(np.int32)
-    lid = np.tile(self.thread_coords[:, axis], self.num_groups).astype(np.int32)
+    gid = np.repeat(self.groups[:, axis], self.threads).astype(dtype)
+    lid = np.tile(self.thread_coords[:, axis], self.num_groups).astype(dtype)
     if name.startswith("gidx"): return gid
     if name.startswith("lidx"): return lid
-    return (gid * self.local[axis] + lid).astype(np.int32)
+    return (gid * self.local[axis] + lid).astype(dtype)
 
   def lane_name(self, lane: int) -> str:
     if self.iterations is not None: return f"loop iteration ({','.join(str(int(i)) for i in self.iterations[lane // self.threads])})"
@@ -498,11 +499,11 @@ class _Run:
       self.memory[pc] = _Memory(f"local {u.arg[0]} ({size} x {u.dtype.base.name})", data, u.dtype.base, size, True, batch)
     for pc, v in zip(plan.vars, var_vals): self.vals[pc] = np.asarray(v, dtype=np.int32)
     for pc, v in plan.consts.items(): self.vals[pc] = v
-    for pc in plan.specials: self.vals[pc] = batch.special(plan.uops[pc].arg[0])
+    for pc in plan.specials: self.vals[pc] = batch.special(plan.uops[pc].arg[0], value_np(plan.uops[pc].dtype))
     self.lane_loop_blocks: set[int] = set()  # the RANGE/ENDRANGE of parallel loops run as lanes: nothing to do there
     if batch.iterations is not None:
       for k, pc in enumerate(plan.parallel_loops):
-        self.vals[pc] = np.repeat(batch.iterations[:, k], batch.threads).astype(np.int32)
+        self.vals[pc] = np.repeat(batch.iterations[:, k], batch.threads).astype(value_np(plan.uops[pc].dtype))
         self.lane_loop_blocks.update((pc, plan.jump[pc]))
 
   def error(self, cls: type, pc: int, msg: str, lane: Optional[int] = None) -> EmulatorError:
@@ -532,14 +533,15 @@ class _Run:
         vals[pc] = new_val
       elif op is Ops.RANGE:
         start, end = vals[srcs[pc][0]], vals[srcs[pc][1]]
+        counter_np = value_np(uops[pc].dtype)  # int32, or int64 in a kernel with wide indices
         if np.size(start) == 1 and np.size(end) == 1:  # bounds every lane shares: one counter
-          counter, end = np.asarray(start, dtype=np.int32).reshape(()), int(np.asarray(end).reshape(()))
+          counter, end = np.asarray(start, dtype=counter_np).reshape(()), int(np.asarray(end).reshape(()))
           if int(counter) >= end:
             pc = plan.jump[pc] + 1
             continue
           frames.append(("range", pc, mask, end))
         else:  # bounds that differ per lane: lanes leave the loop as they reach their end
-          counter = np.broadcast_to(np.asarray(start, dtype=np.int32), (self.batch.lanes,)).copy()
+          counter = np.broadcast_to(np.asarray(start, dtype=counter_np), (self.batch.lanes,)).copy()
           active = counter < end if mask is None else mask & (counter < end)
           if not active.any():
             pc = plan.jump[pc] + 1
@@ -549,7 +551,7 @@ class _Run:
         vals[pc] = counter
       elif op is Ops.ENDRANGE:
         _, start_pc, outer, end = frames[-1]
-        counter = (vals[start_pc] + 1).astype(np.int32)
+        counter = (vals[start_pc] + 1).astype(vals[start_pc].dtype)
         if isinstance(end, int):
           if int(counter) < end:
             vals[start_pc], pc = counter, start_pc + 1

@@ -14,7 +14,7 @@ import functools, operator
 from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Optional, Sequence
-from kc.ir.dtype import dtypes
+from kc.ir.dtype import DType, dtypes
 from kc.errors import ShapeError
 from kc.helpers import all_int, ceildiv, prod
 from kc.ir.symbolic import resolve, smax, smin, ssimplify
@@ -37,10 +37,11 @@ def fmt_shape(xs) -> str:
   return repr(xs)
 
 
-def sint_to_uop(x: sint) -> UOp:
-  """An int32 UOp of an sint: index arithmetic is int32, as in every kc kernel."""
-  if isinstance(x, UOp): return x if x.dtype == dtypes.int32 else x.cast(dtypes.int32)
-  return UOp.const(dtypes.int32, x)
+def sint_to_uop(x: sint, dtype: DType = dtypes.int32) -> UOp:
+  """A UOp of an sint in the index dtype: int32, or int64 in a kernel whose indices can leave int32's range
+  (kc.codegen.lower.index_dtype decides)."""
+  if isinstance(x, UOp): return x if x.dtype == dtype else x.cast(dtype)
+  return UOp.const(dtype, x)
 
 
 def _as_sint(x, op: str, what: str) -> sint:
@@ -142,9 +143,11 @@ def unravel(shape: tuple[sint, ...], flat):
   """The coordinates of a row-major flat index (an int or a UOp). The outermost coordinate takes no modulo: the
   flat index of a valid element is below the size, and a modulo there only hides that from the simplifier."""
   out, acc = [], 1
+  # a symbolic dim (an int32 Variable) takes the flat index's dtype (int64 in a kernel with wide indices)
+  like = (lambda x: sint_to_uop(x, flat.dtype)) if isinstance(flat, UOp) else (lambda x: x)
   for i, d in enumerate(reversed(shape)):
-    q = flat if _is1(acc) else flat // acc
-    out.append(q if i == len(shape) - 1 else q % d)
+    q = flat if _is1(acc) else flat // like(acc)
+    out.append(q if i == len(shape) - 1 else q % like(d))
     acc = acc * d
   return out[::-1]
 
@@ -222,14 +225,16 @@ class View:
   # ***** index expressions *****
 
   def to_indexed_uops(self, idxs: Sequence[UOp], valid: Optional[UOp] = None) -> tuple[UOp, UOp]:
-    """(index, valid) of this view at the coordinates `idxs`, unsimplified; `valid` is and-ed onto what is given."""
-    idx = sint_to_uop(self.offset)
+    """(index, valid) of this view at the coordinates `idxs`, unsimplified; `valid` is and-ed onto what is given. The
+    index is computed in the coordinates' dtype (int32, or int64 where indices are wide)."""
+    dt = idxs[0].dtype if len(idxs) else dtypes.int32
+    idx = sint_to_uop(self.offset, dt)
     conds = [] if valid is None else [valid]
     for i, s, st, m in zip(idxs, self.shape, self.strides, self.mask or [None] * len(self.shape)):
-      if not _is1(s) and not _is0(st): idx = idx + i * sint_to_uop(st)
+      if not _is1(s) and not _is0(st): idx = idx + i * sint_to_uop(st, dt)
       if m is not None:
-        if not _is0(m[0]): conds.append(i >= sint_to_uop(m[0]))
-        if not _same(m[1], s): conds.append(i < sint_to_uop(m[1]))
+        if not _is0(m[0]): conds.append(i >= sint_to_uop(m[0], dt))
+        if not _same(m[1], s): conds.append(i < sint_to_uop(m[1], dt))
     return idx, functools.reduce(operator.and_, conds) if conds else UOp.const(dtypes.bool, True)
 
   def offset_of(self, coords: Sequence[int], ev) -> Optional[int]:
