@@ -66,6 +66,11 @@ class UnknownDeviceError(KcError, LookupError):
   """A device name no installed plugin registers; the message lists the registered ones."""
 
 
+class AllocationError(KcError, MemoryError):
+  """A buffer larger than the device can allocate in one piece (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE, Metal's
+  maxBufferLength, a GPU's memory); the message names the size asked for and the device's limit."""
+
+
 class ArgumentError(KcError, ValueError):
   """A call's argument that does not match what the kernel declares; the message names the buffer index, what
   the kernel expects and what was given."""

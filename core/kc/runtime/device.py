@@ -14,7 +14,7 @@ import numpy as np
 from kc.runtime.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
 from kc.ir.dtype import DType, PtrDType
 from kc.helpers import env_value
-from kc.errors import CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
+from kc.errors import AllocationError, CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
 
 if TYPE_CHECKING:
   from kc.runtime.plugins import BackendSpec, PluginTable
@@ -30,10 +30,20 @@ class InvalidBufferError(KcError, ValueError):
 class Allocator(ABC):
   """Owns a device's memory. Opaque handles go in and out; only the allocator knows what they are.
 
-  Subclasses implement `_alloc`, `_free`, `copyin`, `copyout` and, where views are supported, `offset`."""
+  Subclasses implement `_alloc`, `_free`, `copyin`, `copyout` and, where views are supported, `offset`, and set
+  `max_alloc` where the device caps one allocation."""
+  max_alloc: Optional[int] = None
+  """The most bytes one allocation may hold (OpenCL's CL_DEVICE_MAX_MEM_ALLOC_SIZE, Metal's maxBufferLength); None: no
+  cap but memory itself. A larger request is a kc.AllocationError before the device is asked."""
+  max_alloc_source: str = ""
+  """Where max_alloc comes from, for the error's message ("CL_DEVICE_MAX_MEM_ALLOC_SIZE of <device>")."""
 
   def alloc(self, nbytes: int, options: Optional[Hashable] = None):
     if not isinstance(nbytes, int) or nbytes < 0: raise InvalidBufferError(f"cannot allocate {nbytes!r} bytes: need an int >= 0")
+    if self.max_alloc is not None and nbytes > self.max_alloc:
+      source = f" ({self.max_alloc_source})" if self.max_alloc_source else ""
+      raise AllocationError(f"cannot allocate a buffer of {nbytes} bytes: {type(self).__name__} allocates at most {self.max_alloc} "
+                            f"bytes at once{source}. Split the data into smaller buffers, or use a device that holds it")
     return self._alloc(nbytes, options)
 
   def free(self, opaque, nbytes: int, options: Optional[Hashable] = None): self._free(opaque, nbytes, options)
@@ -72,6 +82,7 @@ class LRUAllocator(Allocator):
   def alloc(self, nbytes: int, options: Optional[Hashable] = None):
     if len(cached := self.cache.get((nbytes, options), ())): return cached.pop()
     try: return super().alloc(nbytes, options)
+    except AllocationError: raise  # over the device's cap: freeing the cache cannot help
     except self.oom_errors:
       if not self.cache: raise
       self.free_cache()

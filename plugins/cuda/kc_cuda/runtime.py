@@ -41,6 +41,8 @@ class CUDAAllocator(LRUAllocator):
   def __init__(self, device: CUDADevice):
     super().__init__()
     self.device = device
+    self.max_alloc = device.props.total_memory  # no single allocation can be larger than the GPU's memory
+    self.max_alloc_source = f"the memory of {device.props.name}"
 
   def _alloc(self, nbytes: int, options: Optional[Hashable]) -> CUDAMemory:
     if options is not None: raise KcError(f"CUDA buffers take no options, got {options!r}")

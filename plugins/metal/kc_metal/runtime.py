@@ -32,6 +32,9 @@ class MetalAllocator(LRUAllocator):
   def __init__(self, device: MetalDevice):
     super().__init__()
     self.device = device
+    # newBufferWithLength returns nil above it, which would read as running out of memory
+    self.max_alloc = int(device.mtl.maxBufferLength())
+    self.max_alloc_source = f"maxBufferLength of {device.mtl.name()}"
 
   def _alloc(self, nbytes: int, options: Optional[Hashable]) -> MetalBuffer:
     if options is not None: raise KcError(f"METAL buffers take no options, got {options!r}")

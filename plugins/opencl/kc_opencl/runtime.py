@@ -22,6 +22,10 @@ class OpenCLAllocator(LRUAllocator):
   def __init__(self, device: OpenCLDevice):
     super().__init__()
     self.device = device
+    # the driver refuses a larger buffer with an untyped INVALID_BUFFER_SIZE (or fails later): Allocator.alloc
+    # refuses it first with a kc.AllocationError naming both sizes
+    self.max_alloc = int(device.cl_device.max_mem_alloc_size)
+    self.max_alloc_source = f"CL_DEVICE_MAX_MEM_ALLOC_SIZE of {device.info.name}"
 
   def _alloc(self, nbytes: int, options: Optional[Hashable]):
     ctx = self.device.context
