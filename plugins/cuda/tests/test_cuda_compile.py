@@ -151,3 +151,18 @@ def test_an_arch_the_cuda_major_dropped_names_the_major_that_compiles_it(monkeyp
   assert "cu12" not in compiler.unsupported_arch_message("sm_99")  # newer than this NVRTC: no older major helps
   monkeypatch.setattr(compiler, "nvrtc_version", lambda: "12.9")
   assert compiler.unsupported_arch_message("sm_70").endswith("sm_75, sm_80, sm_90")  # CUDA 12 is the oldest major kc knows
+
+
+def test_int64_indices_render_as_long_long_and_compile():
+  # rows of 4096 with up to 2^20 rows: offsets pass 2^31, so launch indices, loops and offsets are long long
+  r, c = CUDARenderer("sm_90"), NVRTCCompiler("sm_90")
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (kc.Variable("n", 1, 2**20), 4096)).sum(1)))
+  for opts in ((), (Opt(OptOps.GROUP, 0, 16),)):
+    k = Kernel(sink, r)
+    for o in opts: k.apply_opt(o)
+    src = k.to_program().src
+    assert "long long gidx0 = blockIdx.x;" in src and "for (long long ridx0 = 0ll;" in src and "int " not in src
+    assert c.compile(src).startswith(b"KCCUDA1")
+  # a small kernel keeps int
+  small = Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (64, 32)).sum(1))), r).to_program().src
+  assert "int gidx0 = blockIdx.x;" in small and "long" not in small

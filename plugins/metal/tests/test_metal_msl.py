@@ -27,3 +27,16 @@ def test_the_check_finds_errors_and_names_the_kernel():
              Kernel("no_int_sqrt", f"{head} d[0] = sqrt(3); }}")]
   errors = check(kernels, jobs=1)
   assert {e.split(":")[0] for e in errors} == {"undeclared", "bitcast", "no_int_sqrt"}, errors
+
+
+def test_int64_indices_render_as_long_and_check_as_cxx():
+  # rows of 4096 with up to 2^20 rows: offsets pass 2^31, so launch indices, loops and offsets are long
+  import kc
+  from kc import Opt, OptOps, dtypes
+  from kc import ast as A
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (kc.Variable("n", 1, 2**20), 4096)).sum(1)))
+  k = kc.Kernel(sink, MetalRenderer())
+  k.apply_opt(Opt(OptOps.GROUP, 0, 16))
+  src = k.to_program().src
+  assert "long gidx0 = (int)__kc_gid.x;" in src and "long lidx0 = (int)__kc_lid.x;" in src and "for (long ridx0 = 0l;" in src
+  assert check([Kernel("int64 indices", src)], jobs=1) == []
