@@ -278,3 +278,12 @@ def test_a_global_size_over_the_renderer_limit_is_a_kernel_opt_error():
   r.global_max = (1000, 1000, 1000)
   sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (1009 * 1013 * 1019 * 7,)) + 1))  # no factor fits an axis
   with pytest.raises(kc.KernelOptError, match="launch limit"): optimize(kc.Kernel(sink, r), "none").to_program()
+
+
+def test_emu_runs_int64_output_loops_as_lanes(emu_as_clang):
+  # a loop to a Variable converted to int64 is still an output loop whose iterations EMU runs side by side
+  from kc.runtime.emulator import _Plan
+  k = kc.compile(variable_rows_sink(), device="EMU", opts="none")
+  plan = _Plan(k.program.name, k.program.uops)
+  assert [plan.uops[pc].dtype for pc in plan.parallel_loops] == [dtypes.int64]
+  run_variable_rows("EMU", 20_000, "none")

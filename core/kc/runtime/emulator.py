@@ -381,7 +381,7 @@ class _Plan:
       if u.op is Ops.RANGE:
         start, end = (self.uops[s] for s in self.srcs[pc])
         if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[1] == 0): break  # kind 0: an output axis
-        if start.op is not Ops.CONST or start.arg != 0 or end.op not in (Ops.CONST, Ops.DEFINE_VAR): break
+        if start.op is not Ops.CONST or start.arg != 0 or (end.op is not Ops.CONST and _loop_variable(end) is None): break
         loops.append(pc)
       elif u.op in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.ENDRANGE, Ops.BARRIER, Ops.DEFINE_LOCAL): break
     return loops
@@ -719,6 +719,12 @@ class _Run:
 
 # ---------------------------------------------------------------------------------------------------------- program handle
 
+def _loop_variable(end: UOp) -> Optional[UOp]:
+  """The Variable a loop bound is: itself, or converted to int64 indices (a CAST); None for any other bound."""
+  if end.op is Ops.CAST and end.src[0].op is Ops.DEFINE_VAR: end = end.src[0]
+  return end if end.op is Ops.DEFINE_VAR else None
+
+
 def _grid(gdims) -> np.ndarray:
   """Every work-group's coordinates, x fastest."""
   return np.stack(np.meshgrid(*[np.arange(d) for d in gdims], indexing="ij"), axis=-1).transpose(2, 1, 0, 3).reshape(-1, 3)
@@ -758,11 +764,11 @@ class EmuProgram:
     loops: when there are none, when the launch has more than one thread, or when one has no iteration at all."""
     plan = self.plan
     if not plan.parallel_loops or prod(gdims) * prod(ldims) != 1: return None
-    by_pc = dict(zip(plan.vars, var_vals))
+    by_var = {plan.uops[pc]: v for pc, v in zip(plan.vars, var_vals)}
     sizes = []
     for pc in plan.parallel_loops:
       end = plan.uops[plan.srcs[pc][1]]
-      sizes.append(end.arg if end.op is Ops.CONST else by_pc[plan.srcs[pc][1]])
+      sizes.append(end.arg if end.op is Ops.CONST else by_var[_loop_variable(end)])
     if any(s <= 0 for s in sizes): return None
     return np.stack(np.meshgrid(*[np.arange(s) for s in sizes], indexing="ij"), axis=-1).reshape(-1, len(sizes))
 
