@@ -32,7 +32,7 @@ def kc_ast(name: str, shapes):
     out = (xs[0].reshape(n, n, 1) * xs[1].reshape(1, n, n)).sum(1)
   elif name.startswith("conv2d"):
     cin, cout, H, W, k = CONV
-    win = xs[0].pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+    win = xs[0].pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(2, k).permute(0, 3, 4, 1, 2).reshape(1, cin, k, k, H, W)
     out = (win * xs[1].reshape(cout, cin, k, k, 1, 1)).sum(axis=(1, 2, 3))
   elif name.startswith("softmax"):
     e = (xs[0] - xs[0].max(1, keepdims=True)).exp2()  # kc.ast reduces as numpy does: keepdims to broadcast per row

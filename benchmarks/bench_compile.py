@@ -34,7 +34,7 @@ def build(kind, shape):
   if kind == "conv2d":
     cin, cout, H, W, k = shape
     x = F(1, cin, H, W).pad(((0, 0), (1, 1), (1, 1)))
-    win = x.windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+    win = x.windows(1, k).windows(2, k).permute(0, 3, 4, 1, 2).reshape(1, cin, k, k, H, W)
     w = F(2, cout, cin, k, k).reshape(cout, cin, k, k, 1, 1)
     return A.sink(A.store(0, (win * w).sum(axis=(1, 2, 3))))
   raise ValueError(kind)

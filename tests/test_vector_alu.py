@@ -95,7 +95,7 @@ def test_emu_runs_vector_programs(emu, name, lanes):
 
 def conv(cin=8, cout=16, H=8, W=32, k=3):
   x, w = F(1, cin, H, W), F(2, cout, cin, k, k)
-  win = x.pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(3, k).permute(0, 1, 3, 2, 4).reshape(1, cin, k, k, H, W)
+  win = x.pad(((0, 0), (1, 1), (1, 1))).windows(1, k).windows(2, k).permute(0, 3, 4, 1, 2).reshape(1, cin, k, k, H, W)
   return A.sink(A.store(0, (win * w.reshape(cout, cin, k, k, 1, 1)).sum(axis=(1, 2, 3))))
 
 

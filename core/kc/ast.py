@@ -214,9 +214,11 @@ class Expr:
     return self._insert([None] * extra + list(range(len(self.kshape))), tuple(h + extra for h in self.hidden))
 
   def windows(self, axis: int, size: int) -> "Expr":
-    """`axis` (length n) replaced by (size, n - size + 1) sliding windows: out[..., i, j, ...] = self[..., i + j, ...]."""
+    """numpy's sliding_window_view(x, size, axis): `axis` (length n) becomes the n - size + 1 window starts and a new
+    last axis of `size` walks each window: out[..., i, ..., j] = self[..., i + j, ...]."""
     k = self._live()._logical[_axes(axis, self.ndim, "windows")[0]]
-    try: return self._with(Move("windows", (k, size)), tuple(h + (h > k) for h in self.hidden))
+    # the window axis is the last kernel axis, so it is the last logical one too; the hidden axes keep their places
+    try: return self._with(Move("windows", (k, size)))
     except InvalidASTError: raise
     except KcError as e: raise InvalidASTError(f"windows of {fmt_shape(self.shape)}: {e}") from e
 

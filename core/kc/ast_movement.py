@@ -26,7 +26,11 @@ class Move:
 
   def apply(self, st: ShapeTracker) -> ShapeTracker:
     if self.kind == "insert": return st.reshape(tuple(1 if a is None else st.shape[a] for a in self.arg))
-    if self.kind == "windows": return st.windows(*self.arg)
+    if self.kind == "windows":
+      # numpy's sliding_window_view: the axis keeps its place with the n - size + 1 window starts, the window is last
+      axis, size = self.arg
+      st = st.windows(axis, size)
+      return st.permute(tuple(a for a in range(st.ndim) if a != axis) + (axis,))
     return getattr(st, self.kind)(self.arg)
 
 

@@ -47,8 +47,8 @@ def _conv2d():
   cin, cout, H, W, K = 4, 8, 16, 16, 3
   img, wt = _rand(rng, cin, H, W), _rand(rng, cout, cin, K, K)
   x = A.arg(1, dtypes.float32, (cin, H, W)).pad(((0, 0), (1, 1), (1, 1)))          # (cin, H+2, W+2)
-  win = x.windows(1, K).windows(3, K)                                                # (cin, ky, H, kx, W)
-  win = win.permute(0, 1, 3, 2, 4).reshape(1, cin, K, K, H, W)
+  win = x.windows(1, K).windows(2, K)                                                # (cin, H, W, ky, kx)
+  win = win.permute(0, 3, 4, 1, 2).reshape(1, cin, K, K, H, W)
   w = A.arg(2, dtypes.float32, (cout, cin, K, K)).reshape(cout, cin, K, K, 1, 1)
   out = (win * w).sum(axis=(1, 2, 3))                                                # (cout, 1, 1, 1, H, W)
   padded = np.pad(img, ((0, 0), (1, 1), (1, 1)))
