@@ -93,7 +93,8 @@ def _bounded_in_int32(st: ShapeTracker) -> bool:
     coords = _coordinate_spans(view, flat)
     if coords is None: return False
     offset = _span(view.offset)
-    low, high = min(0, offset[0]), max(0, offset[1])  # every partial sum of the offset and the stride terms lies in here
+    # every partial sum of the offset and the stride terms lies in [low, high]
+    low, high = min(0, offset[0]), max(0, offset[1])
     for (c0, c1), stride in zip(coords, view.strides):
       s0, s1 = _span(stride)
       if not _fit(s0, s1): return False
@@ -127,7 +128,8 @@ def _built_in_int32(st: ShapeTracker) -> bool:
   graph: the int32 arithmetic computes exactly the int64 values."""
   loops = _index_ranges(st.shape, dtypes.int64)  # the kernel runs them whether or not the index reads them
   wide = st.to_indexed_uops(loops)
-  if not all(_fit(int(u.vmin), int(u.vmax)) for e in (*wide, *loops) for u in e.toposort if u.dtype in dtypes.ints): return False
+  nodes = [u for e in (*wide, *loops) for u in e.toposort if u.dtype in dtypes.ints]
+  if not all(_fit(int(u.vmin), int(u.vmax)) for u in nodes): return False
   narrow = st.to_indexed_uops(_index_ranges(st.shape, dtypes.int32))
   memo: dict = {}
   return all(_same_graph(n, w, memo) for n, w in zip(narrow, wide))
@@ -135,7 +137,8 @@ def _built_in_int32(st: ShapeTracker) -> bool:
 
 def _same_graph(narrow: UOp, wide: UOp, memo: dict) -> bool:
   """`narrow` (int32 indices) is `wide` (int64 indices) with int32 for int64: the same ops, args and constants."""
-  if wide.op is Ops.CAST and wide.dtype == dtypes.int64 and wide.src[0].dtype == dtypes.int32: wide = wide.src[0]  # a Variable
+  if wide.op is Ops.CAST and wide.dtype == dtypes.int64 and wide.src[0].dtype == dtypes.int32:
+    wide = wide.src[0]  # a Variable, converted to int64
   if (key := (narrow, wide)) in memo: return memo[key]
   same = narrow.op is wide.op and narrow.arg == wide.arg and len(narrow.src) == len(wide.src) and \
     (narrow.dtype == wide.dtype or (narrow.dtype == dtypes.int32 and wide.dtype == dtypes.int64)) and \
@@ -284,8 +287,8 @@ class Lowering:
         lidx, lguard = [], None
       else:
         gidx, _, gguard = get_grouped_dims("gidx", shape[:global_dims], self.global_max, reverse=True, dtype=self.idt)
-        lidx, _, lguard = get_grouped_dims("lidx", shape[global_dims:self.first_reduce + self.group_for_reduces], self.local_max,
-                                           dtype=self.idt)
+        local_dims = shape[global_dims:self.first_reduce + self.group_for_reduces]
+        lidx, _, lguard = get_grouped_dims("lidx", local_dims, self.local_max, dtype=self.idt)
       idxs = gidx + lidx
       # a dim launched with extra indices: every access is gated so the extra threads touch nothing
       guards = [g for g in (gguard, lguard) if g is not None]

@@ -357,7 +357,8 @@ class CStyleLanguage(Renderer):
       elif op is Ops.CONST: names[u] = self.render_const(u.arg, u.dtype)
       elif op is Ops.SPECIAL:
         names[u] = u.arg[0]
-        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_special(u.arg[0], u.arg[1])}")  # int, or int64 indices
+        # int, or the dialect's int64 in a kernel with wide indices (kc.codegen.lower.index_dtype)
+        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_special(u.arg[0], u.arg[1])}")
       elif op is Ops.DEFINE_LOCAL:
         names[u] = u.arg[0]
         emit(self.render_local(names[u], u.dtype.base, u.arg[1]))

@@ -42,8 +42,9 @@ class Allocator(ABC):
     if not isinstance(nbytes, int) or nbytes < 0: raise InvalidBufferError(f"cannot allocate {nbytes!r} bytes: need an int >= 0")
     if self.max_alloc is not None and nbytes > self.max_alloc:
       source = f" ({self.max_alloc_source})" if self.max_alloc_source else ""
-      raise AllocationError(f"cannot allocate a buffer of {nbytes} bytes: {type(self).__name__} allocates at most {self.max_alloc} "
-                            f"bytes at once{source}. Split the data into smaller buffers, or use a device that holds it")
+      raise AllocationError(f"cannot allocate a buffer of {nbytes} bytes: {type(self).__name__} allocates at most "
+                            f"{self.max_alloc} bytes at once{source}. Split the data into smaller buffers, or use a "
+                            "device that holds it")
     return self._alloc(nbytes, options)
 
   def free(self, opaque, nbytes: int, options: Optional[Hashable] = None): self._free(opaque, nbytes, options)

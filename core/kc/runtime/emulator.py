@@ -381,7 +381,8 @@ class _Plan:
       if u.op is Ops.RANGE:
         start, end = (self.uops[s] for s in self.srcs[pc])
         if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and u.arg[1] == 0): break  # kind 0: an output axis
-        if start.op is not Ops.CONST or start.arg != 0 or (end.op is not Ops.CONST and _loop_variable(end) is None): break
+        if start.op is not Ops.CONST or start.arg != 0: break
+        if end.op is not Ops.CONST and _loop_variable(end) is None: break
         loops.append(pc)
       elif u.op in (Ops.DEFINE_ACC, Ops.ASSIGN, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.ENDRANGE, Ops.BARRIER, Ops.DEFINE_LOCAL): break
     return loops

@@ -38,5 +38,6 @@ def test_int64_indices_render_as_long_and_check_as_cxx():
   k = kc.Kernel(sink, MetalRenderer())
   k.apply_opt(Opt(OptOps.GROUP, 0, 16))
   src = k.to_program().src
-  assert "long gidx0 = (int)__kc_gid.x;" in src and "long lidx0 = (int)__kc_lid.x;" in src and "for (long ridx0 = 0l;" in src
+  assert "long gidx0 = (int)__kc_gid.x;" in src and "long lidx0 = (int)__kc_lid.x;" in src
+  assert "for (long ridx0 = 0l;" in src
   assert check([Kernel("int64 indices", src)], jobs=1) == []
