@@ -242,3 +242,74 @@ def test_spec_kind_selection():
   assert SPEC_KINDS == {s.kind for s in SPECS.values()}  # the CLI's list (it does not import the suite) stays the suite's
   assert _spec_kinds(None) is None and _spec_kinds("none, hand") == {"none", "hand"}
   with _pytest.raises(_pytest.UsageError, match="single"): _spec_kinds("none,singel")
+
+
+# ------------------------------------------------------------------------------------------------ what a run certified
+
+def test_a_run_that_only_rendered_says_so_and_fails_when_a_tier_is_required(tmp_path):
+  rc, doc, out = run_suite(tmp_path, "NOHW", "-k", "f32_arith and hand")
+  said = "certified: render tier only; the compile and run tiers were skipped because NOHW cannot open here"
+  assert rc == 0 and said in out and doc["summary"]["certified"].startswith(said)
+  for tier in ("run", "compile"):
+    rc, doc, out = run_suite(tmp_path, "NOHW", "-k", "f32_arith and hand", f"--kc-require-tier={tier}", name=tier)
+    said = f"--kc-require-tier {tier}: that tier did not run for 1 selected case, e.g. {tier}/f32_arith/hand"
+    assert rc == 1 and said in out, out
+  rc, _, out = run_suite(tmp_path, "NOHW", "-k", "f32_arith and hand", "--kc-require-tier=render", name="render")
+  assert rc == 0 and "--kc-require-tier" not in out
+
+
+def test_a_required_tier_that_ran_passes_and_a_case_the_device_cannot_take_does_not_count(tmp_path):
+  # CLANG declares no tensor cores: the tensor-core specs skip for capability in every tier, which certifies nothing
+  # but is no tier that failed to run
+  rc, doc, out = run_suite(tmp_path, "CLANG", "-k", "f32_arith and hand or matmul_square and tc1",
+                           "--kc-require-tier=run")
+  got = outcomes(doc)
+  assert rc == 0, out[-3000:]
+  assert got["run/f32_arith/hand"] == "pass" and got["run/matmul_square/tc1"] == "skip"
+  assert doc["summary"]["certified"] == "certified: render, compile and run tiers"
+
+
+def _record(tid: str, outcome: str = "pass", reason=None):
+  from kc_conformance.report import TestRecord
+  return TestRecord(tid, tid, tid.split("/")[0], outcome, reason)
+
+
+def test_the_certified_line_and_the_required_tier_rules():
+  from kc_conformance.report import coverage_line, unmet_requirement
+  away = "unavailable: X cannot open here (no GPU); the run tier needs the device's runtime"
+  ran = [_record("render/a/hand"), _record("compile/a/hand", "fail"), _record("run/a/hand", "skip", away)]
+  assert coverage_line(ran, ["render", "compile", "run"]) == \
+    "certified: render and compile tiers only; the run tier was skipped because X cannot open here (no GPU)"
+  assert unmet_requirement(ran, "run") == [("run/a/hand", away)] and unmet_requirement(ran, "compile") == []
+  capability = "capability: needs float4, which X does not declare"
+  known = "expected: known bug (link)"
+  partial = ran[:2] + [_record("run/a/hand"), _record("render/b/none"), _record("run/b/none", "skip", known),
+                       _record("run/c/none", "skip", capability), _record("render/c/none", "skip", capability)]
+  assert coverage_line(partial, ["render", "compile", "run"]) == \
+    "certified: render, compile and run tiers; 1 of 3 run tests were skipped (expected: known bug (link))"
+  # b's run test was skipped, and b has no compile test selected; c does not apply to the device
+  assert unmet_requirement(partial, "run") == [("run/b/none", known)]
+  assert unmet_requirement(partial, "compile") == [(f"compile/{c}/none", "not selected") for c in "bc"]
+  nothing = coverage_line([_record("run/a/hand", "skip", away)], ["render", "compile", "run"])
+  assert nothing.startswith("certified: nothing; no test ran (unavailable: X cannot open here (no GPU))"), nothing
+
+
+def _kc(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "kc.cli", "conformance", *args], capture_output=True, text=True,
+                        timeout=300)
+
+
+def test_kc_conformance_list_prints_the_selected_ids():
+  r = _kc("--device", "EMU", "--list", "--specs", "none")
+  # the error-contract tests belong to no spec: every --specs keeps them
+  want = [i for i in ALL_IDS if i.endswith("/none") or i.startswith("render/opt_errors/")]
+  assert r.returncode == 0 and sorted(r.stdout.splitlines()) == sorted(want), r.stderr
+  r = _kc("--device", "EMU", "--device", "CLANG", "--list", "-k", "f32_arith and hand", "--tier", "compile")
+  assert r.returncode == 0 and r.stdout.splitlines() == [f"{dev} {tier}/f32_arith/hand" for dev in ("EMU", "CLANG")
+                                                         for tier in ("render", "compile")], r.stdout + r.stderr
+
+
+def test_kc_conformance_refuses_a_required_tier_that_cannot_run(capsys):
+  from kc.cli import main
+  assert main(["conformance", "--device", "EMU", "--tier", "compile", "--require-tier", "run"]) == 2
+  assert "--require-tier run needs that tier to run, but --tier compile stops before it" in capsys.readouterr().err

@@ -13,7 +13,7 @@ import pytest
 from . import TIERS
 from . import expectations as expect
 from .checks import SEED
-from .report import TestRecord, build, write
+from .report import TestRecord, build, unmet_requirement, write
 
 SUITE_MODULE = "kc_conformance.test_suite"
 RUN_KEY = pytest.StashKey["ConformanceRun"]()
@@ -30,6 +30,11 @@ def pytest_addoption(parser):
               help="only the optimization choices of these kinds, comma-separated: none, hand, single, random, tc (default: all)")
   g.addoption("--kc-isolation", default="process", choices=("process", "none"),
               help="process (default): compile and run in a worker a crash cannot take the run down with; none: in this process")
+  g.addoption("--kc-require-tier", default=None, choices=TIERS,
+              help="fail the run when this tier did not run for a selected case (a device that cannot open here "
+                   "skips it)")
+  g.addoption("--kc-list", nargs="?", const="-", default=None, metavar="FILE",
+              help="write the ids of the selected tests, one per line, to FILE (default: stdout), and run nothing")
 
 
 class ConformanceRun:
@@ -45,6 +50,7 @@ class ConformanceRun:
     self.expectations: list[expect.Expectation] = []
     self.started = _now()
     self.tiers = list(TIERS[:TIERS.index(config.getoption("kc_tier")) + 1])
+    self.unmet: list[tuple[str, str]] = []  # (test id, why) of the cases --kc-require-tier's tier did not run for
 
   def make_target(self):
     from .target import Target
@@ -99,6 +105,11 @@ def _now() -> str: return datetime.datetime.now(datetime.timezone.utc).isoformat
 
 def pytest_configure(config):
   _spec_kinds(config.getoption("kc_specs"))  # a bad --kc-specs is a usage error before anything is collected
+  required, tier = config.getoption("kc_require_tier"), config.getoption("kc_tier")
+  if required is not None and TIERS.index(required) > TIERS.index(tier):
+    raise pytest.UsageError(f"--kc-require-tier {required} needs that tier to run, but --kc-tier {tier} stops "
+                            "before it")
+  if config.getoption("kc_list"): config.option.collectonly = True
   run = config.stash[RUN_KEY] = ConformanceRun(config)
   config.pluginmanager.register(run, "kc-conformance-run")
   config.addinivalue_line("markers", "kc_tier(name): the conformance tier of a test")
@@ -159,6 +170,9 @@ def pytest_collection_modifyitems(session, config, items):
   if drop:
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
+  if config.getoption("kc_list"):
+    _list(run, items)
+    return
   if run.target is None:
     problem = SetupProblem.from_parent(session, name="setup", message=f"kc-conformance could not set up: {run.setup_error}")
     problem.user_properties.append(("kc_setup_error", run.setup_error))
@@ -171,6 +185,16 @@ def pytest_collection_modifyitems(session, config, items):
                       for e in expect.unmatched(run.expectations, ALL_IDS)]
     for i, msg in enumerate(problems):
       items.append(ExpectationProblem.from_parent(session, name=f"expectations[{i}]", message=msg))
+
+
+def _list(run: ConformanceRun, items) -> None:
+  """--kc-list: the selected tests' conformance ids, one per line (after -k, --kc-tier and --kc-specs), on stdout or
+  in the file given."""
+  if run.target is None: raise pytest.UsageError(f"kc-conformance could not set up: {run.setup_error}")
+  text = "".join(run.ids[it.nodeid][1] + "\n" for it in items if _is_suite(it))
+  if (path := run.config.getoption("kc_list")) == "-": print(text, end="", flush=True)
+  else:
+    with open(path, "w") as f: f.write(text)
 
 
 def _spec_kinds(option: Optional[str]) -> Optional[frozenset[str]]:
@@ -244,18 +268,27 @@ def pytest_sessionfinish(session, exitstatus):
   if not run.active and not session.config.getoption("kc_device"): return
   if run.target is None and run.setup_error is None: run.make_target()  # under xdist only the workers made one
   if run.setup_error is not None and exitstatus == 0: session.exitstatus = pytest.ExitCode.TESTS_FAILED
+  if (required := session.config.getoption("kc_require_tier")) and not session.config.option.collectonly:
+    run.unmet = unmet_requirement(list(run.records.values()), required)
+    if run.unmet and session.exitstatus == 0: session.exitstatus = pytest.ExitCode.TESTS_FAILED
   run.write_reports()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
   run: ConformanceRun = config.stash[RUN_KEY]
   if not run.active or is_xdist_worker(config): return
-  from .report import failure_groups, summarize, summary_lines
+  from .report import coverage_line, failure_groups, summarize, summary_lines
   s = summarize(list(run.records.values()))
   dev = run.target.device if run.target is not None else config.getoption("kc_device")
   terminalreporter.write_sep("=", f"kc conformance {dev}: {s['passed']} passed, {s['failed']} failed, {s['crashed']} crashed, "
                                    f"{s['errors']} errors, {s['xfailed']} xfailed, {s['xpassed']} xpassed, {s['skipped']} skipped "
                                    f"({', '.join(f'{k} {v}' for k, v in sorted(s['skipped_by_reason'].items())) or 'none'})")
+  terminalreporter.write_line(coverage_line(list(run.records.values()), run.tiers))
+  if run.unmet:
+    test, why = run.unmet[0]
+    cases = f"{len(run.unmet)} selected case{'s' if len(run.unmet) > 1 else ''}"
+    terminalreporter.write_line(f"--kc-require-tier {config.getoption('kc_require_tier')}: that tier did not run for "
+                                f"{cases}, e.g. {test} ({why})", red=True)
   if run.setup_error: terminalreporter.write_line(f"setup error: {run.setup_error}", red=True)
   groups = failure_groups(list(run.records.values()), dev, config.getoption("kc_expect"))
   if groups:

@@ -104,6 +104,58 @@ def summarize(tests: list[TestRecord]) -> dict:
           "by_tier": {tier: dict(c) for tier, c in by_tier.items()}}
 
 
+NOT_APPLICABLE = ("capability", "not applicable")  # skips that say the case does not apply to the device
+
+
+def _device_skip(t: TestRecord) -> bool:
+  """A skip that leaves the device uncertified for this test: the case applies, but the tier did not run (the device
+  cannot open here, an expectation file skips it, ...)."""
+  return t.outcome == "skip" and skip_category(t.reason) not in NOT_APPLICABLE
+
+
+def _why(skips: list[TestRecord]) -> str:
+  """The most common reason of these skips, without its tier-specific tail (what comes after the first ';')."""
+  return Counter((t.reason or "no reason given").split(";")[0].strip() for t in skips).most_common(1)[0][0]
+
+
+def _listed(names: list[str]) -> str:
+  return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def coverage_line(tests: list[TestRecord], tiers: list[str]) -> str:
+  """Which of the selected tiers ran, for the summary: a run whose compile and run tests were all skipped (a device
+  that cannot open here) certifies nothing beyond rendering, and says so rather than passing quietly."""
+  ran, skipped = [], []
+  for tier in tiers:
+    mine = [t for t in tests if t.tier == tier]
+    if any(t.outcome != "skip" for t in mine): ran.append(tier)
+    if (skips := [t for t in mine if _device_skip(t)]): skipped.append((tier, skips, len(mine)))
+  if not ran: return f"certified: nothing; no test ran{' (' + _why(skipped[0][1]) + ')' if skipped else ''}"
+  line = f"certified: {_listed(ran)} tier{'s' if len(ran) > 1 else ''}" + (" only" if len(ran) < len(tiers) else "")
+  never = [tier for tier, _, _ in skipped if tier not in ran]
+  if never:
+    why = _why([t for tier, skips, _ in skipped if tier in never for t in skips])
+    were = "tiers were" if len(never) > 1 else "tier was"
+    line += f"; the {_listed(never)} {were} skipped because {why.removeprefix('unavailable: ')}"
+  for tier, skips, total in skipped:
+    if tier in ran: line += f"; {len(skips)} of {total} {tier} tests were skipped ({_why(skips)})"
+  return line
+
+
+def unmet_requirement(tests: list[TestRecord], tier: str) -> list[tuple[str, str]]:
+  """(test id, why) for each selected case whose `tier` test did not run: it was not selected, or it was skipped for a
+  reason other than the case not applying to the device. The cases are the CASE/SPEC checks of any selected test."""
+  by_id = {t.id: t for t in tests}
+  cases = [t for t in tests if t.tier in TIERS and not t.id.startswith("render/opt_errors/")]
+  checks = dict.fromkeys(t.id.split("/", 1)[1] for t in cases)
+  unmet = []
+  for check in checks:
+    t = by_id.get(want := f"{tier}/{check}")
+    if t is None: unmet.append((want, "not selected"))
+    elif _device_skip(t): unmet.append((want, t.reason or "skipped"))
+  return unmet
+
+
 def _finite(x: Any) -> Any:
   """JSON has no inf or NaN: such errors are written as strings."""
   if isinstance(x, float) and not math.isfinite(x): return str(x)
@@ -116,7 +168,8 @@ def build(*, device: dict, tests: list[TestRecord], tiers: list[str], seed: int,
           setup_error: Optional[str], expectations: Optional[str], kc_version: str) -> dict:
   return _finite({"schema_version": REPORT_SCHEMA_VERSION, "suite_version": SUITE_VERSION, "kc_version": kc_version,
                   "python": platform.python_version(), "started": started, "finished": finished, "tiers": tiers, "seed": seed,
-                  "device": device, "setup_error": setup_error, "expectations": expectations, "summary": summarize(tests),
+                  "device": device, "setup_error": setup_error, "expectations": expectations,
+                  "summary": {**summarize(tests), "certified": coverage_line(tests, tiers)},
                   "failure_groups": failure_groups(tests, device.get("name"), expectations),
                   "tests": [t.to_json() for t in tests]})
 
@@ -210,6 +263,7 @@ def to_html(doc: dict) -> str:
   if doc["setup_error"]: out.append(f"<p class=error>setup failed: {_e(doc['setup_error'])}</p>")
   out.append("<h2>Summary</h2><table><tr>" + "".join(f"<th>{k}</th>" for k in ("total", "passed", "failed", "crashed", "errors", "skipped", "xfailed", "xpassed")) + "</tr><tr>"
              + "".join(f"<td>{s[k]}</td>" for k in ("total", "passed", "failed", "crashed", "errors", "skipped", "xfailed", "xpassed")) + "</tr></table>")
+  if s.get("certified"): out.append(f"<p>{_e(s['certified'])}</p>")
   out.append("<p>skipped by reason: " + (", ".join(f"{_e(k)} {v}" for k, v in sorted(s["skipped_by_reason"].items())) or "none") + "</p>")
   out.append("<table><tr><th>tier</th>" + "".join(f"<th>{o}</th>" for o in OUTCOMES) + "</tr>")
   for tier in TIERS + ("setup",):

@@ -248,6 +248,7 @@ def _per_device(path: str, device: str, several: bool) -> str:
 
 
 SPEC_KINDS = frozenset({"none", "hand", "single", "random", "tc"})  # kc_conformance.specs.Spec.kind (the CLI does not import the suite)
+CONFORMANCE_TIERS = ("render", "compile", "run")  # kc_conformance.TIERS, in order
 
 
 def cmd_conformance(args) -> int:
@@ -264,23 +265,51 @@ def cmd_conformance(args) -> int:
       raise UsageError(f"-n takes a number of processes or 'auto', got {args.numprocesses!r}")
   if args.specs and (bad := {k.strip() for k in args.specs.split(",")} - SPEC_KINDS):
     raise UsageError(f"--specs: unknown kind(s) {', '.join(sorted(bad))}; the kinds are {', '.join(sorted(SPEC_KINDS))}")
+  if args.require_tier is not None and CONFORMANCE_TIERS.index(args.require_tier) > CONFORMANCE_TIERS.index(args.tier):
+    raise UsageError(f"--require-tier {args.require_tier} needs that tier to run, but --tier {args.tier} stops "
+                     "before it")
   # every device is checked before any run starts: a typo fails once, here, not once per test
   devices = [Device.spec(d).name for d in args.device] or [Device.DEFAULT]
+  if args.list: return _list_conformance(args, devices)
   status = 0
   for dev in devices:
     several = len(devices) > 1
-    argv = [sys.executable, "-m", "pytest", "--pyargs", "kc_conformance", f"--kc-device={dev}", f"--kc-tier={args.tier}",
-            f"--kc-timeout={args.timeout}", "-p", "no:cacheprovider", "-q", "-rfE"]
+    argv = _conformance_argv(args, dev) + [f"--kc-timeout={args.timeout}", "-q", "-rfE"]
+    if args.require_tier: argv.append(f"--kc-require-tier={args.require_tier}")
     argv += [f"--kc-report={_per_device(r, dev, several)}" for r in args.report]
     if args.expect: argv.append(f"--kc-expect={args.expect}")
-    if args.k: argv += ["-k", args.k]
-    if args.specs: argv.append(f"--kc-specs={args.specs}")
     if args.numprocesses is not None: argv += ["-n", args.numprocesses]
     if args.junitxml: argv.append(f"--junitxml={_per_device(args.junitxml, dev, several)}")
     print("+ " + " ".join(argv), flush=True)
     rc = subprocess.call(argv)
     status = status or rc
   return status
+
+
+def _conformance_argv(args, device: str) -> list[str]:
+  """The pytest command that runs (or lists) the suite for one device, with the selection the options make."""
+  argv = [sys.executable, "-m", "pytest", "--pyargs", "kc_conformance", f"--kc-device={device}",
+          f"--kc-tier={args.tier}", "-p", "no:cacheprovider"]
+  if args.k: argv += ["-k", args.k]
+  if args.specs: argv.append(f"--kc-specs={args.specs}")
+  return argv
+
+
+def _list_conformance(args, devices: list[str]) -> int:
+  """--list: the ids of the tests a run would select, one per line (with several devices, each after its device's
+  name); nothing is compiled or run."""
+  import subprocess, tempfile
+  for dev in devices:
+    with tempfile.TemporaryDirectory(prefix="kc-conformance-") as tmp:
+      listed = os.path.join(tmp, "ids.txt")
+      # pytest's own collection output goes nowhere: the ids come back in the file
+      r = subprocess.run(_conformance_argv(args, dev) + [f"--kc-list={listed}", "-q"], capture_output=True, text=True)
+      if r.returncode != 0 or not os.path.exists(listed):
+        said = (r.stderr.strip() or r.stdout.strip() or "no output").splitlines()[-1]
+        raise UsageError(f"listing the conformance tests for {dev} failed (exit {r.returncode}): {said}")
+      with open(listed) as f: ids = f.read().split()
+    for test in ids: print(f"{dev} {test}" if len(devices) > 1 else test)
+  return 0
 
 
 class UsageError(KcError):
@@ -464,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
                  ).set_defaults(fn=cmd_doctor)
   c = sub.add_parser("conformance", help="run the conformance suite against devices (needs kc-conformance)")
   c.add_argument("--device", action="append", default=[], help="a device to certify (repeatable; default: the default device)")
-  c.add_argument("--tier", default="run", choices=["render", "compile", "run"], help="run the tiers up to this one (default: all)")
+  c.add_argument("--tier", default="run", choices=CONFORMANCE_TIERS, help="run the tiers up to this one (default: all)")
   c.add_argument("--report", action="append", default=[], metavar="FILE", help="FILE.json or FILE.html (repeatable)")
   c.add_argument("--expect", default=None, metavar="FILE", help="an expectation file of the backend's known failures")
   c.add_argument("--timeout", type=float, default=120.0, help="seconds one compile or run may take before it counts as a crash")
@@ -473,6 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
                  help="only these kinds of optimization choice, comma-separated: none, hand, single, random, tc (default: all)")
   c.add_argument("-n", dest="numprocesses", default=None, metavar="N|auto", help="run the tests in N processes (needs pytest-xdist)")
   c.add_argument("--junitxml", default=None, metavar="FILE", help="also write JUnit XML for CI")
+  c.add_argument("--require-tier", default=None, choices=CONFORMANCE_TIERS,
+                 help="exit non-zero when this tier did not run for a selected case (a device that cannot open here)")
+  c.add_argument("--list", action="store_true", help="print the selected tests' ids, one per line, and run nothing")
   c.set_defaults(fn=cmd_conformance)
   b = sub.add_parser("bench", help="compile and time every example kernel on the available devices, checked against numpy")
   b.add_argument("--device", action="append", default=None, help="a device to run (repeatable; default: every available one)")
