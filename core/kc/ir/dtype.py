@@ -1,7 +1,7 @@
 """Data types. DTypes are interned: building the same type twice gives the same object, so `is`,
 `==` and hashing are identity-fast on the UOp construction path."""
 from __future__ import annotations
-import math, struct
+import functools, math, struct, sys, warnings
 from dataclasses import dataclass, fields
 from typing import Any, Final, Optional
 import numpy as np
@@ -257,6 +257,8 @@ def least_upper_float(dt: DType) -> DType:
 
 
 def _round_bfloat16(x: float) -> float:
+  """x through float32 (past its range: inf), then to bfloat16, as the C dialects' __kc_f2bf((float)x) rounds it."""
+  with np.errstate(over="ignore"): x = float(np.float32(x))
   if not math.isfinite(x): return x
   bits = struct.unpack("<I", struct.pack("<f", x))[0]
   bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even on the dropped 16 bits
@@ -341,6 +343,48 @@ def _wrap_int(dt: DType):
     x = int(x) & mask
     return x - (1 << bits) if signed and x >= half else x
   return wrap
+
+
+# the largest finite value of each float type
+FLOAT_MAX: dict[DType, float] = {dtypes.float16: 65504.0, dtypes.bfloat16: 3.3895313892515355e38,
+                                 dtypes.float32: 3.4028234663852886e38, dtypes.float64: sys.float_info.max,
+                                 dtypes.fp8e4m3: 448.0, dtypes.fp8e5m2: 57344.0}
+
+
+@functools.lru_cache(maxsize=None)
+def _finite_values(dt: DType) -> np.ndarray:
+  """Every finite value of a float type of at most 16 bits, ascending, each zero once (float64)."""
+  codes = np.arange(1 << (8 * dt.itemsize))
+  with np.errstate(all="ignore"):  # NaN codes
+    if dt == dtypes.float16: vals = codes.astype(np.uint16).view(np.float16).astype(np.float64)
+    elif dt == dtypes.bfloat16: vals = (codes.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    else: vals = fp8_to_float32(codes, dt).astype(np.float64)
+  return np.unique(vals[np.isfinite(vals)])
+
+
+def next_float(dt: DType, v: float, up: bool) -> float:
+  """The value of float type `dt` next to its value `v`, toward +inf (`up`) or -inf; past the largest finite value
+  +-inf (also for e4m3, which has none: callers treat that as unbounded)."""
+  dt = dt.scalar()
+  inf = math.inf if up else -math.inf
+  if dt == dtypes.float64: return math.nextafter(v, inf)
+  if dt == dtypes.float32:
+    with np.errstate(over="ignore"): return float(np.nextafter(np.float32(v), np.float32(inf)))
+  vals = _finite_values(dt)
+  i = int(np.searchsorted(vals, v, side="right" if up else "left")) + (0 if up else -1)
+  return float(vals[i]) if 0 <= i < len(vals) else inf
+
+
+def cast_scalar(dt: DType, x):
+  """The value a CAST to `dt` gives the Python scalar `x` (bool, int or float), as the devices compute it: floats to
+  ints truncate; a NaN, an infinity or a value outside the int's range (which C leaves undefined) converts as numpy's
+  astype does on this machine, as EMU computes it; never an error."""
+  s = dt.scalar()
+  if dtypes.is_int(s) and isinstance(x, float) and not (math.isfinite(x) and dtypes.min(s) <= int(x) <= dtypes.max(s)):
+    with np.errstate(invalid="ignore", over="ignore"), warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      return int(np.array([x], dtype=np.float64).astype(s.np)[0])
+  return truncate(s, dtypes.as_const(x, s))
 
 
 def truncate(dt: DType, x):

@@ -7,7 +7,7 @@ as every backend does; range analysis widens to the dtype's range wherever it co
 from __future__ import annotations
 import math
 from typing import Optional, Union
-from kc.ir.dtype import DType, dtypes
+from kc.ir.dtype import DType, cast_scalar, dtypes
 from kc.errors import SymbolicError
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.uop import GroupOp, Ops, UOp, Variable, exec_alu, sint
@@ -76,7 +76,9 @@ def fold_alu(x: UOp) -> Optional[UOp]:
     if x.op in (Ops.SHL, Ops.SHR) and not 0 <= src[1].arg < 8 * x.dtype.itemsize: return None  # undefined in C
     return UOp.const(x.dtype, exec_alu(x.op, x.dtype, tuple(s.arg for s in src)))
   if x.dtype in _INT_OR_BOOL and (mm := x.bounds)[0] == mm[1]: return UOp.const(x.dtype, mm[0])
-  if x.op in GroupOp.Commutative and src[0].op is Ops.CONST: return x.replace(src=(src[1], src[0]))
+  # a float MAX is not quite commutative: of two equal operands (-0.0 and 0.0) it gives the second, as numpy does
+  if x.op in GroupOp.Commutative and src[0].op is Ops.CONST and not (x.op is Ops.MAX and dtypes.is_float(x.dtype)):
+    return x.replace(src=(src[1], src[0]))
   return None
 
 
@@ -103,8 +105,8 @@ def divmod_fold(x: UOp, c: UOp, op: Ops) -> Optional[UOp]:
   """Fold x // c or x % c for a constant c from the ranges and the coefficients of the sum x."""
   d = c.arg
   if not dtypes.is_int(x.dtype) or x.dtype.count != 1 or d == 0: return None
-  if d < 0:  # C semantics: x // -d == -(x // d) and x % -d == x % d
-    return -(x // -d) if op is Ops.IDIV else x % -d
+  if d < 0:  # C semantics: x // -d == -(x // d) and x % -d == x % d; the int's MIN has no -d (it wraps to itself)
+    return (-(x // -d) if op is Ops.IDIV else x % -d) if -d <= dtypes.max(x.dtype) else None
   if d == 1: return x if op is Ops.IDIV else x.const_like(0)
   dt = x.dtype
   # the whole range of x sits in one quotient bucket
@@ -221,6 +223,22 @@ def ne_fold(x: UOp, c: UOp) -> Optional[UOp]:
   return None
 
 
+def fold_cast(x: UOp, c: UOp) -> Optional[UOp]:
+  """A cast of a constant: the value the devices compute (a NaN or an out-of-range float to an int included)."""
+  return UOp.const(x.dtype, cast_scalar(x.dtype, c.arg)) if x.dtype.count == 1 else None
+
+
+def add_zero(s: UOp, x: UOp) -> Optional[UOp]:
+  """x + 0 is x, but for a float x of -0.0 where the zero is +0.0 (-0.0 + 0.0 is 0.0, and 1/x tells them apart)."""
+  if not dtypes.is_float(x.dtype) or math.copysign(1.0, s.src[1].arg) < 0 or _never_negative_zero(x): return x
+  return None
+
+
+def _never_negative_zero(x: UOp) -> bool:
+  """A float that cannot be -0.0: a converted int or bool, or one whose range leaves out 0."""
+  return (x.op is Ops.CAST and not dtypes.is_float(x.src[0].dtype)) or x.vmin > 0 or x.vmax < 0
+
+
 def max_fold(a: UOp, b: UOp) -> Optional[UOp]:
   if a.vmin >= b.vmax: return a
   if b.vmin >= a.vmax: return b
@@ -249,10 +267,10 @@ bools = (dtypes.bool,)
 symbolic = PatternMatcher([
   # everything known: constant operands, or a range of one value
   (UPat(GroupOp.ALU, name="x"), fold_alu),
-  (UPat((Ops.CAST,), src=(UPat(Ops.CONST, name="c"),), name="x"), lambda x, c: UOp.const(x.dtype, c.arg) if x.dtype.count == 1 else None),
+  (UPat((Ops.CAST,), src=(UPat(Ops.CONST, name="c"),), name="x"), fold_cast),
   # identities that hold for every dtype
   # (fold_alu has already put a constant operand of a commutative op on the right: ordered patterns suffice)
-  (UPat(Ops.ADD, src=(var("x"), UPat.const(None, 0))), lambda x: x),
+  (UPat(Ops.ADD, src=(var("x"), UPat.const(None, 0)), name="s"), add_zero),
   (UPat(Ops.MUL, src=(var("x"), UPat.const(None, 1))), lambda x: x),
   (UPat(Ops.WHERE, src=(var(), var("x"), var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), var("a"), var("b"))), lambda c, a, b: a if c.arg else b),
@@ -264,7 +282,7 @@ symbolic = PatternMatcher([
   # integer identities
   (UPat(Ops.MUL, src=(var("x", ints), UPat.const(None, 0))), lambda x: x.const_like(0)),
   (UPat(Ops.SUB, dtype=ints, src=(var("a"), var("b"))), lambda a, b: a + b * -1),
-  (UPat(Ops.CMPLT, src=(var("x", ints), var("x"))), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.CMPLT, src=(var("x"), var("x"))), lambda x: UOp.const(dtypes.bool, False)),  # NaN < NaN is False too
   (UPat(Ops.CMPNE, src=(var("x", ints + bools), var("x"))), lambda x: UOp.const(dtypes.bool, False)),
   (UPat(Ops.XOR, src=(var("x", ints), UPat.const(None, 0))), lambda x: x),
   # booleans
@@ -350,7 +368,7 @@ def sym_infer(expr: Union[int, UOp], var_vals: dict) -> Union[int, float, bool]:
     elif u.op is Ops.BIND: vals[u] = vals[u.src[0]]
     elif u.op in GroupOp.ALU:
       vals[u] = exec_alu(u.op, u.dtype, tuple(vals[s] for s in u.src))
-    elif u.op is Ops.CAST: vals[u] = exec_alu(Ops.ADD, u.dtype, (vals[u.src[0]], 0)) if not dtypes.is_bool(u.dtype) else bool(vals[u.src[0]])
+    elif u.op is Ops.CAST: vals[u] = cast_scalar(u.dtype, vals[u.src[0]])
     elif u.op is Ops.VIEW: vals[u] = None
     else: raise SymbolicError(f"sym_infer cannot evaluate {u.op}")
   return vals[expr]

@@ -7,8 +7,10 @@ is a function from UOp graphs to UOp graphs."""
 from __future__ import annotations
 import functools, math, weakref
 from enum import IntEnum, auto
+from fractions import Fraction
 from typing import Any, Callable, Optional, Union
-from kc.ir.dtype import DType, dtypes, truncate
+import numpy as np
+from kc.ir.dtype import FLOAT_MAX, DType, dtypes, next_float, truncate
 from kc.errors import SymbolicError, UOpError
 from kc.helpers import c_div, c_mod
 
@@ -87,15 +89,20 @@ def _fdiv(a, b):
 
 
 def _pow(a, b):
-  try: return float(a) ** b if not (a < 0 and b != int(b)) else math.nan
-  except OverflowError: return math.inf
-  except ZeroDivisionError: return math.inf
+  """C's pow, numpy's power: every special case (0 ** -1 is inf, (-8) ** (1/3) NaN, NaN ** 0 and 1 ** NaN are 1)."""
+  with np.errstate(all="ignore"):  # on arrays: numpy's scalar power takes x ** 0.5 as sqrt(x), so (-inf) ** 0.5 is NaN
+    return float(np.power(np.array([a], dtype=np.float64), np.array([b], dtype=np.float64))[0])
+
+
+def _max(a, b):
+  """numpy's maximum: a NaN in either operand wins, and of two equal ones (-0.0 and 0.0) the second."""
+  return a if a > b or a != a else b
 
 
 PYTHON_ALU: dict[Ops, Callable] = {
   Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b,
   Ops.IDIV: lambda a, b: c_div(a, b) if b != 0 else 0, Ops.MOD: lambda a, b: c_mod(a, b) if b != 0 else 0,
-  Ops.MAX: max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
+  Ops.MAX: _max, Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b,
   Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
   Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b, Ops.FDIV: _fdiv, Ops.POW: _pow,
   Ops.WHERE: lambda c, a, b: a if c else b, Ops.MULACC: lambda a, b, c: a * b + c,
@@ -495,7 +502,7 @@ def _shr_bounds(u, s):
 
 def _cast_bounds(u, s):
   dt, src_dt = u.dtype, s[0].dtype
-  if dt in _INTS and src_dt.scalar() in _INTS or dt in _FLOATS: return _mm(s[0])
+  if dt in _INTS and src_dt.scalar() in _INTS: return _mm(s[0])
   if dt is _BOOL:
     a0, a1 = _mm(s[0])
     return (bool(a0) if a0 == a1 else False, bool(a0 or a1))
@@ -520,7 +527,8 @@ _BOUNDS = {
 
 def _bounds(u: UOp) -> tuple:
   dt = u.dtype
-  if (dt_range := _DTYPE_RANGE.get(dt)) is None: return (-math.inf, math.inf)  # vectors, pointers, void
+  if dt in _FLOATS: return _float_bounds(u)
+  if (dt_range := _DTYPE_RANGE.get(dt)) is None: return _ANY_FLOAT  # vectors, pointers, void
   op = u.op
   if op is Ops.CONST: return u.arg, u.arg
   if op is Ops.DEFINE_VAR: return u.arg[1], u.arg[2]
@@ -531,6 +539,87 @@ def _bounds(u: UOp) -> tuple:
   if dt is _BOOL: return bool(r[0]), bool(r[1])
   if dt in _INTS: return int(r[0]), int(r[1])
   return r
+
+
+# ***** float ranges *****
+# A float's (vmin, vmax) holds every value it takes that is not NaN, and an expression that may be NaN has the whole
+# range (-inf, inf): so the whole range is read as "may be NaN" (e4m3 too, whose finite values end at +-448). A
+# comparison folded from such bounds is then sound: x < c can only be folded to True where x's range lies below c's,
+# which a NaN never does, and NaN < c is False like everything the range puts at or above c. Exact ops (NEG, MAX, WHERE)
+# keep their bounds; rounding ops compute the exact result's bounds (Fractions) and round them outward to the dtype,
+# which bounds every round-to-nearest result, through float32 or not.
+
+_ANY_FLOAT = (-math.inf, math.inf)
+
+
+def _may_be_nan(b: tuple) -> bool: return b[0] == -math.inf and b[1] == math.inf
+
+
+def _exact(x) -> Union[Fraction, float]:
+  return Fraction(x) if math.isfinite(x) else float(x)
+
+
+def _round_out(dt: DType, lo, hi) -> tuple:
+  """Float bounds of dt that hold every round-to-nearest result of an exact value in [lo, hi] (Fractions or +-inf)."""
+  down, up = _round_toward(dt, lo, False), _round_toward(dt, hi, True)
+  return _ANY_FLOAT if down is None or up is None else (down, up)
+
+
+def _round_toward(dt: DType, x, up: bool) -> Optional[float]:
+  """The value of dt nearest to x on the side of `up` (never past x's side); None where rounding x can give NaN (past
+  e4m3's largest value)."""
+  top = FLOAT_MAX[dt]
+  if math.isinf(x) or abs(x) > top:
+    if dt == dtypes.fp8e4m3: return None
+    if (x > 0) != up: return math.copysign(top, x)  # on the near side of an overflow: the largest finite value
+    return math.copysign(math.inf, x)
+  v = truncate(dt, float(x))  # within one step of x
+  wrong_side = Fraction(v) < x if up else Fraction(v) > x
+  return next_float(dt, v, up) if wrong_side else v
+
+
+def _float_add(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  if (a1 == math.inf and b0 == -math.inf) or (a0 == -math.inf and b1 == math.inf): return None  # inf + -inf is NaN
+  return _round_out(u.dtype, _exact(a0) + _exact(b0), _exact(a1) + _exact(b1))
+
+
+def _float_sub(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  if (a1 == math.inf and b1 == math.inf) or (a0 == -math.inf and b0 == -math.inf): return None  # inf - inf is NaN
+  return _round_out(u.dtype, _exact(a0) - _exact(b1), _exact(a1) - _exact(b0))
+
+
+def _float_mul(u, s):
+  (a0, a1), (b0, b1) = _mm(s[0]), _mm(s[1])
+  if (a0 <= 0 <= a1 and math.inf in (-b0, b1)) or (b0 <= 0 <= b1 and math.inf in (-a0, a1)): return None  # 0*inf: NaN
+  prods = [_exact(x) * _exact(y) for x in (a0, a1) for y in (b0, b1)]
+  return _round_out(u.dtype, min(prods), max(prods))
+
+
+def _float_cast(u, s):
+  lo, hi = _mm(s[0])
+  return _round_out(u.dtype, _exact(lo), _exact(hi))
+
+
+# op -> the bounds of a float UOp from its sources' (None: it may be NaN); the others (FDIV, transcendentals, MULACC,
+# loads) are unknown
+_FLOAT_BOUNDS = {
+  Ops.ADD: _float_add, Ops.SUB: _float_sub, Ops.MUL: _float_mul, Ops.CAST: _float_cast,
+  Ops.NEG: lambda u, s: (-(a := _mm(s[0]))[1], -a[0]),
+  Ops.MAX: lambda u, s: (max((a := _mm(s[0]))[0], (b := _mm(s[1]))[0]), max(a[1], b[1])),
+  Ops.WHERE: _where_bounds,
+}
+
+
+def _float_bounds(u: UOp) -> tuple:
+  op = u.op
+  if op is Ops.CONST: return _ANY_FLOAT if math.isnan(u.arg) else (u.arg, u.arg)
+  if (fxn := _FLOAT_BOUNDS.get(op)) is None: return _ANY_FLOAT
+  # a NaN operand makes every one of these NaN but WHERE, whose other branch may be taken (its bounds join both)
+  if op is not Ops.WHERE and any(_may_be_nan(_mm(x)) for x in u.src): return _ANY_FLOAT
+  r = fxn(u, u.src)
+  return _ANY_FLOAT if r is None else r
 
 
 # ***** printing *****
