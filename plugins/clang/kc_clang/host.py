@@ -34,7 +34,7 @@ ISA_LEVELS = {level.name: level for level in (IsaLevel("avx512f", "x86-64-v4", 6
                                               IsaLevel("sse2", "x86-64", 16, ()))}
 # every x86-64 psABI level, highest first, with the extensions its code may use: which level -march=native code on a
 # CPU reaches, for compiler bugs that show only from some level up (known_bugs.py). x86-64-v2 is no KC_CLANG_ISA
-# level (its 16-byte vectors are SSE2's), but gcc's vectorizer uses its byte instructions (pmaxub, pextrb) natively
+# level (its 16-byte vectors are SSE2's), but gcc's vectorizer uses its SSE4.1 byte instructions (pextrb) there
 PSABI_LEVELS = (("x86-64-v4", _V4), ("x86-64-v3", _V3), ("x86-64-v2", _V2), ("x86-64", ()))
 
 

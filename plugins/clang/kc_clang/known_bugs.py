@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-# the levels from x86-64-v2 up: SSE4.1's byte and dword instructions, which gcc's SLP vectorizer reaches for
+# the levels from x86-64-v2 up: SSE4.1's byte instructions, which gcc's SLP vectorizer reaches for
 FROM_V2 = frozenset({"x86-64-v2", "x86-64-v3", "x86-64-v4"})
 # the levels with masked vector loads (AVX's vpmaskmov, AVX-512's mask registers)
 FROM_V3 = frozenset({"x86-64-v3", "x86-64-v4"})
@@ -66,7 +66,7 @@ KNOWN_BUGS: tuple[KnownBug, ...] = (
     name="gcc12-slp-bool-byte-mask",
     family="gcc", versions=(12, 12), levels=FROM_V2, flag="-fno-tree-slp-vectorize",
     reason="the SLP vectorizer computes `(unsigned char)(v != 0)` as a vector compare and keeps its all-ones lanes "
-           "(0xFF) where C gives 1, so an any() or all() of 8 or more narrow elements gives 255",
+           "(0xFF) where C gives 1, so any() or all() of 5 to 32 int8 or uint8 elements gives 255",
     reproducer=KernelSpec("int8", (9,), (0, 0, 0, 1, 0, 0, 0, 0, 0), "x.any().astype(np.int64)")),
 )
 
