@@ -26,8 +26,16 @@ from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.ir.uop import Ops, UOp, sint
 
-Scalar = Union[bool, int, float]
-_SCALARS = (bool, int, float)
+Scalar = P.Scalar
+# Python's scalars (weak) and numpy's (strong: kc.ast_promotion)
+_SCALARS = (bool, int, float) + P.NUMPY_SCALARS
+NDARRAY_OPERAND = ("np.ndarray operands are not kc expressions; use A.const or an A.arg buffer (kc passes arrays to "
+                   "kernels as buffers, when the kernel runs)")
+
+
+def _value(x):
+  """The Python value of a scalar operand (a numpy scalar's or 0-d array's .item())."""
+  return x.item() if isinstance(x, (np.generic, np.ndarray)) else x
 
 
 def _shape(shape) -> tuple[sint, ...]:
@@ -83,9 +91,27 @@ class Expr:
   @property
   def size(self): return _size(self.shape)
   def __repr__(self): return f"<kc.ast.Expr {self.dtype.name}{fmt_shape(self.shape)}>"
-  def __len__(self):
-    if not self.shape: raise InvalidASTError("len() of a 0-d kc.ast expression")
+  def __len__(self) -> int:
+    """numpy's len(): the first axis' length; a 0-d or symbolic first axis has none (numpy: TypeError)."""
+    if not self.shape:
+      raise DTypeError("len() of a 0-d kc.ast expression (numpy: len() of unsized object); use .shape or .size")
+    if not isinstance(self.shape[0], int):
+      raise DTypeError(f"len() of {fmt_shape(self.shape)}: the first axis is symbolic, its length is known when the "
+                       "kernel runs; use .shape")
     return self.shape[0]
+
+  def __iter__(self):
+    """numpy's iteration: x[0], x[1], ... along the first axis, each an expression of the same kernel."""
+    return (self[i] for i in range(len(self)))
+
+  # numpy's protocols: ufuncs and functions on an Expr are kc.ast's ops (_UFUNCS, _FUNCTIONS); an Expr has no values
+  # to convert to an array before its kernel runs, so that is refused rather than materialized
+  def __array_ufunc__(self, ufunc, method, *inputs, **kwargs): return _array_ufunc(ufunc, method, inputs, kwargs)
+  def __array_function__(self, func, types, args, kwargs): return _array_function(func, args, kwargs)
+
+  def __array__(self, dtype=None, copy=None):
+    raise DTypeError(f"{self!r} has no values until its kernel runs, so numpy cannot convert it to an array: store it "
+                     "(A.store) and read kc.run's output, or use numpy functions on it (np.exp(x) is x.exp())")
 
   # == and != build comparisons as in numpy, so an Expr hashes by identity (object's hash): Exprs still work as dict
   # keys and set members, and a lookup finds the same object (Python checks identity before ==)
@@ -283,10 +309,18 @@ class Expr:
   def __ge__(self, x): return _compare(">=", self, x)
   def __eq__(self, x): return _compare("==", self, x)  # type: ignore[override]
   def __ne__(self, x): return _compare("!=", self, x)  # type: ignore[override]
-  def __pow__(self, x): return _pow(self, x)
+  def __pow__(self, x):
+    # a numpy scalar exponent is strong: the base takes the promoted dtype, then the power is a Python scalar's
+    if P.is_strong(x):
+      return _pow(self.cast(_result_dtype((self, x))), int(_value(x)) if P.kind(x) == P.BOOL else _value(x))
+    return _pow(self, x)
   def __rpow__(self, x): return _pow(x, self)
   def __matmul__(self, x): return matmul(self, x)
   def __rmatmul__(self, x): return matmul(x, self)
+  def __lshift__(self, x): return _shift(Ops.SHL, self, x)
+  def __rlshift__(self, x): return _shift(Ops.SHL, x, self)
+  def __rshift__(self, x): return _shift(Ops.SHR, self, x)
+  def __rrshift__(self, x): return _shift(Ops.SHR, x, self)
   def __neg__(self) -> "Expr": return _neg(self)
   def __pos__(self) -> "Expr": return self
   def __abs__(self) -> "Expr": return self.abs()
@@ -316,8 +350,8 @@ class Expr:
     if dt.itemsize >= dtypes.float32.itemsize: return self._float_unary(fn)
     return _unary_uop(self, lambda u: fn(u.cast(dtypes.float32)).cast(dt))
 
-  def exp(self) -> "Expr": return self._composite_unary(lambda u: (u * UOp.const(u.dtype, 1 / math.log(2))).alu(Ops.EXP2))
-  def log(self) -> "Expr": return self._composite_unary(lambda u: u.alu(Ops.LOG2) * UOp.const(u.dtype, math.log(2)))
+  def exp(self) -> "Expr": return self._composite_unary(_exp_uop)
+  def log(self) -> "Expr": return self._composite_unary(_log_uop)
   def sin(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.SIN))
   def cos(self) -> "Expr": return self._composite_unary(lambda u: (UOp.const(u.dtype, math.pi / 2) - u).alu(Ops.SIN))
   def sqrt(self) -> "Expr": return self._float_unary(lambda u: u.alu(Ops.SQRT))
@@ -328,10 +362,84 @@ class Expr:
     if dtypes.is_bool(self.dtype) or dtypes.is_unsigned(self.dtype): return self
     return _unary_uop(self, lambda u: u.alu(Ops.CMPLT, UOp.const(u.dtype, 0)).where(_neg_uop(u), u))
 
-  def square(self) -> "Expr": return self * self
+  def square(self) -> "Expr":
+    # numpy's square has no bool loop: bools square as int8
+    x = self.cast(dtypes.int8) if dtypes.is_bool(self.dtype) else self
+    return x * x
+
+  def tanh(self) -> "Expr":
+    """tanh |x| = -m / (2 + m) with m = expm1(-2|x|), and expm1(y) = (e^y - 1) * y / log(e^y) (Kahan's form, exact to
+    a few ulp where e^y - 1 alone would cancel: tanh(1e-5) keeps its digits); the sign is restored after."""
+    return self._composite_unary(_tanh_uop)
+
+  def sigmoid(self) -> "Expr":
+    """The logistic function 1 / (1 + exp(-x)) (not a numpy function: scipy.special.expit), in numpy's float dtypes."""
+    return self._composite_unary(lambda u: _exp_uop(u.alu(Ops.NEG)).alu(Ops.ADD, UOp.const(u.dtype, 1)).alu(Ops.RECIP))
+
+  def floor(self) -> "Expr": return self._rounding(lambda u: _rounded(u, "floor"))
+  def ceil(self) -> "Expr": return self._rounding(lambda u: _rounded(u, "ceil"))
+  def trunc(self) -> "Expr": return self._rounding(lambda u: _rounded(u, "trunc"))
+  def rint(self) -> "Expr":
+    """numpy's rint: to the nearest integer, halves to the even one (2.5 -> 2.0, -0.5 -> -0.0); the float dtype rule."""
+    return self._float_unary(lambda u: _rounded(u, "rint"))
+
+  def round(self, decimals: int = 0) -> "Expr":
+    """numpy's round: rint of x * 10**decimals, divided back (a negative `decimals` divides first, as numpy does).
+    ints keep their dtype and are unchanged for decimals >= 0; bools round as float16, as numpy's rint."""
+    if isinstance(decimals, bool) or not isinstance(decimals, int):
+      raise InvalidASTError(f"round: decimals is an int, got {decimals!r}")
+    if dtypes.is_bool(self.dtype): return self.rint()
+    if not dtypes.is_float(self.dtype):
+      if decimals >= 0: return self
+      raise InvalidASTError(f"round of {self.dtype.name} to decimals={decimals}: kc.ast rounds ints to >= 0 decimals "
+                            "only (they are unchanged); cast to a float dtype to round to tens")
+    if decimals == 0: return self.rint()
+    scale = 10.0 ** builtins.abs(decimals)
+    return (self * scale).rint() / scale if decimals > 0 else (self / scale).rint() * scale
+
+  __round__ = round
+  around = round
+
+  def _rounding(self, fn) -> "Expr":
+    """floor, ceil and trunc: floats rounded in their dtype; numpy 2 returns ints and bools unchanged."""
+    return _unary_uop(self, fn) if dtypes.is_float(self.dtype) else self._live()
+
+  def sign(self) -> "Expr":
+    """numpy's sign: -1, 0 or 1 in the operand's dtype; NaN stays NaN, -0.0 gives 0.0; bools are refused, as numpy
+    has no loop for them."""
+    if dtypes.is_bool(self.dtype):
+      raise DTypeError("numpy's sign has no bool loop; cast to an int dtype first (x.astype(np.int8))")
+    def fn(u: UOp) -> UOp:
+      zero = UOp.const(u.dtype, 0)
+      rest = u.alu(Ops.CMPNE, u).where(u, zero) if dtypes.is_float(u.dtype) else zero  # NaN != NaN
+      pos = zero.alu(Ops.CMPLT, u).where(UOp.const(u.dtype, 1), rest)
+      return pos if dtypes.is_unsigned(u.dtype) else u.alu(Ops.CMPLT, zero).where(UOp.const(u.dtype, -1), pos)
+    return _unary_uop(self, fn)
+
+  def isnan(self) -> "Expr": return self._float_test(lambda u: u.alu(Ops.CMPNE, u), False)
+  def isinf(self) -> "Expr": return self._float_test(lambda u: _eq_const(_abs_uop(u), math.inf), False)
+  def isfinite(self) -> "Expr":
+    return self._float_test(lambda u: _abs_uop(u).alu(Ops.CMPLT, UOp.const(u.dtype, math.inf)), True)
+
+  def _float_test(self, fn, other: bool) -> "Expr":
+    """A test of float values (a bool per element); ints and bools are never NaN or inf: `other` everywhere."""
+    if dtypes.is_float(self.dtype): return _unary_uop(self, fn)
+    # x != x is False for every int and bool, a value of x's shape without a constant's view
+    return _unary_uop(self, lambda u: u.alu(Ops.CMPNE, u) if not other else _not(u.alu(Ops.CMPNE, u)))
 
   def cast(self, dtype) -> "Expr": return _unary_uop(self, lambda u: u.cast(_dtype(dtype)))
   def astype(self, dtype) -> "Expr": return self.cast(dtype)
+
+  def squeeze(self, axis=None) -> "Expr":
+    """numpy's squeeze: drop the size-1 axes (all, or those of `axis`, which must have size 1)."""
+    if axis is None: axes = [a for a, n in enumerate(self.shape) if isinstance(n, int) and n == 1]
+    else: axes = _axes(axis, self.ndim, "squeeze")
+    if bad := [a for a in axes if not (isinstance(self.shape[a], int) and self.shape[a] == 1)]:
+      raise InvalidASTError(f"squeeze: axis {bad[0]} of {fmt_shape(self.shape)} has size {self.shape[bad[0]]}, not 1")
+    return self.reshape(tuple(n for a, n in enumerate(self.shape) if a not in axes))
+
+  def ravel(self) -> "Expr": return self.reshape(-1)
+  def flatten(self) -> "Expr": return self.reshape(-1)
 
   def bitcast(self, dtype) -> "Expr":
     dtype = _dtype(dtype)
@@ -372,11 +480,45 @@ class Expr:
 
   def mean(self, axis=None, keepdims: bool = False) -> "Expr":
     out = P.divide_float(self.dtype)
-    n = _size([self._live().shape[a] for a in _axes(axis, self.ndim, "mean")])
-    if n is None: raise InvalidASTError(f"mean over a symbolic axis of {fmt_shape(self.shape)}: the count is not known when building")
+    n = self._count(axis, "mean")
     acc = P.ACCUMULATE.get(out, out)
     s = self.cast(out)._reduce(Ops.ADD, axis, keepdims, acc)
     return (s / n).cast(out)
+
+  def var(self, axis=None, ddof=0, keepdims: bool = False) -> "Expr":
+    """numpy's var in one kernel, in two passes as numpy computes it: the mean (a reduce broadcast back), then the sum
+    of squared deviations over the same axes, divided by max(n - ddof, 0). ints and bools give float64; float16
+    and bfloat16 are computed in float32 and rounded once."""
+    out = P.divide_float(self.dtype)
+    acc = P.ACCUMULATE.get(out, out)
+    n = self._count(axis, "var")
+    if isinstance(ddof, bool) or not isinstance(ddof, (int, float)):
+      raise InvalidASTError(f"var: ddof is a number, got {ddof!r}")
+    x = self.cast(acc)
+    dev = x - x._reduce(Ops.ADD, axis, True) / n
+    return ((dev * dev)._reduce(Ops.ADD, axis, keepdims) / builtins.max(n - ddof, 0)).cast(out)
+
+  def std(self, axis=None, ddof=0, keepdims: bool = False) -> "Expr":
+    """numpy's std: the square root of var (the same kernel, the same dtypes)."""
+    out = P.divide_float(self.dtype)
+    v = self.cast(P.ACCUMULATE.get(out, out)).var(axis, ddof, keepdims)
+    return v.sqrt().cast(out)
+
+  def _count(self, axis, what: str) -> int:
+    n = _size([self._live().shape[a] for a in _axes(axis, self.ndim, what)])
+    if n is None:
+      raise InvalidASTError(f"{what} over a symbolic axis of {fmt_shape(self.shape)}: the count is not known when "
+                            "building")
+    return n
+
+  def argmax(self, axis=None, keepdims: bool = False) -> "Expr":
+    """numpy's argmax: the first index of the largest element along one axis (axis=None: of the flattened array), as
+    int64; a NaN is the largest, so the first NaN wins. See _arg_extreme for how one kernel finds an index."""
+    return _arg_extreme(self, axis, keepdims, largest=True)
+
+  def argmin(self, axis=None, keepdims: bool = False) -> "Expr":
+    """numpy's argmin: the first index of the smallest element (the first NaN where there is one), as int64."""
+    return _arg_extreme(self, axis, keepdims, largest=False)
 
   def any(self, axis=None, keepdims: bool = False) -> "Expr": return _truth(self).max(axis, keepdims)
   def all(self, axis=None, keepdims: bool = False) -> "Expr": return _truth(self).min(axis, keepdims)
@@ -448,9 +590,18 @@ def _gaps(xs: list[Expr], ndim: int) -> list[list[tuple[Optional[int], int]]]:
   return layout
 
 
-def _operands(name: str, xs) -> tuple[list, Optional[Expr]]:
+def _check_operands(name: str, xs) -> None:
+  """Expressions and scalars only: anything else is numpy's TypeError, kc's DTypeError, naming what to write instead."""
   for x in xs:
-    if not isinstance(x, (Expr,) + _SCALARS): raise InvalidASTError(f"{name}: cannot combine a kc.ast expression with {type(x).__name__} {x!r}")
+    if isinstance(x, np.ndarray) and not P.is_strong(x):
+      raise DTypeError(f"{name}: {NDARRAY_OPERAND}; got an array of shape {x.shape}")
+    if not isinstance(x, (Expr,) + _SCALARS) and not P.is_strong(x):
+      raise DTypeError(f"{name}: cannot combine a kc.ast expression with {type(x).__name__} {x!r}: operands are kc.ast "
+                       "expressions, Python or numpy scalars")
+
+
+def _operands(name: str, xs) -> tuple[list, Optional[Expr]]:
+  _check_operands(name, xs)
   exprs = [x for x in xs if isinstance(x, Expr)]
   if not exprs: raise InvalidASTError(f"{name} needs at least one kc.ast expression")
   aligned = iter(_align(name, exprs) if len(exprs) > 1 else [exprs[0]._live()])
@@ -458,6 +609,7 @@ def _operands(name: str, xs) -> tuple[list, Optional[Expr]]:
 
 
 def _result_dtype(xs) -> DType:
+  _check_operands("kc.ast", xs)
   return P.result_dtype([x.dtype for x in xs if isinstance(x, Expr)], [x for x in xs if not isinstance(x, Expr)])
 
 
@@ -466,7 +618,7 @@ def _build(name: str, xs, fn, dtype: Optional[DType] = None) -> Expr:
   dt = _result_dtype(xs) if dtype is None else dtype
   ops, _ = _operands(name, xs)
   base = next(x for x in ops if isinstance(x, Expr))
-  uops = [x.uop.cast(dt) if isinstance(x, Expr) else UOp.const(dt, x) for x in ops]
+  uops = [x.uop.cast(dt) if isinstance(x, Expr) else UOp.const(dt, _value(x)) for x in ops]
   return Expr(fn(*uops), base.kshape, base.hidden)
 
 
@@ -563,11 +715,131 @@ def _compare(cmp: str, a, b) -> Expr:
   def fn(x: UOp, y: UOp) -> UOp:
     if cmp == "<": return x.alu(Ops.CMPLT, y)
     if cmp == ">": return y.alu(Ops.CMPLT, x)
-    if cmp == "<=": return y.alu(Ops.CMPLT, x).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
-    if cmp == ">=": return x.alu(Ops.CMPLT, y).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+    if cmp == "<=": return _less_equal(x, y)
+    if cmp == ">=": return _less_equal(y, x)
     if cmp == "!=": return x.alu(Ops.CMPNE, y)
-    return x.alu(Ops.CMPNE, y).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+    return _not(x.alu(Ops.CMPNE, y))
   return _build(cmp, (a, b), fn, dt)
+
+
+def _not(u: UOp) -> UOp: return u.alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
+
+
+def _less_equal(x: UOp, y: UOp) -> UOp:
+  """x <= y. Ints and bools are totally ordered: not (y < x). Floats are not: a NaN is neither less, equal nor greater,
+  so not (y < x) would be True for it; (x < y) or (x == y) is False for a NaN and exact for infs and -0.0 == 0.0."""
+  if not dtypes.is_float(x.dtype): return _not(y.alu(Ops.CMPLT, x))
+  return x.alu(Ops.CMPLT, y).alu(Ops.OR, _not(x.alu(Ops.CMPNE, y)))
+
+
+def _exp_uop(u: UOp) -> UOp: return (u * UOp.const(u.dtype, 1 / math.log(2))).alu(Ops.EXP2)
+def _log_uop(u: UOp) -> UOp: return u.alu(Ops.LOG2) * UOp.const(u.dtype, math.log(2))
+
+
+def _abs_uop(u: UOp) -> UOp: return u.alu(Ops.CMPLT, UOp.const(u.dtype, 0)).where(_neg_uop(u), u)
+
+
+def _eq_const(u: UOp, value) -> UOp: return _not(u.alu(Ops.CMPNE, UOp.const(u.dtype, value)))
+
+
+def _tanh_uop(u: UOp) -> UOp:
+  dt = u.dtype
+  y = _abs_uop(u) * UOp.const(dt, -2)
+  e = _exp_uop(y)
+  em1 = (e - UOp.const(dt, 1)) * y.alu(Ops.FDIV, _log_uop(e))
+  em1 = _eq_const(e, 0).where(UOp.const(dt, -1), em1)  # |x| past the range of exp: tanh is 1
+  t = em1.alu(Ops.NEG).alu(Ops.FDIV, em1 + UOp.const(dt, 2))
+  # e == 1 where 2|x| is below half an ulp of 1: tanh(x) is x to the last bit there (and -0.0 stays -0.0)
+  return _eq_const(e, 1).where(u, u.alu(Ops.CMPLT, UOp.const(dt, 0)).where(t.alu(Ops.NEG), t))
+
+
+_SIGNED_OF_SIZE = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+def _rounded(u: UOp, mode: str) -> UOp:
+  """floor, ceil, trunc or rint (halves to even) of a float. The truncation is a round trip through int64, exact
+  below 2**mantissa; beyond it every float is an integer, and those, infs and NaNs pass through. A zero result keeps
+  the operand's sign, as numpy's does (floor(-0.0) and ceil(-0.5) are -0.0)."""
+  dt, one = u.dtype, UOp.const(u.dtype, 1)
+  ti = u.cast(dtypes.int64)
+  t = ti.cast(dt)
+  if mode == "trunc": r = t
+  elif mode == "floor": r = u.alu(Ops.CMPLT, t).where(t - one, t)
+  elif mode == "ceil": r = t.alu(Ops.CMPLT, u).where(t + one, t)
+  else:
+    fi = u.alu(Ops.CMPLT, t).where(ti - UOp.const(dtypes.int64, 1), ti)
+    f = fi.cast(dt)
+    frac, half = u - f, UOp.const(dt, 0.5)  # exact: f is u's integer part
+    odd = fi.alu(Ops.AND, UOp.const(dtypes.int64, 1)).alu(Ops.CMPNE, UOp.const(dtypes.int64, 0))
+    up = half.alu(Ops.CMPLT, frac).alu(Ops.OR, _not(frac.alu(Ops.CMPNE, half)).alu(Ops.AND, odd))
+    r = up.where(f + one, f)
+  r = _abs_uop(u).alu(Ops.CMPLT, UOp.const(dt, 2.0 ** dtypes.finfo(dt)[1])).where(r, u)
+  negative = u.bitcast(_SIGNED_OF_SIZE[dt.itemsize]).alu(Ops.CMPLT, UOp.const(_SIGNED_OF_SIZE[dt.itemsize], 0))
+  return _eq_const(r, 0).where(negative.where(UOp.const(dt, -0.0), UOp.const(dt, 0.0)), r)
+
+
+def _shift(op: Ops, a, b) -> Expr:
+  """numpy's left_shift and right_shift: both operands promote to one int dtype (bool to int8). A shift by the bit
+  width or more, or by a negative amount, gives 0 (and -1 for a negative int shifted right), as numpy does; C leaves
+  those undefined, so the kernel shifts only by amounts in range."""
+  name = "left_shift" if op is Ops.SHL else "right_shift"
+  dt = _result_dtype((a, b))
+  if dtypes.is_float(dt): raise DTypeError(f"{name} needs bool or int operands, got {dt.name}")
+  if dt == dtypes.bool: dt = dtypes.int8
+  def fn(x: UOp, y: UOp) -> UOp:
+    zero = UOp.const(dt, 0)
+    ok = y.alu(Ops.CMPLT, UOp.const(dt, dt.itemsize * 8))
+    if not dtypes.is_unsigned(dt): ok = ok.alu(Ops.AND, _not(y.alu(Ops.CMPLT, zero)))
+    sign_fill = op is Ops.SHR and not dtypes.is_unsigned(dt)
+    fill = x.alu(Ops.CMPLT, zero).where(UOp.const(dt, -1), zero) if sign_fill else zero
+    return ok.where(x.alu(op, ok.where(y, zero)), fill)
+  return _build(name, (a, b), fn, dt)
+
+
+def _arg_extreme(x: Expr, axis, keepdims: bool, largest: bool) -> Expr:
+  """argmax / argmin in one kernel. The IR has no index value, but an index written in binary is one: the axis (padded
+  to N = 2**B) is reshaped into B axes of 2, and bit b of the index is the coordinate of axis b, which a constant
+  padded on that axis (0 then 2**(B-1-b)) holds. Two fused reduces over those B axes follow: the extreme value
+  (NaN-propagating), then the largest N-1-index among the elements that equal it or are NaN, which is the first."""
+  x = x._live()
+  name = "argmax" if largest else "argmin"
+  if axis is None:
+    flat = _arg_extreme(x.reshape(-1), 0, False, largest)
+    return flat.reshape((1,) * x.ndim) if keepdims else flat
+  a = _axes(axis, x.ndim, name)[0] if isinstance(axis, int) and not isinstance(axis, bool) else \
+      _refuse(f"{name} takes one axis (an int) or None, got {axis!r}")
+  n = x.shape[a]
+  if not isinstance(n, int): raise InvalidASTError(f"{name} over a symbolic axis of {fmt_shape(x.shape)}")
+  bits = builtins.max(1, (n - 1).bit_length())
+  N, before, after = 1 << bits, x.shape[:a], x.shape[a + 1:]
+  ones = lambda k: (1,) * k
+  around = lambda shape, pad: tuple([(0, 0)] * a + [pad] + [(0, 0)] * (len(shape) - a - 1))
+  split = lambda shape: shape[:a] + (2,) * bits + shape[a + 1:]
+  # the order-reversing map of each kind turns argmin into argmax (as min is built from max); bools compare as uint8
+  key = x.cast(dtypes.uint8) if dtypes.is_bool(x.dtype) else x
+  if not largest: key = -key if dtypes.is_float(key.dtype) else ~key
+  kd = key.dtype
+  inside = const(True, dtypes.bool, ones(a) + (n,) + ones(len(after)))
+  if N != n: key, inside = key.pad(around(key.shape, (0, N - n))), inside.pad(around(inside.shape, (0, N - n)))
+  key, inside = key.reshape(split(key.shape)), inside.reshape(split(inside.shape))
+  axes = tuple(range(a, a + bits))
+  index = None
+  for b in range(bits):
+    shape = ones(a + bits + len(after))
+    bit = const(2 ** (bits - 1 - b), dtypes.int64, shape)
+    bit = bit.pad(tuple((1, 0) if i == a + b else (0, 0) for i in range(len(shape))))
+    index = bit if index is None else index + bit
+  lowest = -math.inf if dtypes.is_float(kd) else dtypes.min(kd)
+  top = where(inside, key, lowest).max(axes, keepdims=True)
+  hit = key == top
+  if dtypes.is_float(kd): hit = hit | key.isnan()
+  score = where(hit & inside, (N - 1) - index, -1).max(axes, keepdims)
+  out = (N - 1) - score
+  return out.reshape(before + (1,) + after) if keepdims else out
+
+
+def _refuse(msg: str):
+  raise InvalidASTError(msg)
 
 
 def _truth(x: Expr) -> Expr:
@@ -624,7 +896,7 @@ def where(cond, a, b) -> Expr:
   dt = _result_dtype((a, b))
   ops, _ = _operands("where", (cond, a, b))
   c, a, b = ops
-  u = [x.uop.cast(dt) if isinstance(x, Expr) else UOp.const(dt, x) for x in (a, b)]
+  u = [x.uop.cast(dt) if isinstance(x, Expr) else UOp.const(dt, _value(x)) for x in (a, b)]
   return Expr(c.uop.alu(Ops.WHERE, *u), c.kshape, c.hidden)
 
 
@@ -690,6 +962,17 @@ def _method(name: str):
 
 
 exp, log, exp2, log2, sqrt, sin, cos = (_method(n) for n in ("exp", "log", "exp2", "log2", "sqrt", "sin", "cos"))
+tanh, sigmoid, square, sign, reciprocal = (_method(n) for n in ("tanh", "sigmoid", "square", "sign", "reciprocal"))
+floor, ceil, trunc, rint, around = (_method(n) for n in ("floor", "ceil", "trunc", "rint", "round"))
+isnan, isinf, isfinite = (_method(n) for n in ("isnan", "isinf", "isfinite"))
+var, std, argmax, argmin = (_method(n) for n in ("var", "std", "argmax", "argmin"))
+squeeze, ravel, astype = (_method(n) for n in ("squeeze", "ravel", "astype"))
+transpose, reshape = _method("transpose"), _method("reshape")
+round = around  # noqa: A001  (numpy's name; this module calls builtins.round if it ever needs Python's)
+
+
+def left_shift(a, b) -> Expr: return _shift(Ops.SHL, a, b)
+def right_shift(a, b) -> Expr: return _shift(Ops.SHR, a, b)
 # numpy's names; they shadow the builtins inside this module, which therefore calls builtins.max etc. explicitly
 abs, sum, prod, mean = (_method(n) for n in ("abs", "sum", "prod", "mean"))  # noqa: A001
 amax, amin = _method("max"), _method("min")
@@ -703,7 +986,9 @@ def arg(idx: int, dtype: DType, shape) -> Expr:
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
   dtype, shape = _dtype(dtype), _shape(shape)
   buf = UOp(Ops.DEFINE_GLOBAL, _pointer(dtype, shape), (), idx)
-  return Expr(UOp(Ops.LOAD, dtype, (buf, ShapeTracker.from_shape(shape).to_uop())), shape)
+  # the LOAD's arg is the declared shape: movement rewrites the view, the arg travels along, and a call checks the
+  # caller's array against it (kc.runtime.arguments), not against the view a reshape left; codegen ignores it
+  return Expr(UOp(Ops.LOAD, dtype, (buf, ShapeTracker.from_shape(shape).to_uop()), shape), shape)
 
 
 def _pointer(dtype: DType, shape) -> DType:
@@ -715,7 +1000,7 @@ def _pointer(dtype: DType, shape) -> DType:
 def const(value: Scalar, dtype: DType, shape) -> Expr:
   """A constant of `shape`: every element is `value`. It is VALID(view).where(value, 0), so a pad of it is 0 outside."""
   dtype, shape = _dtype(dtype), _shape(shape)
-  if not isinstance(value, _SCALARS) and not isinstance(value, np.generic): raise InvalidASTError(f"a constant is a bool, int or float, got {value!r}")
+  if not isinstance(value, _SCALARS): raise InvalidASTError(f"a constant is a bool, int or float, got {value!r}")
   value = value.item() if isinstance(value, np.generic) else value
   P.check_fits(value, dtype)
   st = ShapeTracker.from_shape((1,) * len(shape)).expand(shape)
@@ -733,11 +1018,21 @@ def store(idx: int, expr: Expr) -> UOp:
   return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.kshape).to_uop(), expr.uop), tuple(expr.shape))
 
 
+def _check_buffer_indices(stores) -> None:
+  """A kernel's buffers are numbered 0..n-1, each index used: a call passes them in that order, so a gap has no
+  argument to stand for (kc.compile would refuse it later, without saying which expression skipped it)."""
+  used = sorted({u.arg for u in UOp(Ops.SINK, dtypes.void, tuple(stores)).toposort if u.op is Ops.DEFINE_GLOBAL})
+  if missing := sorted(set(range(used[-1] + 1)) - set(used)):
+    raise InvalidASTError(f"buffer index {missing[0]} is not used: a kernel's buffers are 0..n-1 with none missing, "
+                          f"these stores and args use {used}; renumber the A.arg/A.store indices")
+
+
 def sink(*stores: UOp) -> UOp:
   """The kernel: its STOREs. Buffer indices must not repeat between outputs."""
   if not stores or not all(isinstance(s, UOp) and s.op is Ops.STORE for s in stores): raise InvalidASTError("sink takes one or more A.store(...)")
   idxs = [s.src[0].arg for s in stores]
   if len(set(idxs)) != len(idxs): raise InvalidASTError(f"two stores to the same buffer index: {idxs}")
+  _check_buffer_indices(stores)
   ranks = {len(s.src[1].arg.shape) for s in stores}
   if len(ranks) > 1:
     raise InvalidASTError(f"the outputs of one kernel need one kernel rank, got {sorted(ranks)}: add size-1 axes (reshape) "
@@ -746,3 +1041,144 @@ def sink(*stores: UOp) -> UOp:
   out = UOp(Ops.SINK, dtypes.void, tuple(stores))
   verify_ast(out)
   return out
+
+
+# ***** numpy's ufuncs and functions on expressions (__array_ufunc__, __array_function__) *****
+
+def _divide(a, b) -> Expr: return _elementwise(Ops.FDIV, a, b, dtype_rule=P.divide_float)
+def _unary(name: str): return lambda x: getattr(x, name)()
+
+
+# numpy ufunc name -> kc.ast's op of the same meaning (numpy's aliases, np.abs and np.mod, are these ufuncs)
+_UFUNCS = {
+  "add": _add, "subtract": _sub, "multiply": _mul, "divide": _divide, "true_divide": _divide, "floor_divide": _floordiv,
+  "remainder": _mod, "power": _pow, "matmul": matmul, "maximum": maximum, "minimum": minimum,
+  "less": lambda a, b: _compare("<", a, b), "greater": lambda a, b: _compare(">", a, b),
+  "less_equal": lambda a, b: _compare("<=", a, b), "greater_equal": lambda a, b: _compare(">=", a, b),
+  "equal": lambda a, b: _compare("==", a, b), "not_equal": lambda a, b: _compare("!=", a, b),
+  "logical_and": logical_and, "logical_or": logical_or, "logical_xor": logical_xor, "logical_not": logical_not,
+  "bitwise_and": lambda a, b: _bitwise(Ops.AND, a, b), "bitwise_or": lambda a, b: _bitwise(Ops.OR, a, b),
+  "bitwise_xor": lambda a, b: _bitwise(Ops.XOR, a, b), "invert": lambda x: ~x, "left_shift": left_shift,
+  "right_shift": right_shift, "negative": _neg, "positive": lambda x: +x, "absolute": _unary("abs"),
+  **{n: _unary(n) for n in ("exp", "exp2", "log", "log2", "sqrt", "sin", "cos", "tanh", "reciprocal", "square", "sign",
+                            "floor", "ceil", "trunc", "rint", "isnan", "isinf", "isfinite")},
+}
+# ufunc.reduce(x, axis=0): the reduce of the same meaning
+_UFUNC_REDUCES = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min", "logical_and": "all",
+                  "logical_or": "any"}
+
+
+def _numpy_operand(name: str, x):
+  """What numpy handed an override: a 0-d array is numpy's scalar (strong); any other array is no expression."""
+  if isinstance(x, np.ndarray):
+    if x.ndim == 0: return x[()]
+    raise DTypeError(f"numpy.{name}: {NDARRAY_OPERAND}; got an array of shape {x.shape}")
+  return x
+
+
+def _no_out(name: str, kwargs: dict) -> dict:
+  """numpy's keywords that kc.ast has no counterpart for are refused, naming what to do instead."""
+  kwargs = dict(kwargs)
+  out = kwargs.pop("out", None)
+  if out is not None and not (isinstance(out, tuple) and all(o is None for o in out)):
+    raise DTypeError(f"numpy.{name}(..., out=...): a kc.ast expression is not written in place; store it with "
+                     "A.store(idx, expr)")
+  if kwargs.get("where", True) is not True:
+    raise DTypeError(f"numpy.{name}(..., where=...): use A.where(cond, x, y) on the result")
+  kwargs.pop("where", None)
+  return kwargs
+
+
+def _array_ufunc(ufunc, method: str, inputs, kwargs):
+  name = ufunc.__name__
+  inputs = [_numpy_operand(name, x) for x in inputs]
+  kwargs = _no_out(name, kwargs)
+  if method == "reduce" and name in _UFUNC_REDUCES:
+    x, axis = inputs[0], kwargs.pop("axis", 0)
+    return _call(f"{name}.reduce", getattr(x, _UFUNC_REDUCES[name]), (axis,), kwargs)
+  if method != "__call__" or name not in _UFUNCS:
+    what = f"numpy.{name}" + ("" if method == "__call__" else f".{method}")
+    raise DTypeError(f"{what} has no kc.ast counterpart; docs/AST.md lists the numpy ufuncs and functions kc.ast "
+                     "follows")
+  if kwargs:
+    raise DTypeError(f"numpy.{name}(..., {', '.join(f'{k}=' for k in kwargs)}) has no kc.ast counterpart; cast the "
+                     f"operands with .astype and call numpy.{name} with operands only")
+  return _UFUNCS[name](*inputs)
+
+
+def _call(name: str, fn, args, kwargs):
+  """fn(*args, **kwargs), where a keyword or argument fn does not take is numpy's TypeError (a DTypeError) naming it."""
+  import inspect
+  try: inspect.signature(fn).bind(*args, **kwargs)
+  except TypeError as e:
+    raise DTypeError(f"numpy.{name} with these arguments has no kc.ast counterpart ({e}); docs/AST.md lists what "
+                     "kc.ast takes") from None
+  return fn(*args, **kwargs)
+
+
+def _sliding_window_view(x, window_shape, axis=None, **kwargs) -> Expr:
+  """numpy.lib.stride_tricks.sliding_window_view: windows along each of `axis` (all axes when None) in turn."""
+  if kwargs.get("subok") or kwargs.get("writeable"):
+    raise DTypeError("sliding_window_view: kc.ast windows are read-only views")
+  sizes = (window_shape,) if isinstance(window_shape, int) else tuple(window_shape)
+  axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+  if len(sizes) != len(axes):
+    raise InvalidASTError(f"sliding_window_view: {len(sizes)} window sizes for the axes {axes}")
+  for a, n in zip(axes, sizes): x = x.windows(a, n)
+  return x
+
+
+def _np_clip(x, a_min=None, a_max=None, **kwargs) -> Expr:
+  lo, hi = kwargs.pop("min", a_min), kwargs.pop("max", a_max)
+  if kwargs: raise DTypeError(f"numpy.clip(..., {', '.join(kwargs)}=) has no kc.ast counterpart")
+  return clip(x, lo, hi)
+
+
+def _np_reshape(x, shape=None, order="C", *, newshape=None, copy=None) -> Expr:
+  if order != "C": raise DTypeError(f"numpy.reshape(..., order={order!r}): kc.ast reshapes in C order only")
+  return x.reshape(newshape if shape is None else shape)
+
+
+def _np_transpose(x, axes=None) -> Expr: return x.T if axes is None else x.permute(tuple(axes))
+
+
+def _np_where(cond, *xy) -> Expr:
+  if len(xy) != 2:
+    raise DTypeError("numpy.where(cond) with one argument returns indices, which kc.ast has no value for; use "
+                     "where(cond, x, y)")
+  return where(cond, *xy)
+
+
+def _np_flip(x, axis=None) -> Expr: return x.flip(axis)
+
+
+def _np_ravel(x, order="C") -> Expr:
+  if order != "C": raise DTypeError(f"numpy.ravel(..., order={order!r}): kc.ast flattens in C order only")
+  return x.ravel()
+
+
+def _functions() -> dict:
+  """numpy function -> kc.ast's of the same meaning (keywords as numpy's: the methods take numpy's names)."""
+  table = {np.sum: "sum", np.prod: "prod", np.max: "max", np.amax: "max", np.min: "min", np.amin: "min",
+           np.mean: "mean", np.var: "var", np.std: "std", np.any: "any", np.all: "all", np.argmax: "argmax",
+           np.argmin: "argmin", np.squeeze: "squeeze", np.round: "round", np.around: "round", np.broadcast_to: "expand"}
+  if hasattr(np, "astype"): table[np.astype] = "astype"  # numpy >= 2.1
+  out = {f: getattr(Expr, name) for f, name in table.items()}
+  out.update({np.where: _np_where, np.clip: _np_clip, np.reshape: _np_reshape, np.transpose: _np_transpose,
+              np.flip: _np_flip, np.ravel: _np_ravel, np.lib.stride_tricks.sliding_window_view: _sliding_window_view,
+              np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size})
+  return out
+
+
+_FUNCTIONS = _functions()
+
+
+def _array_function(func, args, kwargs):
+  name = getattr(func, "__name__", repr(func))
+  args = [_numpy_operand(name, x) for x in args]
+  if (fn := _FUNCTIONS.get(func)) is None:
+    raise DTypeError(f"numpy.{name} has no kc.ast counterpart; docs/AST.md lists the numpy functions kc.ast follows "
+                     "(build it from those, or compute it on the host from kc.run's outputs)")
+  if not isinstance(args[0], Expr):
+    raise DTypeError(f"numpy.{name}: the first argument is not a kc.ast expression: {type(args[0]).__name__}")
+  return _call(name, fn, args, _no_out(name, kwargs))

@@ -4,13 +4,19 @@ and the tests compare every entry with the installed numpy.
 Python scalars are *weak* (NEP 50): they adapt to the array they meet instead of promoting it, unless they are of a
 higher kind (bool < int < float), in which case the result is the array's dtype promoted with the scalar kind's
 default dtype (int64, float64). An int scalar must fit the dtype it ends up in (numpy raises OverflowError; kc raises
-kc.DTypeError, which is a TypeError, naming the value and the dtype)."""
+kc.DTypeError, which is a TypeError, naming the value and the dtype).
+
+numpy's scalars (np.float32(2), np.int8(3), np.True_) are *strong*: numpy 2 promotes them as 0-d arrays of their
+dtype (an np.float32 scalar times an int8 array is float32, an np.float64 one makes a float32 array float64), and
+np.float64, a subclass of Python's float, is one of them."""
 from __future__ import annotations
 from typing import Union
+import numpy as np
 from kc.ir.dtype import DType, dtypes, least_upper_dtype
 from kc.errors import DTypeError
 
-Scalar = Union[bool, int, float]
+Scalar = Union[bool, int, float, np.bool_, np.integer, np.floating]
+NUMPY_SCALARS = (np.bool_, np.integer, np.floating)
 
 # the kind of a dtype or a Python scalar: bool < int < float
 BOOL, INT, FLOAT = 0, 1, 2
@@ -46,14 +52,26 @@ ACCUMULATE: dict[DType, DType] = {dtypes.float16: dtypes.float32, dtypes.bfloat1
 
 
 def kind(x) -> int:
-  """The kind of a DType or a Python scalar."""
+  """The kind of a DType or a scalar."""
+  if is_strong(x): x = numpy_scalar_dtype(x)
   if isinstance(x, DType): return BOOL if dtypes.is_bool(x) else FLOAT if dtypes.is_float(x) else INT
   return BOOL if isinstance(x, bool) else INT if isinstance(x, int) else FLOAT
 
 
+def numpy_scalar_dtype(x) -> DType:
+  """The kc dtype of a numpy scalar (a DTypeError for the few numpy has and kc lacks, such as longdouble)."""
+  return dtypes.from_numpy(x.dtype)
+
+
+def is_strong(x) -> bool:
+  """A numpy scalar, or a 0-d array (numpy 2 promotes both by their dtype)."""
+  return isinstance(x, NUMPY_SCALARS) or (isinstance(x, np.ndarray) and x.ndim == 0)
+
+
 def fits(value: Scalar, dt: DType) -> bool:
-  """An int scalar fits an int dtype when it is in the dtype's range (bools and floats always convert)."""
-  if isinstance(value, bool) or not isinstance(value, int) or not dtypes.is_int(dt): return True
+  """A Python int fits an int dtype when it is in the dtype's range (bools and floats always convert; a numpy scalar
+  was promoted with its own dtype, which the result holds)."""
+  if isinstance(value, (bool, np.generic)) or not isinstance(value, int) or not dtypes.is_int(dt): return True
   return dtypes.min(dt) <= value <= dtypes.max(dt)
 
 
@@ -64,8 +82,10 @@ def check_fits(value: Scalar, dt: DType) -> None:
 
 
 def result_dtype(arrays: list[DType], scalars: list[Scalar]) -> DType:
-  """numpy 2's result_type for arrays of `arrays` dtypes mixed with the Python `scalars` (weak). An int scalar that
-  does not fit the result is a DTypeError."""
+  """numpy 2's result_type for arrays of `arrays` dtypes mixed with `scalars`: Python's weak, numpy's strong (they
+  count as arrays of their dtype). An int scalar that does not fit the result is a DTypeError."""
+  arrays = list(arrays) + [numpy_scalar_dtype(s) for s in scalars if is_strong(s)]
+  scalars = [s for s in scalars if not is_strong(s)]
   if not arrays:
     out = least_upper_dtype(*(SCALAR_DEFAULT[kind(s)] for s in scalars))
   else:

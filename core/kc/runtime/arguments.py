@@ -1,9 +1,10 @@
 """What a compiled kernel declares for each of its buffers, and the check of one call's arguments against it.
 
 A buffer's declared shape is the shape its user wrote: the store's shape for an output, the `A.arg` shape for an
-input. The AST keeps the latter only in the views of its loads, so it is recovered from them (`declared_shape`).
-Where the views do not say (a shrink, a reshape into several views, loads that disagree), only the element count
-the kernel reaches is checked.
+input. kc.ast records the latter as each LOAD's arg, so a reshaped, permuted or sliced input still takes the shape it
+was declared with; for an AST built otherwise it is recovered from the loads' views (`declared_shape`). Where
+neither says (a shrink, a reshape into several views, loads that disagree), only the element count the kernel
+reaches is checked.
 
 A numpy argument must have the declared shape, ignoring size-1 dims (a reduce keeps its axes as 1, so a (M, 1, N)
 output takes an (M, N) array), or be 1-D with as many elements (frameworks that hold flat buffers). Its dtype must
@@ -175,16 +176,26 @@ class BufferSpec:
     return buf, (buf if self.output else None)
 
 
+def _load_shape(load: UOp, st: ShapeTracker) -> Optional[tuple[sint, ...]]:
+  """The shape a load says its input was declared with: kc.ast records the `A.arg` shape as the LOAD's arg (a reshape
+  of the input cannot hide it then); other ASTs are read from the view."""
+  if not isinstance(load.arg, tuple): return declared_shape(st)
+  return ShapeTracker.from_shape(load.arg).unbind()[0].shape if any(isinstance(d, UOp) for d in load.arg) else load.arg
+
+
 def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
   """One BufferSpec per buffer index of a kernel AST, in index order."""
   found: dict[int, tuple[DType, list[ShapeTracker], list[ShapeTracker]]] = {}  # index: dtype, load views, store views
   sizes: dict[int, int] = {}  # index: the element count its pointer declares
+  suggested: dict[int, list] = {}  # index: the shape each load suggests for an input
   logical = {u.src[0].arg: u.arg for u in ast.src if u.op is Ops.STORE and isinstance(u.arg, tuple)}
   for u in ast.toposort:
     if u.op in (Ops.LOAD, Ops.STORE) and u.src[0].op is Ops.DEFINE_GLOBAL:
       i, dt = u.src[0].arg, u.src[0].dtype.base
       if i in found and found[i][0] != dt: raise KcError(f"buffer {i} is used as {found[i][0].name} and as {dt.name}")
-      found.setdefault(i, (dt, [], []))[1 if u.op is Ops.LOAD else 2].append(st_arg(u).unbind()[0])
+      st = st_arg(u).unbind()[0]
+      found.setdefault(i, (dt, [], []))[1 if u.op is Ops.LOAD else 2].append(st)
+      if u.op is Ops.LOAD: suggested.setdefault(i, []).append(_load_shape(u, st))
       if u.src[0].dtype.size != -1: sizes[i] = u.src[0].dtype.size
   if sorted(found) != list(range(len(found))):
     raise KcError(f"buffer indices must be 0..{len(found) - 1} with none missing, got {sorted(found)}")
@@ -193,7 +204,9 @@ def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
     dt, loads, stores = found[i]
     # a store's shape is the output's shape; the loads of an input each suggest one, and only agreement counts
     # kc.ast records an output's numpy shape on its STORE: that is the shape a caller's array has
-    known = [s for s in ([logical[i] if i in logical else st.shape for st in stores if st.contiguous] if stores else map(declared_shape, loads)) if s is not None]
+    if stores: suggestions = [logical[i] if i in logical else st.shape for st in stores if st.contiguous]
+    else: suggestions = suggested[i]
+    known = [s for s in suggestions if s is not None]
     shape = known[0] if len({_squeezed(s) for s in known}) == 1 else None
     # the pointer says how many elements were declared (kc.ast records it): a view that covers fewer (an index, a
     # slice from 0) is not the declared shape, and the count is all that can be checked
