@@ -8,8 +8,9 @@
 
 Every figure is the median kernel time over repeated launches, as CUDA events measure it (what kc.compile'd kernels
 return), after one warm-up launch; every result is checked against numpy first (the matmuls on a slice of rows).
---json is rewritten after every row, so a timeout keeps the rows before it; a wrong result or a kc error is that row's
-"error" and the others still run (exit 1 at the end). Without a CUDA GPU it says why and exits 0. Run: python benchmarks/bench_cuda.py [--json PATH] [--quick]
+--json is rewritten after every row, so a timeout keeps the rows before it; a wrong result or a kc error is that
+row's "error" and the others still run (exit 1 at the end). Without a CUDA GPU it says why and exits 0.
+Run: python benchmarks/bench_cuda.py [--json PATH] [--quick]
 (--quick: small sizes, no RESULTS.md section)."""
 from __future__ import annotations
 import argparse, json, pathlib, re, statistics, sys
@@ -92,7 +93,8 @@ def bench_add(dev, n: int, repeats: int) -> dict:
   ck = kc.compile(A.sink(A.store(0, F(1) + F(2))), device=DEVICE, opts="hand")
   out, bx, by = Buffer(DEVICE, n, dtypes.float32).allocate(), to_device(x, dtypes.float32), to_device(y, dtypes.float32)
   ck(out, bx, by)
-  if (err := relative_error(out.numpy(), x + y)) != 0: raise WrongResult(f"kc CUDA add is wrong: relative error {err:.2e}")
+  if (err := relative_error(out.numpy(), x + y)) != 0:
+    raise WrongResult(f"kc CUDA add is wrong: relative error {err:.2e}")
   add_s = median_kernel_time(lambda: ck(out, bx, by), repeats)
   copy = lambda: dev.allocator.copy_device(out._buf, bx._buf, 4 * n, wait=False)  # noqa: E731
   copy_s = statistics.median(event_time(dev, copy) for _ in range(repeats + 1))
@@ -136,7 +138,8 @@ def bench_matmul(dev, n: int, kind: str, data: tuple[np.ndarray, np.ndarray], re
   got = out.numpy().reshape(n, n)[:check_rows]
   tol = 1e-3 if "TC" not in opts_text(ck.kernel.applied_opts) else 1e-2  # a float32 tensor core computes in tf32
   if (err := relative_error(got, a_ref @ b_ref)) > tol:
-    raise WrongResult(f"kc CUDA {kind} matmul {n} is wrong on its first {check_rows} rows: relative error {err:.2e} > {tol}")
+    raise WrongResult(f"kc CUDA {kind} matmul {n} is wrong on its first {check_rows} rows: "
+                      f"relative error {err:.2e} > {tol}")
   s = median_kernel_time(lambda: ck(out, ba, bb), repeats)
   row = {"n": n, "kind": kind, "kc_s": s, "kc_TFLOPs": 2 * n ** 3 / s / 1e12, "opts": opts_text(ck.kernel.applied_opts),
          "tensor_cores": "TC" in opts_text(ck.kernel.applied_opts), "max_rel_error": err}
@@ -171,7 +174,8 @@ def markdown(fig: dict) -> str:
            "| elementwise add, 2^26 floats | kc GB/s | cuMemcpyDtoD GB/s | kc / memcpy |", "|---|---|---|---|"]
   a = fig.get("add", {"error": "not run"})
   if "error" in a: lines.append(f"| error: {a['error']} | - | - | - |")
-  else: lines.append(f"| {a['opts']} | {a['kc_add_GBps']:.0f} | {a['memcpy_dtod_GBps']:.0f} | {a['ratio_to_memcpy']:.2f} |")
+  else:
+    lines.append(f"| {a['opts']} | {a['kc_add_GBps']:.0f} | {a['memcpy_dtod_GBps']:.0f} | {a['ratio_to_memcpy']:.2f} |")
   lines += ["", "| matmul | n | kc TFLOP/s | torch TFLOP/s | kc / torch | of peak | opts |", "|---|---|---|---|---|---|---|"]
   for r in fig["matmul"]:
     if "error" in r:
@@ -217,7 +221,8 @@ def main() -> int:
     if args.json: pathlib.Path(args.json).write_text(json.dumps(fig, indent=2))
   fig["add"] = guarded(f"add {n_add}", {"n": n_add}, lambda: bench_add(dev, n_add, repeats))
   if "error" not in fig["add"]:
-    print(f"add {n_add}: kc {fig['add']['kc_add_GBps']:.0f} GB/s, memcpy {fig['add']['memcpy_dtod_GBps']:.0f} GB/s", flush=True)
+    add = fig["add"]
+    print(f"add {n_add}: kc {add['kc_add_GBps']:.0f} GB/s, memcpy {add['memcpy_dtod_GBps']:.0f} GB/s", flush=True)
   fig["matmul"] = []
   save()
   rng = np.random.default_rng(1)
@@ -226,7 +231,8 @@ def main() -> int:
   for n in sizes:
     data = (np.ascontiguousarray(a_all[:n, :n]), np.ascontiguousarray(b_all[:n, :n]))
     for kind in MATMULS:
-      row = guarded(f"{kind} {n}", {"n": n, "kind": kind}, lambda: bench_matmul(dev, n, kind, data, repeats, check_rows=min(n, 64)))
+      row = guarded(f"{kind} {n}", {"n": n, "kind": kind},
+                    lambda: bench_matmul(dev, n, kind, data, repeats, check_rows=min(n, 64)))
       if "error" not in row:
         if (t := torch_matmul(n, kind, data, row["tensor_cores"], repeats)) is not None:
           row["torch_TFLOPs"], row["ratio_to_torch"] = t, row["kc_TFLOPs"] / t

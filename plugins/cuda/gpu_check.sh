@@ -34,7 +34,7 @@ WHEELHOUSE=${KC_WHEELHOUSE:-$([[ -d build/gpu-wheels ]] && echo build/gpu-wheels
 # what the run needs that a GPU image with torch, cupy, NVIDIA's CUDA wheels and pytest may lack
 CARRIED_WHEELS="jsonschema"
 
-if [[ "${1:-}" == wheels ]]; then  # on a networked machine: the wheels of CARRIED_WHEELS for Python 3.12 on x86-64 Linux
+if [[ "${1:-}" == wheels ]]; then  # with a network: CARRIED_WHEELS for Python 3.12 on x86-64 Linux
   exec "$PYTHON" -m pip download --only-binary=:all: --python-version "${KC_GPU_PYTHON_VERSION:-3.12}" \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d "${KC_WHEELHOUSE:-build/gpu-wheels}" $CARRIED_WHEELS
@@ -108,23 +108,33 @@ for line in os.environ["REQUIRED_MODULES"].splitlines():
 EOF
 }
 preflight() {
-  "$PYTHON" -c "import sys; print(sys.executable, sys.version.split()[0], '(a virtual environment)' if sys.prefix != sys.base_prefix else '')" || return 1
-  "$PYTHON" -c "import sys; sys.exit(sys.version_info < (3, 10))" || { echo "kc needs Python 3.10 or newer"; return 1; }
-  if [[ "${KC_GPU_SKIP_INSTALL:-0}" != 1 ]]; then
-    "$PYTHON" -c "import setuptools, sys; v = tuple(int(x) for x in setuptools.__version__.split('.')[:2]); print('setuptools', setuptools.__version__); sys.exit(v < (64, 0))" \
-      || { echo "missing: setuptools>=64 (installing kc with --no-build-isolation builds with the Python's own setuptools)"; return 1; }
+  "$PYTHON" - <<'EOF' || return 1
+import sys
+print(sys.executable, sys.version.split()[0], "(a virtual environment)" if sys.prefix != sys.base_prefix else "")
+sys.exit(sys.version_info < (3, 10) and "kc needs Python 3.10 or newer")
+EOF
+  if [[ "${KC_GPU_SKIP_INSTALL:-0}" != 1 ]] && ! "$PYTHON" - <<'EOF'
+import setuptools, sys
+print("setuptools", setuptools.__version__)
+sys.exit(tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (64, 0))
+EOF
+  then
+    echo "missing: setuptools>=64 (kc is installed with --no-build-isolation, built by the Python's own setuptools)"
+    return 1
   fi
   local missing
   missing=$(missing_modules)
   if [[ -n "$missing" && -d "$WHEELHOUSE" ]]; then
     echo "installing from $WHEELHOUSE (--no-index): $(ls "$WHEELHOUSE" | tr '\n' ' ')"
-    "$PYTHON" -m pip install --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" $(echo "$missing" | cut -d' ' -f1) || return 1
+    "$PYTHON" -m pip install --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" \
+      $(echo "$missing" | cut -d' ' -f1) || return 1
     missing=$(missing_modules)
   fi
   if [[ -n "$missing" ]]; then
     echo "missing, and no network to install them from:"
     echo "$missing" | sed 's/^/  /'
-    echo "carry them in: on a machine with a network, 'bash plugins/cuda/gpu_check.sh wheels' fills build/gpu-wheels; bring that folder along (or set KC_WHEELHOUSE)"
+    echo "carry them in: with a network, 'bash plugins/cuda/gpu_check.sh wheels' fills build/gpu-wheels;" \
+         "bring that folder along (or set KC_WHEELHOUSE)"
     return 1
   fi
   echo "every module the run imports is there"
@@ -132,23 +142,34 @@ preflight() {
     || echo "torch is not importable: the benchmark leaves out the torch.matmul comparison"
 }
 install_kc() {
-  "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index -e . -e plugins/cuda -e conformance
+  "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index \
+    -e . -e plugins/cuda -e conformance
 }
 kc_cli() { "$PYTHON" -c 'import sys; from kc.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
 show_nvrtc() {  # needs no GPU: NVRTC and the headers it compiles with, and one kernel through both
   "$PYTHON" - <<'EOF'
 from kc_cuda.compiler import NVRTCCompiler, bindings_major, cuda_headers, nvrtc_version
 h = cuda_headers()
-print(f"cuda-bindings for CUDA {bindings_major()}, NVRTC {nvrtc_version()}, CUDA {h.version_text} headers in {h.path} (found by {h.found_via})")
-src = '#include <cuda_fp16.h>\n#include <cuda_bf16.h>\nextern "C" __global__ void k(half* a, nv_bfloat16* b) { a[0] = a[1]; b[0] = b[1]; }\n'
-print("a half and bfloat16 kernel compiles to", len(NVRTCCompiler("sm_90").compile_uncached(src)), "bytes of cubin for sm_90")
+print(f"cuda-bindings for CUDA {bindings_major()}, NVRTC {nvrtc_version()}, "
+      f"CUDA {h.version_text} headers in {h.path} (found by {h.found_via})")
+src = ('#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n'
+       'extern "C" __global__ void k(half* a, nv_bfloat16* b) { a[0] = a[1]; b[0] = b[1]; }\n')
+cubin = NVRTCCompiler("sm_90").compile_uncached(src)
+print(f"a half and bfloat16 kernel compiles to {len(cubin)} bytes of cubin for sm_90")
 EOF
 }
 show_gpu() {
   if command -v nvidia-smi > /dev/null; then nvidia-smi -L; else echo "nvidia-smi is not on PATH"; fi
   kc_cli devices
 }
-cuda_available() { "$PYTHON" -c "import sys, kc_cuda.driver as d; r = d.unavailable_reason(); print(r or 'CUDA is available: ' + str(d.device_props(d.selected_ordinal()))); sys.exit(r is not None)"; }
+cuda_available() {
+  "$PYTHON" - <<'EOF'
+import sys, kc_cuda.driver as d
+reason = d.unavailable_reason()
+print(reason or f"CUDA is available: {d.device_props(d.selected_ordinal())}")
+sys.exit(reason is not None)
+EOF
+}
 plugin_tests() {
   "$PYTHON" -m pytest -q -p no:cacheprovider -rs -n 4 plugins/cuda/tests --junitxml="$OUT/cuda_plugin_tests.xml"
 }

@@ -1,9 +1,9 @@
-"""CUDA C to cubin through NVRTC (NVIDIA's runtime compiler, from NVIDIA's nvidia-cuda-nvrtc wheel through cuda-bindings),
+"""CUDA C to cubin through NVRTC (NVIDIA's runtime compiler, from the nvidia-cuda-nvrtc wheel through cuda-bindings),
 with the CUDA headers of the nvidia-cuda-runtime wheel: no CUDA toolkit, no GPU. The output is cubin for one exact
 arch, not PTX: PTX from an NVRTC newer than the driver fails to load, cubin does not.
 
-CUDA 12 and CUDA 13 both work. cuda-bindings N loads NVRTC N, and the headers must be CUDA N's too (NVRTC has no
-built-in cuda_fp16.h, and one CUDA's headers are not written for another's compiler): find_headers looks where NVIDIA's
+CUDA 12 and CUDA 13 both work. cuda-bindings N loads NVRTC N, and the headers are CUDA N's too (NVRTC has no built-in
+cuda_fp16.h, and NVIDIA ships each CUDA's headers for its own compiler): find_headers looks where NVIDIA's
 cuda.pathfinder does, then in both majors' wheel layouts, then under CUDA_HOME and CUDA_PATH, and takes the first
 directory whose headers are NVRTC's major.
 
@@ -54,7 +54,8 @@ def install_hint(cuda_major: int) -> str:
 
 @dataclass(frozen=True)
 class HeaderDir:
-  """A directory of CUDA headers: where it is, its CUDA version (major, minor) from CUDART_VERSION, and how it was found."""
+  """A directory of CUDA headers: where it is, its CUDA version (major, minor) from CUDART_VERSION, and how it was
+  found."""
   path: str
   version: tuple[int, int]
   found_via: str
@@ -68,15 +69,17 @@ class CUDAHeadersNotFound(CompileError):
 
   def __init__(self, cuda_major: int, searched: Sequence[tuple[str, str]]):
     places = "\n".join(f"  {place}: {why}" for place, why in searched)
-    super().__init__(f"the CUDA {cuda_major} headers ({NEEDED_HEADER}) that NVRTC {cuda_major} needs are not installed: "
-                     f"{install_hint(cuda_major)}, or set CUDA_HOME to a CUDA {cuda_major} toolkit. Searched:\n{places}")
+    super().__init__(f"the CUDA {cuda_major} headers ({NEEDED_HEADER}) that NVRTC {cuda_major} needs are not "
+                     f"installed: {install_hint(cuda_major)}, or set CUDA_HOME to a CUDA {cuda_major} toolkit. "
+                     f"Searched:\n{places}")
     self.cuda_major, self.searched = cuda_major, list(searched)
 
 
 def header_version(path: str) -> Optional[tuple[int, int]]:
   """The CUDA version (major, minor) of the headers in `path`, from CUDART_VERSION; None where it cannot be read."""
   try:
-    with open(os.path.join(path, VERSION_HEADER), encoding="utf-8", errors="replace") as f: m = _CUDART_VERSION.search(f.read())
+    with open(os.path.join(path, VERSION_HEADER), encoding="utf-8", errors="replace") as f:
+      m = _CUDART_VERSION.search(f.read())
   except OSError: return None
   return (int(m.group(1)) // 1000, int(m.group(1)) % 1000 // 10) if m else None
 
@@ -98,12 +101,15 @@ def header_places(cuda_major: int, site_dirs: Sequence[str], environ: Mapping[st
   found, asked = pathfinder()
   places: list[tuple[str, Optional[str]]] = [(asked, found)]
   majors = sorted(WHEEL_INCLUDE_DIRS, key=lambda m: m != cuda_major)  # NVRTC's own major's wheel first
-  places += [(f"the CUDA {m} wheel layout", os.path.join(d, *WHEEL_INCLUDE_DIRS[m].split("/"))) for d in site_dirs for m in majors]
-  places += [(f"${var}", os.path.join(environ[var], "include") if environ.get(var) else None) for var in TOOLKIT_ROOT_VARS]
+  places += [(f"the CUDA {m} wheel layout", os.path.join(d, *WHEEL_INCLUDE_DIRS[m].split("/")))
+             for d in site_dirs for m in majors]
+  places += [(f"${var}", os.path.join(environ[var], "include") if environ.get(var) else None)
+             for var in TOOLKIT_ROOT_VARS]
   return places
 
 
-def find_headers(cuda_major: int, site_dirs: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None,
+def find_headers(cuda_major: int, site_dirs: Optional[Sequence[str]] = None,
+                 environ: Optional[Mapping[str, str]] = None,
                  pathfinder: Callable[[], tuple[Optional[str], str]] = pathfinder_cudart) -> HeaderDir:
   """The first directory holding cuda_fp16.h of CUDA `cuda_major` (NVRTC's): cuda.pathfinder's answer, then the wheel
   layouts of both majors in each of `site_dirs` (default: sys.path), then $CUDA_HOME/include and $CUDA_PATH/include.
@@ -159,7 +165,8 @@ def nvrtc_version() -> str:
   try: major, minor = _check(nvrtc, nvrtc.nvrtcVersion(), "nvrtcVersion")
   except Exception as e:  # the wheel's libnvrtc not found
     hint = install_hint(m) if (m := bindings_major()) else "pip install kc-cuda"
-    raise CompileError(f"NVRTC cannot load ({type(e).__name__}: {e}): cuda-bindings loads the NVRTC of its own CUDA major: {hint}") from None
+    raise CompileError(f"NVRTC cannot load ({type(e).__name__}: {e}): cuda-bindings loads the NVRTC of its own CUDA "
+                       f"major: {hint}") from None
   return f"{major}.{minor}"
 
 
@@ -179,7 +186,9 @@ def unsupported_arch_message(arch: str) -> str:
   archs = supported_archs()
   msg = f"NVRTC {nvrtc_version()} (CUDA {nvrtc_major()}) cannot compile for {arch}; it supports {', '.join(archs)}"
   if archs and capability(arch) < capability(archs[0]) and nvrtc_major() > min(WHEEL_INCLUDE_DIRS):
-    msg += f". CUDA {nvrtc_major()} has dropped GPUs older than {archs[0]}: CUDA {min(WHEEL_INCLUDE_DIRS)} compiles for them ({install_hint(min(WHEEL_INCLUDE_DIRS))})"
+    oldest = min(WHEEL_INCLUDE_DIRS)
+    msg += (f". CUDA {nvrtc_major()} has dropped GPUs older than {archs[0]}: CUDA {oldest} compiles for them "
+            f"({install_hint(oldest)})")
   return msg
 
 
@@ -204,7 +213,8 @@ class NVRTCCompiler(Compiler):
     self.headers = cuda_headers()
     # FMA contraction on (the default of nvcc and NVRTC; kc's tolerances allow a fused multiply-add)
     # -default-device: helper functions the C-style base writes without __device__ (fp8 conversions) are device code
-    self.options = [f"--gpu-architecture={self.arch}", "--std=c++17", "--fmad=true", "-default-device", f"-I{self.headers.path}"]
+    self.options = [f"--gpu-architecture={self.arch}", "--std=c++17", "--fmad=true", "-default-device",
+                    f"-I{self.headers.path}"]
 
   def identity(self) -> str:
     # the headers' directory is left out (the same headers anywhere give the same cubin); their version is in

@@ -133,9 +133,11 @@ def test_arch_from_environment(monkeypatch):
 
 def test_reading_nvrtcs_log_leaves_the_interpreters_bytes_alone():
   # a kernel that compiles has a one-byte log (its NUL): read into a bytes object, NVRTC overwrote the interpreter's
-  # shared b" ", and print then wrote NUL between its arguments. In a fresh interpreter, so a regression cannot poison this one
+  # shared b" ", and print then wrote NUL between its arguments. In a fresh interpreter: a regression cannot poison
+  # this one
   code = ("from kc_cuda.compiler import NVRTCCompiler\n"
-          "lib, log = NVRTCCompiler('sm_90').compile_with_log('extern \"C\" __global__ void k(float* a) { a[0] = a[1]; }')\n"
+          "src = 'extern \"C\" __global__ void k(float* a) { a[0] = a[1]; }'\n"
+          "lib, log = NVRTCCompiler('sm_90').compile_with_log(src)\n"
           "assert log == '' and lib.startswith(b'KCCUDA1'), log\n"
           "print('a', 'b', b' '[0], (b'x' * 2).replace(b'x', b' ')[0])\n")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
@@ -146,11 +148,12 @@ def test_an_arch_the_cuda_major_dropped_names_the_major_that_compiles_it(monkeyp
   import kc_cuda.compiler as compiler
   monkeypatch.setattr(compiler, "supported_archs", lambda: ("sm_75", "sm_80", "sm_90"))  # CUDA 13's range
   monkeypatch.setattr(compiler, "nvrtc_version", lambda: "13.0")
-  with pytest.raises(CompileError, match=r"NVRTC 13\.0 \(CUDA 13\) cannot compile for sm_70.*older than sm_75.*'kc-cuda\[cu12\]'"):
-    NVRTCCompiler("sm_70")
+  dropped = r"NVRTC 13\.0 \(CUDA 13\) cannot compile for sm_70.*older than sm_75.*'kc-cuda\[cu12\]'"
+  with pytest.raises(CompileError, match=dropped): NVRTCCompiler("sm_70")
   assert "cu12" not in compiler.unsupported_arch_message("sm_99")  # newer than this NVRTC: no older major helps
   monkeypatch.setattr(compiler, "nvrtc_version", lambda: "12.9")
-  assert compiler.unsupported_arch_message("sm_70").endswith("sm_75, sm_80, sm_90")  # CUDA 12 is the oldest major kc knows
+  # CUDA 12 is the oldest major kc knows: nothing older to name
+  assert compiler.unsupported_arch_message("sm_70").endswith("sm_75, sm_80, sm_90")
 
 
 def test_int64_indices_render_as_long_long_and_compile():

@@ -10,13 +10,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kc.backend import CompileError, KcError
 import kc_cuda.compiler as compiler
-from kc_cuda.compiler import (NEEDED_HEADER, WHEEL_INCLUDE_DIRS, CUDAHeadersNotFound, NVRTCCompiler, find_headers, header_version,
-                              nvrtc_major)
+from kc_cuda.compiler import (NEEDED_HEADER, WHEEL_INCLUDE_DIRS, CUDAHeadersNotFound, NVRTCCompiler, find_headers,
+                              header_version, nvrtc_major)
 
 MAJORS = tuple(WHEEL_INCLUDE_DIRS)
 WHEELS_ENV = "KC_CUDA_HEADER_WHEELS"
 HALF_KERNEL = ('#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n'
-               'extern "C" __global__ void k(half* a, nv_bfloat16* b) { a[0] = a[1] * (half)2.0f; b[0] = b[1] + b[2]; }\n')
+               'extern "C" __global__ void k(half* a, nv_bfloat16* b) {\n'
+               '  a[0] = a[1] * (half)2.0f; b[0] = b[1] + b[2];\n}\n')
 
 
 def fake_headers(include: str, version: int = 12090, fp16: bool = True) -> str:
@@ -24,7 +25,8 @@ def fake_headers(include: str, version: int = 12090, fp16: bool = True) -> str:
   os.makedirs(include, exist_ok=True)
   if fp16:
     with open(os.path.join(include, NEEDED_HEADER), "w") as f: f.write("// half\n")
-  with open(os.path.join(include, "cuda_runtime_api.h"), "w") as f: f.write(f"#pragma once\n#define CUDART_VERSION  {version}\n")
+  with open(os.path.join(include, "cuda_runtime_api.h"), "w") as f:
+    f.write(f"#pragma once\n#define CUDART_VERSION  {version}\n")
   return include
 
 
@@ -40,7 +42,8 @@ def test_each_wheel_layout_is_found_for_its_own_major(tmp_path):
   fake_headers(wheel_include(site, 13), 13050)
   for major, version in ((12, (12, 9)), (13, (13, 5))):
     found = find_headers(major, [site], {}, no_pathfinder)
-    assert (found.path, found.version, found.found_via) == (wheel_include(site, major), version, f"the CUDA {major} wheel layout")
+    assert (found.path, found.version) == (wheel_include(site, major), version)
+    assert found.found_via == f"the CUDA {major} wheel layout"
 
 
 def test_pathfinder_answer_of_another_major_is_passed_over(tmp_path):
@@ -97,7 +100,8 @@ PLACES = ("pathfinder", "site_a/12", "site_a/13", "site_b/12", "site_b/13", "CUD
 
 
 @settings(max_examples=60, deadline=None)
-@given(nvrtc=st.sampled_from(MAJORS), laid=st.dictionaries(st.sampled_from(PLACES), st.sampled_from([12000, 12090, 13000, 13050, 0])))
+@given(nvrtc=st.sampled_from(MAJORS),
+       laid=st.dictionaries(st.sampled_from(PLACES), st.sampled_from([12000, 12090, 13000, 13050, 0])))
 def test_the_first_place_in_order_with_nvrtcs_major_wins(tmp_path_factory, nvrtc, laid):
   """Any mix of layouts, majors and missing headers (version 0: no cuda_fp16.h): the headers found are the first of
   pathfinder, site_a's layouts, site_b's, CUDA_HOME, CUDA_PATH that holds NVRTC's major; else the error lists all."""
@@ -112,9 +116,11 @@ def test_the_first_place_in_order_with_nvrtcs_major_wins(tmp_path_factory, nvrtc
   env = {v: os.path.dirname(dirs[v]) for v in ("CUDA_HOME", "CUDA_PATH") if v in dirs}
   # within a site folder NVRTC's own major's layout is looked at first; a site folder that does not exist is no place
   sites = [s for s in ("site_a", "site_b") if any(p.startswith(s) for p in laid)]
-  order = ["pathfinder"] + [f"{s}/{m}" for s in sites for m in sorted(MAJORS, key=lambda m: m != nvrtc)] + ["CUDA_HOME", "CUDA_PATH"]
+  wheels = [f"{s}/{m}" for s in sites for m in sorted(MAJORS, key=lambda m: m != nvrtc)]
+  order = ["pathfinder", *wheels, "CUDA_HOME", "CUDA_PATH"]
   winner = next((p for p in order if laid.get(p) and laid[p] // 1000 == nvrtc), None)
-  args = (nvrtc, [os.path.join(root, "site_a"), os.path.join(root, "site_b")], env, lambda: (dirs.get("pathfinder"), "pathfinder"))
+  sites_given = [os.path.join(root, "site_a"), os.path.join(root, "site_b")]
+  args = (nvrtc, sites_given, env, lambda: (dirs.get("pathfinder"), "pathfinder"))
   if winner is None:
     with pytest.raises(CUDAHeadersNotFound) as e: find_headers(*args)
     assert len(e.value.searched) == len(order)
@@ -126,10 +132,11 @@ def test_the_first_place_in_order_with_nvrtcs_major_wins(tmp_path_factory, nvrtc
 def test_headers_of_the_installed_nvrtc_are_found():
   found = compiler.cuda_headers()
   assert found.version[0] == nvrtc_major() and os.path.isfile(os.path.join(found.path, NEEDED_HEADER))
-  assert f"CUDA {nvrtc_major()}" in NVRTCCompiler("sm_90").identity() and f"headers {found.version_text}" in NVRTCCompiler("sm_90").identity()
+  identity = NVRTCCompiler("sm_90").identity()
+  assert f"CUDA {nvrtc_major()}" in identity and f"headers {found.version_text}" in identity
 
 
-# ---------------------------------------------------------------------------------------------------------- the real wheels
+# ---------------------------------------------------------------------------------------------------- the real wheels
 
 def _installed_include_dirs() -> dict:
   """{major: include folder} of the nvidia-cuda-runtime wheels installed in this Python."""
@@ -145,15 +152,17 @@ def _installed_include_dirs() -> dict:
 def real_side_by_side(tmp_path_factory):
   """A site-packages folder holding the real headers of both CUDA majors, each in its wheel's layout."""
   site = str(tmp_path_factory.mktemp("site-packages"))
-  for wheel in sorted(glob.glob(os.path.join(os.environ.get(WHEELS_ENV, ""), "*.whl"))) if os.environ.get(WHEELS_ENV) else []:
+  wheels = sorted(glob.glob(os.path.join(os.environ[WHEELS_ENV], "*.whl"))) if os.environ.get(WHEELS_ENV) else []
+  for wheel in wheels:
     with zipfile.ZipFile(wheel) as z:  # what pip installs from the wheel's include folder
       z.extractall(site, [n for n in z.namelist() if n.startswith("nvidia/") and "/include/" in n])
   for major, inc in _installed_include_dirs().items():
     if not os.path.isdir(wheel_include(site, major)): shutil.copytree(inc, wheel_include(site, major))
   missing = [m for m in MAJORS if header_version(wheel_include(site, m)) is None]
   if missing:
-    pytest.skip(f"no real CUDA {' or '.join(map(str, missing))} headers here: install nvidia-cuda-runtime of that major, or point {WHEELS_ENV} at a folder "
-                "holding its wheel (pip download --no-deps -d DIR nvidia-cuda-runtime-cu12 'nvidia-cuda-runtime==13.*')")
+    pytest.skip(f"no real CUDA {' or '.join(map(str, missing))} headers here: install nvidia-cuda-runtime of that "
+                f"major, or point {WHEELS_ENV} at a folder holding its wheel "
+                "(pip download --no-deps -d DIR nvidia-cuda-runtime-cu12 'nvidia-cuda-runtime==13.*')")
   return site
 
 

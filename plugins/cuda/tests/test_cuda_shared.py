@@ -75,7 +75,8 @@ def test_any_locals_near_48k_compile_static_or_dynamic_by_padded_size(others, sl
   src, meta = compile_locals(buffers)
   total = sum(padded(dt.itemsize * n) for dt, n in buffers)
   assert ("extern __shared__" in src) == (total > STATIC_SHARED_MAX)
-  assert meta["dynamic_shared"] == 0 if total <= STATIC_SHARED_MAX else STATIC_SHARED_MAX < meta["dynamic_shared"] <= total
+  if total <= STATIC_SHARED_MAX: assert meta["dynamic_shared"] == 0
+  else: assert STATIC_SHARED_MAX < meta["dynamic_shared"] <= total
 
 
 def grouped_sum(upcast: int, dt=dtypes.float32) -> Kernel:
@@ -89,7 +90,8 @@ def grouped_sum(upcast: int, dt=dtypes.float32) -> Kernel:
 @pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float16])
 def test_vector_shared_loads_compile_without_warnings(upcast, dt):
   src = grouped_sum(upcast, dt).to_program().src
-  assert re.search(rf"\*\(\((?:float|kc_\w+){upcast}\*\)\(temp", src), src  # a vector access into shared memory, cast plainly
+  # a vector access into shared memory, cast plainly
+  assert re.search(rf"\*\(\((?:float|kc_\w+){upcast}\*\)\(temp", src), src
   assert "(__shared__" not in src
   _, log = NVRTCCompiler("sm_90").compile_with_log(src)
   assert "warning" not in log, log
