@@ -66,7 +66,7 @@ OPTS = [
    "opts must be 'hand', 'none', 'beam'.*got 'fast'"),
   ("an opts of the wrong type", lambda: _with_opts(3), OptsError, "opts must be.*got int 3"),
   ("a list holding a non-Opt", lambda: _with_opts([Opt(OptOps.UPCAST, 0, 2), 7]),
-   InvalidOptError, r"opts\[1\]: not an Opt: 7 \(int\)"),
+   OptsError, r"opts\[1\] is int 7, not a kc.Opt"),
   ("an op that is not an OptOps", lambda: _with_opts([Opt("UPCAST", 0, 4)]),
    InvalidOptError, "op must be a kc.OptOps .*got 'UPCAST'"),
   ("a negative amount", lambda: _with_opts([Opt(OptOps.UPCAST, 0, -4)]),

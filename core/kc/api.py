@@ -146,6 +146,9 @@ def optimize(k: Kernel, opts: OptsArg) -> Kernel:
   if one: opts = [opts]
   if not isinstance(opts, (list, tuple)):
     raise OptsError(f"opts must be {OPTS_CHOICES}, got {type(opts).__name__} {opts!r}")
+  if (bad := next((i for i, o in enumerate(opts) if not isinstance(o, Opt)), None)) is not None:
+    raise OptsError(f"opts must be {OPTS_CHOICES}, got {type(opts).__name__} {opts!r}: opts[{bad}] is "
+                    f"{type(opts[bad]).__name__} {opts[bad]!r}, not a kc.Opt")
   for i, o in enumerate(opts):
     where = "opts" if one else f"opts[{i}]"
     try: k.apply_opt(o)
