@@ -1,8 +1,8 @@
 """The system C compiler as a kc Compiler: C source in, shared-object bytes out."""
 from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
-from typing import Optional
 from dataclasses import dataclass
+from typing import Optional
 from kc.backend import CompileError, Compiler, ConfigError, env_value
 from kc_clang import host, known_bugs
 

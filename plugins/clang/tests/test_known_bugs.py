@@ -1,7 +1,7 @@
 """The record of known compiler bugs (kc_clang.known_bugs): which flags a compiler gets where (pure functions over
 fake --version output), that the kernels of both gcc 12 miscompiles come out right on CLANG at every level this host
 runs with every compiler it has, and that CLANG's self-test catches a compiler that gets them wrong."""
-import os, platform, shutil, stat
+import platform, shutil, stat
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -11,7 +11,7 @@ from kc import ast as A
 from kc.api import optimize
 from kc.backend import PLUGIN_API_VERSION, BackendSpec, CompiledDevice, HostAllocator, register, unregister
 from kc_clang import known_bugs
-from kc_clang.compiler import ClangCompiler, compile_flags, parse_version_output
+from kc_clang.compiler import ClangCompiler, compile_flags, compiler_id, parse_version_output
 from kc_clang.doctor import self_test
 from kc_clang.host import ISA_LEVELS, HostCPU, isa_level, psabi_level
 from kc_clang.known_bugs import KNOWN_BUGS, workaround_flags
@@ -19,6 +19,7 @@ from kc_clang.renderer import ClangRenderer
 from kc_clang.runtime import ClangProgram
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
+V3, V4 = (tuple(sorted(alts[0] for alts in ISA_LEVELS[name].needs)) for name in ("avx2", "avx512f"))  # the features
 IF_CONVERT, SLP = "-fno-tree-loop-if-convert", "-fno-tree-slp-vectorize"
 GCC12 = "gcc (Debian 12.2.0-14+deb12u1) 12.2.0\nCopyright (C) 2022 Free Software Foundation, Inc.\n"
 CLANG14 = "Debian clang version 14.0.6\nTarget: x86_64-pc-linux-gnu\nThread model: posix\n"
@@ -57,7 +58,8 @@ def test_workaround_flags_exactly_where_an_entry_matches(family, major, level):
 def _fake_compiler(tmp_path, name: str, version_output: str) -> str:
   """A compiler command that prints `version_output` for --version and accepts everything else (no real compile)."""
   path = tmp_path / name
-  path.write_text(f"#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --version ] && {{ printf '%s' '{version_output}'; exit 0; }}; done\nexit 0\n")
+  path.write_text("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = --version ] && "
+                  f"{{ printf '%s' '{version_output}'; exit 0; }}; done\nexit 0\n")
   path.chmod(path.stat().st_mode | stat.S_IXUSR)
   return str(path)
 
@@ -68,19 +70,20 @@ def _fake_compiler(tmp_path, name: str, version_output: str) -> str:
   (CLANG14, "avx512f", []), (CLANG14, "avx2", []), (CLANG14, "sse2", []),
   (GCC12.replace("12.2.0", "13.2.0"), "avx2", []), (GCC12.replace("12.2.0", "11.4.0"), "avx2", []),
 ])
-def test_compile_flags_add_the_workarounds_of_the_matching_entries(tmp_path, monkeypatch, version_output, isa, expected):
+def test_compile_flags_add_the_workarounds_of_matching_entries(tmp_path, monkeypatch, version_output, isa, expected):
   cmd = [_fake_compiler(tmp_path, "cc", version_output)]
   # the level is checked against the host only to run its code here: a host with every extension builds for any level
-  monkeypatch.setattr("kc_clang.host.host_cpu", lambda: HostCPU("x86_64", "Any", tuple(sorted({a[0] for a in ISA_LEVELS["avx512f"].needs}))))
+  monkeypatch.setattr("kc_clang.host.host_cpu", lambda: HostCPU("x86_64", "Any", V4))
   flags = compile_flags(cmd=cmd, isa=isa)
-  assert flags == ["-shared", "-fPIC", "-O2", "-fwrapv", "-ffp-contract=off", f"-march={ISA_LEVELS[isa].march}", *expected]
+  base = ["-shared", "-fPIC", "-O2", "-fwrapv", "-ffp-contract=off"]
+  assert flags == [*base, f"-march={ISA_LEVELS[isa].march}", *expected]
   assert ClangCompiler(cmd=cmd).flags[-len(expected):] == expected if expected else True
 
 
 @pytest.mark.skipif(not X86, reason="the entries are for x86-64 levels")
 @pytest.mark.parametrize("features, level", [
   ((), "x86-64"), (("cx16", "popcnt", "sse4_1", "sse4_2", "ssse3"), "x86-64-v2"),
-  (tuple(a[0] for a in ISA_LEVELS["avx2"].needs), "x86-64-v3"), (tuple(a[0] for a in ISA_LEVELS["avx512f"].needs), "x86-64-v4")])
+  (V3, "x86-64-v3"), (V4, "x86-64-v4")])
 def test_native_code_is_at_the_hosts_level(tmp_path, monkeypatch, features, level):
   """-march=native code gets the workarounds of the host's psABI level: gcc 12 on a CPU without SSE4.1 needs none."""
   cpu = HostCPU("x86_64", "Some CPU", tuple(sorted(features)))
@@ -94,7 +97,7 @@ def test_native_code_is_at_the_hosts_level(tmp_path, monkeypatch, features, leve
 @pytest.mark.skipif(not X86, reason="the entries are for x86-64 levels")
 def test_the_workaround_flags_are_part_of_the_cache_identity(tmp_path, monkeypatch):
   gcc12, gcc13 = (_fake_compiler(tmp_path, f"cc{v}", GCC12.replace("12.2.0", f"{v}.2.0")) for v in (12, 13))
-  monkeypatch.setattr("kc_clang.host.host_cpu", lambda: HostCPU("x86_64", "Any", tuple(a[0] for a in ISA_LEVELS["avx2"].needs)))
+  monkeypatch.setattr("kc_clang.host.host_cpu", lambda: HostCPU("x86_64", "Any", V3))
   monkeypatch.setenv("KC_CLANG_ISA", "avx2")
   assert IF_CONVERT in ClangCompiler(cmd=[gcc12]).identity() and IF_CONVERT not in ClangCompiler(cmd=[gcc13]).identity()
   # the same compiler and source without the flags (an older kc-clang's binary) is another cache entry
@@ -110,11 +113,7 @@ def test_every_entry_is_complete():
     assert bug.levels and bug.levels <= {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"} and bug.reason.strip()
 
 
-# ------------------------------------------------------------------------ the miscompiled kernels, every level, every cc
-
-def _compilers() -> list[str]:
-  return [cc for cc in ("gcc", "clang") if shutil.which(cc)]
-
+# ----------------------------------------------------------------------- the miscompiled kernels, every level, every cc
 
 def _targets() -> list[str]:
   """native, and each KC_CLANG_ISA level this host runs (x86-64 only)."""
@@ -226,7 +225,8 @@ class CorruptingProgram(ClangProgram):
 @pytest.fixture
 def wrong_device():
   """Device CLANGWRONG: CLANG's renderer, compiler and flags, and a runtime that corrupts every output."""
-  def open_device(): return CompiledDevice("CLANGWRONG", HostAllocator(), ClangRenderer(), ClangCompiler("test"), CorruptingProgram)
+  def open_device():
+    return CompiledDevice("CLANGWRONG", HostAllocator(), ClangRenderer(), ClangCompiler("test"), CorruptingProgram)
   register(BackendSpec("CLANGWRONG", PLUGIN_API_VERSION, -2000, lambda: None, open_device), replace=True)
   yield "CLANGWRONG"
   unregister("CLANGWRONG")
@@ -234,7 +234,8 @@ def wrong_device():
 
 def test_self_test_passes_on_clang(cache_dir):
   results = self_test("CLANG")
-  assert set(results) >= {f"known bug {bug.name}" for bug in KNOWN_BUGS} and len(results) == len(KNOWN_BUGS) + len(known_bugs.CANARIES)
+  assert set(results) >= {f"known bug {bug.name}" for bug in KNOWN_BUGS}
+  assert len(results) == len(KNOWN_BUGS) + len(known_bugs.CANARIES)
   assert all(problem is None for problem in results.values()), results
 
 
@@ -252,7 +253,7 @@ def test_self_test_names_the_compiler_flags_and_entry_of_a_wrong_result(wrong_de
 def test_self_test_catches_gcc12_without_the_workarounds(cache_dir):
   """The record's reproducers do reproduce: gcc 12 at this host's level without the flags fails the self-test, and
   the problem says the record covers the compiler but the flag is missing."""
-  found = parse_version_output(os.popen("gcc --version 2>/dev/null").read()) if shutil.which("gcc") else None
+  found = compiler_id(("gcc",))
   affected = [bug for bug in KNOWN_BUGS if found and bug.matches(found.family, found.major, psabi_level())]
   if not affected: pytest.skip("gcc here is not a version the record lists for this host's level")
   flags = [f for f in compile_flags(cmd=["gcc"], native=True) if f not in {bug.flag for bug in KNOWN_BUGS}]
