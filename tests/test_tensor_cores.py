@@ -33,11 +33,18 @@ def test_tc_on_float_matmul_without_cast(tc_gpu):
   assert k.apply_tensor_cores(1, extra_opts=[]) and k.tensor_core is TC_FLOAT
 
 
-def test_cast_inputs_need_tc_opt_1(tc_gpu):
-  assert not Kernel(half_matmul(64, 64, 64, cast_inputs=True), tc_gpu).apply_tensor_cores(1, tc_opt=0)
-  # CAST(LOAD half) -> float inputs: only the float tensor core could take float*float, and it wants float loads
+def test_inputs_widened_before_the_multiply_take_the_narrow_tensor_core(tc_gpu):
+  # kc.ast's half matmul: CAST(LOAD half) -> float inputs multiplied in float, exactly what TC_HALF computes
+  k = Kernel(half_matmul(64, 64, 64, cast_inputs=True), tc_gpu)
+  assert k.apply_tensor_cores(1, tc_opt=0, extra_opts=[]) and k.tensor_core is TC_HALF
+  k = Kernel(A.sink(A.store(0, H(1, 64, 64) @ H(2, 64, 64))), tc_gpu)
+  assert k.apply_tensor_cores(1, tc_opt=0, extra_opts=[]) and k.tensor_core is TC_HALF
+  # with only the float tensor core, the cast inputs are its float loads from tc_opt 1 on
   k = Kernel(half_matmul(64, 64, 64, cast_inputs=True), LimitsRenderer(tensor_cores=[TC_FLOAT]))
   assert not k.apply_tensor_cores(1, tc_opt=0) and k.apply_tensor_cores(1, tc_opt=1, extra_opts=[])
+  # where both could, the half one takes them (the float one would load them widened)
+  k = Kernel(half_matmul(64, 64, 64, cast_inputs=True), LimitsRenderer(tensor_cores=[TC_FLOAT, TC_HALF]))
+  assert k.apply_tensor_cores(1, tc_opt=1, extra_opts=[]) and k.tensor_core is TC_HALF
 
 
 def test_odd_sizes_need_padding_at_level_2(tc_gpu):

@@ -849,33 +849,46 @@ def _truth(x: Expr) -> Expr:
 
 def _pow(a, b) -> Expr:
   """numpy's power. An int exponent is repeated multiplication (by squaring); a float exponent is exp2(b * log2|a|)
-  with numpy's signs: a negative base gives a negative result for an odd integer exponent, NaN for a non-integer one."""
+  with C's (and numpy's) special cases: x ** 0 and 1 ** y are 1 (NaN included), (-1) ** +-inf is 1, a negative base
+  (or -0.0) gives a negative result for an odd integer exponent and NaN for a non-integer one (but -inf's are infs and
+  zeros). half, bfloat16 and fp8 compute in float32 and round once, as numpy does: log2(0) = -inf on the way to
+  0 ** 1.5 has no fp8e4m3 encoding, and x*x*x rounds twice in half."""
   if isinstance(b, int) and not isinstance(b, bool) and isinstance(a, Expr):
     dt = a.dtype if not dtypes.is_bool(a.dtype) else dtypes.int8  # numpy: bool ** int is int8
     P.check_fits(b, dt) if dtypes.is_int(dt) else None
     if b < 0 and not dtypes.is_float(dt): raise InvalidASTError(f"integers to negative integer powers are not allowed ({dt.name} ** {b})")
     x = a.cast(dt)
-    out = _ones_like(x) if b == 0 else _power_by_squaring(x, builtins.abs(b))
-    return out.recip() if b < 0 else out
-  if isinstance(b, float) and isinstance(a, Expr) and b == int(b) and builtins.abs(b) <= 64:
+    if b == 0:  # x < x is False for every x, NaN included: x ** 0 is 1 everywhere
+      return _unary_uop(x, lambda u: u.alu(Ops.CMPLT, u).where(UOp.const(dt, 0), UOp.const(dt, 1)))
+    wide = dtypes.float32 if dtypes.is_float(dt) and dt.itemsize < dtypes.float32.itemsize else dt
+    out = _power_by_squaring(x.cast(wide), builtins.abs(b))
+    return (out.recip() if b < 0 else out).cast(dt)
+  if isinstance(b, float) and isinstance(a, Expr) and builtins.abs(b) <= 64 and b == int(b):
     return _pow(a.cast(P.result_dtype([a.dtype], [b])), int(b))
+  if isinstance(b, float) and b == 0.5 and isinstance(a, Expr) and (r := P.result_dtype([a.dtype], [b])).np is not None:
+    return a.cast(r).sqrt()  # numpy's own floats take ** 0.5 as sqrt: (-0.0) ** 0.5 is -0.0, (-inf) ** 0.5 NaN
   dt = _result_dtype((a, b))
   if not dtypes.is_float(dt):
     raise InvalidASTError(f"integer ** integer array ({dt.name}) needs a loop per element kc cannot express in one kernel; "
                           "cast the base to a float dtype")
+  wide = dtypes.float32 if dt.itemsize < dtypes.float32.itemsize else dt
+
   def fn(x: UOp, y: UOp) -> UOp:
-    ax = x.alu(Ops.CMPLT, UOp.const(dt, 0)).where(x.alu(Ops.NEG), x)
-    mag = (y * ax.alu(Ops.LOG2)).alu(Ops.EXP2)
+    x, y = x.cast(wide), y.cast(wide)
+    ax, ay = (x < 0).where(-x, x), (y < 0).where(-y, y)
+    mag = (y * ax.log2()).exp2()
+    # from 2**mantissa on every float is an integer, and from 2**(mantissa+1) on an even one (infs count as even):
+    # only below that is y's int64 conversion needed, and defined
+    mant = dtypes.finfo(wide)[1]
     yi = y.cast(dtypes.int64)
-    integral = yi.cast(dt).alu(Ops.CMPNE, y).alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
-    odd = yi.alu(Ops.AND, UOp.const(dtypes.int64, 1)).alu(Ops.CMPNE, UOp.const(dtypes.int64, 0))
-    neg = integral.where(odd.where(mag.alu(Ops.NEG), mag), UOp.const(dt, math.nan))
-    one = y.alu(Ops.CMPNE, UOp.const(dt, 0)).where(x.alu(Ops.CMPLT, UOp.const(dt, 0)).where(neg, mag), UOp.const(dt, 1))
-    return one
+    integral = (ay < 2.0 ** mant).logical_not() | yi.cast(wide).eq(y)
+    odd = (ay < 2.0 ** (mant + 1)) & (yi & 1).ne(0)
+    signed = (x < 0) | (x.recip() < 0)  # the sign bit: negative or -0.0 (1/-0.0 is -inf)
+    out = (signed & integral & odd).where(-mag, mag)
+    out = ((x < 0) & x.ne(-math.inf) & integral.logical_not()).where(math.nan, out)
+    one = y.eq(0) | x.eq(1) | (ax.eq(1) & ay.eq(math.inf))
+    return one.where(1.0, out).cast(dt)
   return _build("power", (a, b), fn, dt)
-
-
-def _ones_like(x: Expr) -> Expr: return _unary_uop(x, lambda u: u.alu(Ops.CMPNE, u).where(UOp.const(u.dtype, 0), UOp.const(u.dtype, 1)))
 
 
 def _power_by_squaring(x: Expr, n: int) -> Expr:
@@ -946,7 +959,9 @@ def matmul(a, b) -> Expr:
   dt = _result_dtype((a, b))
   x, y = x.cast(dt).reshape(x.shape[:-1] + (x.shape[-1], 1)), y.cast(dt).reshape(y.shape[:-2] + (1,) + y.shape[-2:])
   if dt == dtypes.bool: out = (x & y).max(-2)
-  else: out = (x * y)._reduce(Ops.ADD, -2, False, P.ACCUMULATE.get(dt, dt)).cast(dt)
+  else:  # the products and their sum in the accumulation dtype, rounded once (half * half is exact in float32)
+    acc = P.ACCUMULATE.get(dt, dt)
+    out = (x.cast(acc) * y.cast(acc))._reduce(Ops.ADD, -2, False, acc).cast(dt)
   shape = out.shape
   if va: shape = shape[:-2] + shape[-1:]
   if vb: shape = shape[:-1]

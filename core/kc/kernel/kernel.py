@@ -426,9 +426,9 @@ class Kernel:
   def _create_tc_opts(self, reduceop: UOp, tc: "TensorCore", axis: int, opt_level: int) -> Optional[TensorCoreOptions]:
     has_cast = tc.dtype_in != tc.dtype_out
     src = reduceop.src[0]
-    # the product in dtype_in accumulated in dtype_out, or (tc_opt >= 1) the inputs widened to dtype_out first: products
-    # of dtype_in values are exact in dtype_out, as the instruction computes them
-    widened = has_cast and opt_level >= 1 and src.op is Ops.MUL and src.dtype == tc.dtype_out and \
+    # the product in dtype_in accumulated in dtype_out, or the inputs widened to dtype_out first (kc.ast's half and
+    # bfloat16 matmul): products of dtype_in values are exact in dtype_out, as the instruction computes them
+    widened = has_cast and src.op is Ops.MUL and src.dtype == tc.dtype_out and \
       all(s.op is Ops.CAST and s.src[0].dtype == tc.dtype_in and s.src[0] in self.bufs for s in src.src)
     if has_cast and not widened and not (src.op is Ops.CAST and src.dtype == tc.dtype_out): return None
     mul_op = src.src[0] if has_cast and not widened else src
@@ -437,7 +437,10 @@ class Kernel:
     def buf_index(src: UOp) -> Optional[int]:
       if src.op is Ops.LOAD and src.dtype == tc.dtype_in and src in self.bufs: return self.bufs.index(src)
       if widened: return self.bufs.index(src.src[0])
-      if opt_level >= 1 and src.op is Ops.CAST and src.dtype == tc.dtype_in and src.src[0] in self.bufs: return self.bufs.index(src.src[0])
+      # (tc_opt >= 1) inputs cast to dtype_in, but not a float widened to it that another tensor core takes as it is
+      if opt_level >= 1 and src.op is Ops.CAST and src.dtype == tc.dtype_in and src.src[0] in self.bufs and \
+         not (dtypes.is_float(src.src[0].dtype) and any(t.dtype_in == src.src[0].dtype for t in self.opts.tensor_cores)):
+        return self.bufs.index(src.src[0])
       return None
     if (buf0 := buf_index(mul_op.src[0])) is None or (buf1 := buf_index(mul_op.src[1])) is None: return None
 
