@@ -142,10 +142,11 @@ def _run(expr, x: np.ndarray, opts, cc: str, target: str) -> np.ndarray:
 
 
 def _values(dtype: np.dtype, n: int, seed: int) -> np.ndarray:
-  """Values that fill `dtype`'s range (floats: whole numbers, so any order of summing is exact)."""
+  """Values that fill `dtype`'s range; floats are whole numbers below 2^10, so that a sum of up to 2^14 of them is
+  exact in float32 whatever the order of the additions."""
   rng = np.random.default_rng(seed)
   if dtype == np.bool_: return rng.integers(0, 2, n).astype(bool)
-  if dtype.kind == "f": return rng.integers(-2**20, 2**20, n).astype(dtype)
+  if dtype.kind == "f": return rng.integers(-2**10, 2**10, n).astype(dtype)
   info = np.iinfo(dtype)
   return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
 
@@ -178,7 +179,7 @@ def test_padded_sums_are_right_everywhere(cc, target, cache_dir):
 def test_padded_sums_property(dtype, unroll, padto, padded, case, cache_dir):
   """Any padded unrolled sum, by any compiler for any target here: the loop leaves `padded` iterations to padding."""
   got, want = _padded_sum(dtype, unroll, padto, padto * 20 + padto - padded, case)
-  assert got == want if got.dtype.kind != "f" else np.isclose(got, want, rtol=1e-6), (dtype, unroll, padto, case)
+  assert got == want, (dtype, unroll, padto, padded, case)
 
 
 # truth reduces (gcc12-slp-bool-byte-mask), cast to an int: gcc 12 gave 255 for any() and all() of 5 to 32 int8 or
