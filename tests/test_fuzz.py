@@ -4,8 +4,8 @@ import json, os, subprocess, sys, textwrap
 import numpy as np
 import pytest
 from kc.fuzz import FuzzConfig, case_seed, fuzz, generate, kc_lines, np_lines, summary
-from kc.fuzz.check import reference
-from kc.fuzz.tolerance import TABLE
+from kc.fuzz.check import FAILURES, OUTCOMES, judge, reference
+from kc.fuzz.tolerance import TABLE, Bound
 
 
 def test_generator_is_deterministic_per_seed():
@@ -42,7 +42,7 @@ def test_small_run_on_clang_and_emu(tmp_path):
   assert sum(r.outcome == "ok" for r in res) > 0
   assert "CLANG" in summary(res) and "EMU" in summary(res)
   for r in res:
-    if r.outcome in ("wrong", "untyped-error", "crash", "hang"): assert r.reproducer and os.path.exists(r.reproducer)
+    if r.outcome in FAILURES: assert r.reproducer and os.path.exists(r.reproducer)
 
 
 def _inject(tmp_path, body: str) -> dict:
@@ -100,6 +100,95 @@ def test_injected_crash_and_untyped_error_are_recorded_and_the_run_goes_on(tmp_p
     if r["outcome"] == "untyped-error": assert "RuntimeError" in r["message"]
     if r["outcome"] == "crash": assert "SIGSEGV" in r["message"]
 
+
+
+# ***** outcomes: a refusal while building is typed, a kc.KcError after it is an internal error *****
+
+from kc import errors as E  # noqa: E402
+from kc.fuzz.worker import Job, error_kind, run_job  # noqa: E402
+from kc.runtime.emulator import OutOfBoundsError  # noqa: E402
+
+
+@pytest.mark.parametrize("stage", ["build", "opts", "run"])
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("exc", [E.InvalidASTError("x"), E.ShapeError("x"), E.DTypeError("x"), E.RewriteError("x"),
+                                 E.CompileError("x"), OutOfBoundsError("x"), E.UOpError("x"), E.SymbolicError("x"),
+                                 E.KernelOptError("x"), E.InvalidOptError("x"), E.AllocationError("x"),
+                                 E.ArgumentError("x"), RuntimeError("x"), IndexError("x")])
+def test_error_kind_rule(exc, stage, explicit):
+  kind = error_kind(exc, stage, explicit)
+  if not isinstance(exc, E.KcError): assert kind == "untyped"
+  elif stage == "build": assert kind == ("typed" if isinstance(exc, (E.InvalidASTError, E.DTypeError)) else "internal")
+  elif isinstance(exc, E.AllocationError): assert kind == "typed"
+  elif isinstance(exc, E.KernelOptError): assert kind == ("typed" if explicit else "internal")   # kc's own opts: its bug
+  else: assert kind == "internal"   # a DTypeError from constant folding after the build is one of these
+  assert {"typed": "typed-error", "internal": "internal-error", "untyped": "untyped-error"}[kind] in OUTCOMES
+  assert ("internal-error" in FAILURES) and ("typed-error" not in FAILURES)
+
+
+_JOB = ("k1 = A.arg(1, dtypes.float32, (4, 3))", "k2 = k1.sum(axis=(1,))", "sink = A.sink(A.store(0, k2))")
+
+
+def test_a_rewrite_error_after_the_build_is_an_internal_failure(monkeypatch):
+  import kc.api
+  from kc.fuzz.check import Reference
+  def broken(sink, k, dev): raise E.RewriteError("injected: the rewrite did not reach a fixed point")
+  monkeypatch.setattr(kc.api, "_compile_kernel", broken)
+  ref = Reference({0: np.zeros(4, np.float32)}, {0: Bound()})
+  for opts in ("none", "hand", "random", [("UPCAST", 0, 2)]):
+    reply = run_job(Job(_JOB, {1: np.ones((4, 3), np.float32)}, opts), "CLANG")
+    assert (reply.error, reply.etype, reply.stage) == ("internal", "RewriteError", "run")
+    v = judge(ref, reply)
+    assert v.outcome == "internal-error" and v.outcome in FAILURES and "RewriteError: injected" in v.message
+    assert "at kc/api.py" not in v.message and "in broken" in v.message   # where it was raised
+
+
+def test_a_refusal_while_building_stays_typed(monkeypatch):
+  from kc import ast as A
+  def refuse(*stores): raise E.InvalidASTError("injected: the outputs of one kernel need one kernel rank")
+  monkeypatch.setattr(A, "sink", refuse)
+  reply = run_job(Job(_JOB, {1: np.ones((4, 3), np.float32)}, "hand"), "CLANG")
+  assert (reply.error, reply.etype, reply.stage) == ("typed", "InvalidASTError", "build")
+  # and a RewriteError escaping the builder is no refusal the user can act on
+  def rewrite(*stores): raise E.RewriteError("injected")
+  monkeypatch.setattr(A, "sink", rewrite)
+  assert run_job(Job(_JOB, {1: np.ones((4, 3), np.float32)}, "hand"), "CLANG").error == "internal"
+
+
+_PLANT_REWRITE = """
+import kc.api
+from kc.errors import RewriteError
+_orig = kc.api._compile_kernel
+def _broken(sink, k, dev):
+  if k.reduceop is not None: raise RewriteError("injected: the rewrite did not reach a fixed point")
+  return _orig(sink, k, dev)
+kc.api._compile_kernel = _broken
+"""
+
+
+def test_planted_rewrite_error_at_compile_time_fails_the_run_with_reproducers(tmp_path):
+  env = _inject(tmp_path, _PLANT_REWRITE)
+  p, data = _run_cli(tmp_path, env, "--family", "classic")
+  internal = [r for r in data["results"] if r["outcome"] == "internal-error"]
+  assert p.returncode == 1, p.stdout + p.stderr
+  assert internal and all("RewriteError: injected" in r["message"] and r["reproducer"] for r in internal)
+  assert "internal-error" in p.stdout.splitlines()[0]   # a column of the table
+  assert any(r["outcome"] == "ok" for r in data["results"])   # kernels without a reduce still ran
+  rp = subprocess.run([sys.executable, internal[0]["reproducer"]], env=env, capture_output=True, text=True, timeout=120)
+  assert rp.returncode == 1 and "RewriteError" in rp.stderr
+
+
+def test_planted_build_time_refusal_is_typed_and_passes_the_run(tmp_path):
+  env = _inject(tmp_path, """
+  import kc.ast
+  from kc.errors import InvalidASTError
+  def _refuse(*stores): raise InvalidASTError("injected: refused while building")
+  kc.ast.sink = _refuse
+  """)
+  p, data = _run_cli(tmp_path, env)
+  assert p.returncode == 0, p.stdout + p.stderr
+  assert {r["outcome"] for r in data["results"]} == {"typed-error"} and all(r["stage"] == "build" for r in data["results"])
+  assert not any(r["reproducer"] for r in data["results"]) and "injected: refused while building" in p.stdout
 
 # ***** the generator families (kc.fuzz.families) *****
 

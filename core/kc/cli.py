@@ -324,11 +324,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_fuzz(args) -> int:
-  """Random kernels x opts modes on the chosen devices against numpy; non-zero when any is wrong, raises an untyped
-  error, crashes or hangs."""
+  """Random kernels x opts modes on the chosen devices against numpy; non-zero when any fails (kc.fuzz.check.FAILURES:
+  a wrong answer, an internal or untyped error, a crash or a hang)."""
   import time
   from kc.runtime.device import Device
   from kc.fuzz import FuzzConfig, fuzz, summary, write_json
+  from kc.fuzz.check import FAILURES
   cfg = FuzzConfig(devices=tuple(args.device or [Device.DEFAULT]), n=args.n, seed=args.seed,
                    modes=tuple(m.strip() for m in args.opts.split(",") if m.strip()), timeout=args.timeout, out_dir=args.out,
                    minimize_seconds=args.minimize, families=tuple(f.strip() for f in args.family.split(",") if f.strip()))
@@ -338,7 +339,7 @@ def cmd_fuzz(args) -> int:
   print(f"{len(results)} runs of {cfg.n} kernels (seed {cfg.seed}) in {time.perf_counter() - t0:.1f} s")
   if args.json: write_json(args.json, {"devices": cfg.devices, "n": cfg.n, "seed": cfg.seed, "modes": cfg.modes, "timeout": cfg.timeout,
                                      "families": cfg.families}, results)
-  return 1 if any(r.outcome in ("wrong", "untyped-error", "crash", "hang") for r in results) else 0
+  return 1 if any(r.outcome in FAILURES for r in results) else 0
 
 
 def load_ast_file(path: str) -> UOp:

@@ -4,8 +4,9 @@
     results = fuzz(FuzzConfig(devices=("CLANG",), n=100, seed=1))
     print(summary(results))
 
-Every failure (a wrong answer, an untyped exception, a crash or a hang of the worker process) leaves a minimized,
-standalone reproducer script in the output folder. `kc fuzz` is the command-line front end.
+Every failure (a wrong answer, an internal error: a kc.KcError on a kernel the builder accepted, an untyped exception,
+a crash or a hang of the worker process) leaves a minimized, standalone reproducer script in the output folder; a
+kernel kc.ast refuses to build is a typed refusal, not a failure. `kc fuzz` is the command-line front end.
 """
 from kc.fuzz.generate import case_seed, generate
 from kc.fuzz.recipe import Node, Recipe, kc_lines, np_lines

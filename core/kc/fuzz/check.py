@@ -7,9 +7,12 @@ from kc.fuzz.recipe import Recipe, evaluate, kc_lines, narrow_values, soundness_
 from kc.fuzz.tolerance import Bound, compare, output_bound
 from kc.fuzz.worker import DeviceWorker, Job, OptsSpec, Reply
 
-OUTCOMES = ("ok", "wrong", "typed-error", "untyped-error", "crash", "hang")
-FAILURES = ("wrong", "untyped-error", "crash", "hang")
-_FROM_ERROR = {"typed": "typed-error", "untyped": "untyped-error", "crash": "crash", "hang": "hang"}
+# typed-error: kc refused the kernel or an opt, as it may (worker.error_kind says which errors are refusals);
+# internal-error: a kc.KcError on a kernel the builder accepted. Every outcome in FAILURES fails a run.
+OUTCOMES = ("ok", "wrong", "typed-error", "internal-error", "untyped-error", "crash", "hang")
+FAILURES = ("wrong", "internal-error", "untyped-error", "crash", "hang")
+_FROM_ERROR = {"typed": "typed-error", "internal": "internal-error", "untyped": "untyped-error", "crash": "crash",
+               "hang": "hang"}
 
 
 @dataclass
@@ -42,7 +45,7 @@ class Verdict:
 
 def judge(ref: Reference, reply: Reply) -> Verdict:
   if reply.error is not None:
-    msg = f"{reply.etype}: {reply.message}" if reply.etype and reply.error in ("typed", "untyped") else reply.message
+    msg = f"{reply.etype}: {reply.message}" if reply.etype and reply.error in ("typed", "internal", "untyped") else reply.message
     return Verdict(_FROM_ERROR[reply.error], msg, reply.opts, reply.etype, reply.stage)
   problems = []
   for b, want in ref.want.items():

@@ -14,8 +14,8 @@ _HANG_TRIES = 3
 
 
 def same_failure(a: Verdict, b: Verdict) -> bool:
-  """b fails as a did: the same outcome, and for an untyped error the same exception type."""
-  return a.outcome == b.outcome and (a.outcome != "untyped-error" or a.etype == b.etype)
+  """b fails as a did: the same outcome, and for an internal or untyped error the same exception type."""
+  return a.outcome == b.outcome and (a.outcome not in ("internal-error", "untyped-error") or a.etype == b.etype)
 
 
 def as_input(r: Recipe, i: int, value) -> Recipe:

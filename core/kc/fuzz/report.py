@@ -116,14 +116,14 @@ def summary(results: list[Result]) -> str:
   reproducer each."""
   rows: dict[tuple[str, str], Counter] = defaultdict(Counter)
   for res in results: rows[(res.device, res.mode)][res.outcome] += 1
-  lines = [f"{'device':8s} {'opts':7s} " + " ".join(f"{o:>13s}" for o in OUTCOMES)]
+  lines = [f"{'device':8s} {'opts':7s} " + " ".join(f"{o:>14s}" for o in OUTCOMES)]
   for (dev, mode), c in sorted(rows.items()):
-    lines.append(f"{dev:8s} {mode:7s} " + " ".join(f"{c[o]:13d}" for o in OUTCOMES))
+    lines.append(f"{dev:8s} {mode:7s} " + " ".join(f"{c[o]:14d}" for o in OUTCOMES))
   fams: dict[str, Counter] = defaultdict(Counter)
   for res in results: fams[res.family or "classic"][res.outcome] += 1
   if len(fams) > 1:
-    lines += ["", f"{'family':15s} " + " ".join(f"{o:>13s}" for o in OUTCOMES)]
-    lines += [f"{fam:15s} " + " ".join(f"{c[o]:13d}" for o in OUTCOMES) for fam, c in sorted(fams.items())]
+    lines += ["", f"{'family':15s} " + " ".join(f"{o:>14s}" for o in OUTCOMES)]
+    lines += [f"{fam:15s} " + " ".join(f"{c[o]:14d}" for o in OUTCOMES) for fam, c in sorted(fams.items())]
   typed = Counter(f"{r.device}: {normalize(r.message)}" for r in results if r.outcome == "typed-error")
   if typed:
     lines += ["", "typed errors (kc refused the kernel; by message):"]

@@ -28,7 +28,8 @@ class Job:
 
 @dataclass
 class Reply:
-  """What a device made of a job. `error` is None, "typed" (a kc.KcError), "untyped", "crash" or "hang"."""
+  """What a device made of a job. `error` is None, "typed" (kc refused the kernel or an opt: error_kind), "internal"
+  (kc failed on a kernel its builder accepted), "untyped", "crash" or "hang"."""
   outputs: dict = field(default_factory=dict)
   opts: OptsSpec = "none"         # the opts that ran (random mode resolved to its list)
   error: Optional[str] = None
@@ -95,6 +96,20 @@ def _pad_unroll(k, rng: random.Random) -> list:
   return opts
 
 
+def error_kind(e: BaseException, stage: str, explicit_opts: bool) -> str:
+  """What an exception from a job says about kc, the one place the fuzzer decides it. "typed": a refusal kc may make,
+  which is kc.ast refusing the expression while it is built (InvalidASTError, DTypeError), a device that cannot hold a
+  buffer (AllocationError, a MemoryError), or a kernel refusing an opt chosen for it at random (KernelOptError,
+  InvalidOptError). "internal": any other kc.KcError, a kernel kc accepted failing later (a RewriteError, the
+  emulator's OutOfBoundsError, a DTypeError from constant folding, a CompileError, an opt kc's own heuristics chose
+  and then refused). "untyped": an exception that is no kc.KcError."""
+  from kc.errors import DTypeError, InvalidASTError, KcError, KernelOptError
+  if not isinstance(e, KcError): return "untyped"
+  if stage == "build": return "typed" if isinstance(e, (InvalidASTError, DTypeError)) else "internal"
+  if isinstance(e, MemoryError) or (explicit_opts and isinstance(e, KernelOptError)): return "typed"
+  return "internal"
+
+
 def run_job(job: Job, device: str, note=None) -> Reply:
   """Build, optimize and run one kernel; every exception becomes a Reply (typed or untyped), never escapes. `note`
   hears the resolved opts before the kernel runs, so that a crash can still be replayed with them."""
@@ -109,15 +124,18 @@ def run_job(job: Job, device: str, note=None) -> Reply:
     if note is not None: note(reply.opts)
     stage = "run"
     reply.outputs = kc.run(ns["sink"], job.inputs, device=device, opts=opts_from_spec(reply.opts))
-  except kc.KcError as e:
-    reply.error, reply.etype, reply.message = "typed", type(e).__name__, str(e)
-  except Exception as e:  # noqa: BLE001 (an untyped error is a finding, reported with where it came from)
-    tb = traceback.extract_tb(e.__traceback__)[-1]
-    reply.error, reply.etype = "untyped", type(e).__name__
-    reply.message = f"{e} (at {tb.filename.rsplit('/', 2)[-2:]}:{tb.lineno} in {tb.name})"
+  except Exception as e:  # noqa: BLE001 (every error is an outcome: a refusal, or a finding with where it came from)
+    reply.error, reply.etype = error_kind(e, stage, not isinstance(job.opts, str) or job.opts == "random"), type(e).__name__
+    reply.message = str(e) if reply.error == "typed" else f"{e} ({_where(e)})"
   reply.stage = stage
   reply.message = reply.message[:2000]
   return reply
+
+
+def _where(e: BaseException) -> str:
+  """Where an exception was raised: the last frame of its traceback, as folder/file:line in function."""
+  tb = traceback.extract_tb(e.__traceback__)[-1]
+  return f"at {'/'.join(tb.filename.rsplit('/', 2)[-2:])}:{tb.lineno} in {tb.name}"
 
 
 def _serve(conn, device: str) -> None:
