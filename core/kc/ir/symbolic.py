@@ -198,7 +198,7 @@ def lt_fold(x: UOp, c: UOp) -> Optional[UOp]:
   if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
     inner, k = x.src[0], x.src[1].arg
     if _fits(x.dtype, inner.vmin + k, inner.vmax + k) and _fits(x.dtype, bound - k, bound - k): return inner < (bound - k)
-  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg > 0:
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg > 0 and _product_fits(x):
     return x.src[0] < -(-bound // x.src[1].arg)  # y*k < c  <=>  y < ceil(c/k)
   if x.op is Ops.IDIV and x.src[1].op is Ops.CONST and x.src[1].arg > 0 and x.src[0].vmin >= 0:
     if _fits(x.dtype, bound * x.src[1].arg, bound * x.src[1].arg): return x.src[0] < bound * x.src[1].arg  # y//k < c  <=>  y < c*k
@@ -211,13 +211,20 @@ def lt_fold(x: UOp, c: UOp) -> Optional[UOp]:
   return None
 
 
+def _product_fits(x: UOp) -> bool:
+  """Whether y*k (x, with k a constant) never wraps: a product that wraps can land on any value, so reasoning about
+  y from y*k's comparisons (int8: y*3 == 1 for y = -85) holds only where it cannot."""
+  y, k = x.src[0], x.src[1].arg
+  return _fits(x.dtype, min(y.vmin * k, y.vmax * k), max(y.vmin * k, y.vmax * k))
+
+
 def ne_fold(x: UOp, c: UOp) -> Optional[UOp]:
   """Move constants across `x != c` for integer x."""
   if not dtypes.is_int(x.dtype) or x.dtype.count != 1: return None
   if x.op is Ops.ADD and x.src[1].op is Ops.CONST:
     inner, k = x.src[0], x.src[1].arg
     if _fits(x.dtype, inner.vmin + k, inner.vmax + k) and _fits(x.dtype, c.arg - k, c.arg - k): return inner.ne(c.arg - k)
-  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg != 0:
+  if x.op is Ops.MUL and x.src[1].op is Ops.CONST and x.src[1].arg != 0 and _product_fits(x):
     k = x.src[1].arg
     return UOp.const(dtypes.bool, True) if c.arg % k != 0 else x.src[0].ne(c.arg // k)
   return None
