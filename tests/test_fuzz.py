@@ -410,3 +410,147 @@ def test_injected_wrong_special_gets_a_failing_reproducer(tmp_path):
   for r in wrong[:4]:
     rp = subprocess.run([sys.executable, r["reproducer"]], env=env, capture_output=True, text=True, timeout=120)
     assert rp.returncode == 1 and "FAIL" in rp.stdout, rp.stdout + rp.stderr
+
+
+# ***** the ops kc.ast gained later (Generator.later, FamilyGenerator.power) *****
+
+from collections import Counter  # noqa: E402
+import hashlib  # noqa: E402
+
+_LATER = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite", "square",
+          "shift", "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows")
+
+# the first 80 classic kernels of case_seed(4, i), keyed by i, as the generator made them before the later ops existed:
+# the first 12 hex digits of the sha256 of their kc.ast and numpy lines and input bytes
+_CLASSIC_BEFORE = {
+  2: "bcbc5eda51ea", 3: "c92b9c203607", 4: "5924a50c9ff8", 6: "7ff1e29cd3ba", 7: "ca4d6603ddc5", 8: "a50c7e1309b9",
+  9: "951788e5366c", 10: "d0e0af69c014", 11: "ad9c59065e52", 12: "cb67b985a248", 17: "813d0ced762b", 18: "ae9cfb3ce1eb",
+  19: "052f27cc07d2", 20: "93765ee7695f", 22: "0f8b815ca30a", 24: "2e364d70f4a3", 25: "2c674fb5d271", 26: "801255f6a053",
+  29: "4f474a904186", 30: "bf958de4dbbc", 32: "254605c72238", 33: "3d114941e73e", 35: "e8cdd97523be", 36: "3328771aff51",
+  37: "c13e16afbb7f", 38: "98ff38456bc4", 40: "3387f90fdae1", 42: "09ac13385fbc", 43: "c66a4c3cf03b", 44: "17a583bb22b2",
+  45: "3a7ad22b046c", 46: "79bbcd3c1bc8", 47: "dc28329ae47d", 48: "3e8438a13e65", 49: "7757bbbf4d4b", 52: "869176ca81bd",
+  57: "f49083d88dcb", 59: "5ca3b905d07f", 61: "119ca15a671e", 62: "73bd8037bf71", 64: "e1e1229ee8ee", 65: "48ceefc184a4",
+  66: "865a8535e6ee", 68: "af77aa45e7b5", 69: "f8552b274b69", 71: "befeed198557", 72: "d3ba200ad7e2", 73: "39292f8ec540",
+  74: "7f118d58099d", 76: "73147bfd8d71", 78: "54495951abc0", 81: "2ed1ef2bb455", 82: "3a3349acc568", 83: "9e375eb9d3f4",
+  84: "53989493c595", 88: "b9bf1e3ef34c", 89: "05b580966e77", 90: "9032686666b9", 92: "67a109937295", 94: "66fa2f94b21d",
+  97: "81deb0e17da8", 98: "90aad6ecb59d", 99: "4fab81598f83", 100: "daedbc1698c7", 101: "b2f99804ca73",
+  104: "90aed1e896c9", 107: "f7b537d31df1", 109: "888063a56464", 113: "799cc28e8da4", 115: "9bad5c001b5d",
+  117: "8e2bdd08367d", 118: "a9496d96c483", 121: "b3c4dfd21406", 124: "a53ac62ffae8", 126: "1482fc721143",
+  127: "21324fa2c834", 130: "af4e4f1e2a2b", 135: "3c6ed022b5c1", 136: "71857a651707", 139: "6cd75f014ab7"}
+
+
+def _digest(r) -> str:
+  h = hashlib.sha256("\n".join(kc_lines(r) + np_lines(r)).encode())
+  for k in sorted(r.data): h.update(r.data[k].tobytes())
+  return h.hexdigest()[:12]
+
+
+def _later_node(n) -> bool:
+  """A node only the later ops' stream makes: a later op, or a matmul of halves written with @."""
+  return n.op in _LATER or (n.op == "matmul" and n.kc == "{0} @ {1}" and "float16" in n.np)
+
+
+def test_classic_seeds_without_a_later_op_make_the_kernels_they_made_before():
+  # whether a step gets a later op, and every draw that op makes, come from a stream of their own: a seed none is kept
+  # for makes its old kernel, and one that changed holds a later op
+  same = 0
+  for i, before in _CLASSIC_BEFORE.items():
+    r = generate(case_seed(4, i))
+    assert r.family == "classic"
+    if _digest(r) == before: same += 1
+    else: assert any(_later_node(n) for n in r.nodes), (i, kc_lines(r))
+  assert len(_CLASSIC_BEFORE) // 2 <= same < len(_CLASSIC_BEFORE), same
+
+
+def _later_recipes():
+  return [r for fam in ("classic", "specials") for r in _family(fam, range(300))]
+
+
+def test_later_ops_are_generated_with_sound_numpy_references():
+  seen, text = Counter(), {}
+  for r in _later_recipes():
+    assert reference(r) is not None, kc_lines(r)
+    for i in r.live():
+      seen[r.nodes[i].op] += 1
+      text.setdefault(r.nodes[i].op, set()).add(r.nodes[i].np)
+  for op in _LATER + ("pow",): assert seen[op] >= 3, (op, seen[op])
+  # numpy's own functions are the reference, with their arguments
+  assert any("sliding_window_view" in n for n in text["windows"])
+  assert {d for op in ("var", "std") for n in text[op] for d in (0, 1, 2) if f"ddof={d}" in n} == {0, 1, 2}
+  assert any("axis=None, keepdims=True" in n for n in text["argmax"] | text["argmin"])
+  assert {d for n in text["round"] for d in (0, 1, 2, -1) if f"np.round({{0}}, {d})" in n} >= {0, 1, 2}
+  assert any("<<" in n for n in text["shift"]) and any(">>" in n for n in text["shift"])
+
+
+def test_shift_references_are_kcs_documented_answers_past_the_bit_width():
+  # docs/AST.md: amounts in 0..bits-1 shift (ints wrap), larger or negative ones give 0, or -1 for a negative value
+  # shifted right; numpy, the reference, says the same for every amount the generator draws
+  past, checked = set(), 0
+  for r in _later_recipes():
+    values = evaluate(r)
+    for i in r.live():
+      n = r.nodes[i]
+      if n.op != "shift" or len(n.srcs) != 2 or values[n.srcs[0]].dtype == np.bool_: continue
+      a, b = np.broadcast_arrays(values[n.srcs[0]], values[n.srcs[1]])
+      bits = a.dtype.itemsize * 8
+      for x, s, got in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist(), values[i].reshape(-1).tolist()):
+        if 0 <= s < bits: want = (x << s) if "<<" in n.np else (x >> s)
+        else: want = 0 if "<<" in n.np or x >= 0 else -1
+        assert got == int(np.array(want & ((1 << bits) - 1)).astype(np.uint64).astype(a.dtype)), (n.np, x, s, got)
+        checked += 1
+        if not 0 <= s < bits: past.add("negative" if s < 0 else "wide")
+  assert checked > 200 and past == {"negative", "wide"}
+
+
+def test_windows_references_are_sliding_window_views():
+  checked = 0
+  for r in _later_recipes():
+    values = evaluate(r)
+    for i in r.live():
+      n = r.nodes[i]
+      if n.op != "windows": continue
+      x, (axis, size) = values[n.srcs[0]], map(int, n.kc.split(".windows(")[1].rstrip(")").split(", "))
+      want = np.stack([np.take(x, range(j, j + x.shape[axis] - size + 1), axis=axis) for j in range(size)], axis=-1)
+      assert np.array_equal(values[i], want, equal_nan=True)
+      checked += 1
+  assert checked >= 10
+
+
+def test_specials_reach_the_later_ops_and_powers():
+  ops_with_specials, powers = set(), Counter()
+  for r in _family("specials", range(300)) + _family("computed", range(100)):
+    values = evaluate(r)
+    for i in r.live():
+      n = r.nodes[i]
+      with np.errstate(all="ignore"):
+        if any(values[s].dtype.kind == "f" and not np.isfinite(values[s]).all() for s in n.srcs): ops_with_specials.add(n.op)
+      if n.op == "pow" and len(n.srcs) == 1:
+        x, v = values[n.srcs[0]], values[i]
+        if "** 0" in n.np and "** 0." not in n.np or "** 0.0" in n.np:   # x ** 0 is 1, NaN and infs included
+          assert np.all(v == 1), (n.np, x, v)
+          powers["x ** 0 of NaN"] += int(np.isnan(x).any())
+        if n.np == "{0} ** 0.5":   # numpy's sqrt: (-inf) ** 0.5 is NaN, (-0.0) ** 0.5 is -0.0
+          with np.errstate(all="ignore"): assert np.array_equal(v, np.sqrt(x), equal_nan=True)
+          powers["** 0.5 of -inf"] += int((x == -np.inf).any())
+        if n.np.startswith("(1.0) **"):
+          assert np.all(v == 1)
+          powers["1 ** NaN"] += int(np.isnan(x).any())
+  assert {"floor", "rint", "round", "sign", "isnan", "isinf", "isfinite", "tanh", "sigmoid", "square", "var",
+          "pow", "argmax"} - ops_with_specials <= {"floor", "argmax"}, ops_with_specials
+  assert all(powers[k] > 0 for k in ("x ** 0 of NaN", "** 0.5 of -inf", "1 ** NaN")), powers
+
+
+def test_later_ops_run_on_clang_and_emu():
+  # one kernel per later op (classic and specials), each under no opts and random ones: kc matches numpy
+  from kc.fuzz.check import check
+  from kc.fuzz.worker import DeviceWorker
+  picked = {}
+  for r in _later_recipes():
+    for op in set(r.ops()) & set(_LATER + ("pow",)): picked.setdefault((op, r.family), r)
+  assert len({op for op, _ in picked}) == len(_LATER) + 1
+  for device in ("CLANG", "EMU"):
+    with DeviceWorker(device, 120) as w:
+      for (op, family), r in sorted(picked.items(), key=lambda kv: kv[0]):
+        for mode in ("none", "random"):
+          v = check(w, r, reference(r), mode, r.seed)
+          assert v.outcome not in FAILURES, (device, op, family, mode, v.message, kc_lines(r))

@@ -36,7 +36,9 @@ FLOATS = ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 _SUMMABLE = ("float32", "float16", "bfloat16")   # fp8 sums accumulate in fp8: their rounding depends on the order
 _CAST_TO = ("int64", "int32", "uint8", "int8", "uint64", "float32", "float16", "bfloat16")
-_MOVES = frozenset({"reshape", "permute", "expand", "pad", "shrink", "flip", "getitem", "bigview"})
+_MOVES = frozenset({"reshape", "permute", "expand", "pad", "shrink", "flip", "getitem", "bigview", "squeeze", "flatten",
+                    "ravel", "windows"})
+_LATER_SPECIAL_P = 0.5   # the share of specials steps that are a later op (Generator.later) or a power
 _TOP = {"float32": 20, "float16": 10, "bfloat16": 20, "fp8e4m3": 8, "fp8e5m2": 12}   # largest exp2 argument kept
 
 
@@ -97,14 +99,12 @@ class FamilyGenerator(Generator):
     self.exprs[i] = e
     return True
 
+  def forget_from(self, n: int) -> None:
+    for i in range(n, len(self.nodes)): self.exprs.pop(i, None)
+    super().forget_from(n)
+
   @staticmethod
   def kdt(node: Node, v: np.ndarray) -> str: return node.dtype or ("bool" if v.dtype == np.bool_ else v.dtype.name)
-
-  def node(self, op: str, kc: str, np_: str, srcs: tuple[int, ...], kind: str = "arith", narrow: str = "",
-           needs_exact: bool = False, reduced: bool = False) -> Optional[int]:
-    """A step whose result is of the narrow float `narrow` gets numpy's float32 answer rounded once to it."""
-    if narrow: np_ = f"rnd({np_}, {narrow!r})"
-    return self.add(Node(op, kc, np_, srcs, kind, needs_exact, narrow), reduced=reduced)
 
   def narrow(self, x: int) -> str: return self.dt(x) if self.dt(x) in NARROW_FLOATS else ""
   def isfloat(self, x: int) -> bool: return self.dt(x) in FLOATS
@@ -225,7 +225,12 @@ class FamilyGenerator(Generator):
     return self.input(self.dt(x), bshape)
 
   def special_step(self, x: int) -> Optional[int]:
-    """One step of the specials family on x."""
+    """One step of the specials family on x: often one of the later ops or a power (from their own stream, so the
+    other steps draw as they did before those existed)."""
+    if self.more.random() < _LATER_SPECIAL_P:
+      pick = int(self.more.integers(5))   # powers and the elementwise ops most often: they meet the NaN and infs first
+      if pick <= 1 and self.isfloat(x): return self.later(x, self.power)
+      return self.later(x, self.later_unary if pick == 2 else None)
     dt, kind = self.dt(x), int(self.rng.integers(10))
     if kind < 4 and dt != "bool":
       ops = ["add", "sub", "mul", "maximum", "minimum"] + (["div"] if self.isfloat(x) else ["idiv", "mod"])
@@ -243,6 +248,26 @@ class FamilyGenerator(Generator):
     axes = self.axes(x)
     op = self.pick(("sum", "max", "min", "any", "all") if dt != "bool" else ("any", "all", "max"))
     return self.reduce_any(x, op, axes)
+
+  def power(self, x: int) -> Optional[int]:
+    """x ** e, b ** x or x ** y with C's and numpy's special cases: x ** 0 and 1 ** y are 1 even for NaN, (-1) ** +-inf
+    is 1, a negative base (or -0.0) is negative for odd integer exponents and NaN for others, ** 0.5 is numpy's sqrt
+    ((-0.0) ** 0.5 is -0.0). Half, bfloat16 and fp8 are computed in float32 and rounded once, as numpy's half is."""
+    kind = int(self.rng.integers(3))
+    if kind == 0:
+      e = self.pick((0, 0.0, 0.5, 0.5, 1, 2, 3, -1, -2, -0.5, 1.5, math.inf, -math.inf, math.nan))
+      k = n = f"{{0}} ** {lit(e)}"
+      srcs: tuple[int, ...] = (x,)
+    elif kind == 1:
+      b = self.pick((1.0, 1.0, -1.0, 2.0, 0.5, 0.0, -0.0, -2.0, math.inf))
+      k = n = f"({lit(b)}) ** {{0}}"
+      srcs = (x,)
+    else:
+      y = self.same_dtype_operand(x)
+      if y is None: return None
+      k = n = "{0} ** {1}"
+      srcs = (x, y)
+    return self.node("pow", k, n, srcs, "transcendental", self.narrow(x))
 
   def where_of(self, c: int, a: int, b: int) -> Optional[int]:
     return self.node("where", "{0}.where({1}, {2})", "np.where({0}, {1}, {2})", (c, a, b), narrow=self.narrow(a))
@@ -293,7 +318,8 @@ class FamilyGenerator(Generator):
       x = self.input(dt, shape)
       if x is None: return []
       e = self.pick((2.5, 0.5, 3.0, 2))
-      v = self.node("pow", f"{{0}} ** {e!r}", f"np.power({{0}}, {e!r})", (x,), "transcendental")
+      # numpy's operator, as kc.ast's: x ** 0.5 is its sqrt ((-inf) ** 0.5 is NaN), where np.power(half, 0.5) is C's pow
+      v = self.node("pow", f"{{0}} ** {e!r}", f"{{0}} ** {e!r}", (x,), "transcendental")
       if v is not None:
         lo, hi = sorted((float(self.pick((-1.0, 0.5, 1.5, 2.0))), float(self.pick((0.5, 3.0, 4.0, math.inf)))))
         n = f"np.minimum(np.maximum({{0}}, {lit(lo)}), {lit(hi)})"   # kc.ast's definition, NaN propagating as numpy's

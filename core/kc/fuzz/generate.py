@@ -10,6 +10,7 @@ minimizer's shape shrinking).
 """
 from __future__ import annotations
 import inspect
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Callable, Optional
 import numpy as np
@@ -23,6 +24,10 @@ INPUT_DTYPES = INT_DTYPES[:5] + FLOAT_DTYPES
 MAX_ELEMENTS = 4096
 # the largest float magnitude a step may produce: well inside each type's range, so later sums and products stay finite
 _LIMIT = {"float16": 2000.0, "float32": 1e6, "bfloat16": 1e6, "fp8e4m3": 100.0, "fp8e5m2": 1000.0}
+# the share of steps followed by one of the ops kc.ast gained after the classic generator was written (Generator.later)
+_LATER_P = 0.2
+_LATER_OPS = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite", "square",
+              "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows", "__lshift__", "__rshift__")
 _BITCAST = {"int8": ("uint8",), "uint8": ("int8",), "int16": ("uint16", "float16"), "uint16": ("int16", "float16"),
             "float16": ("int16", "uint16"), "int32": ("float32",), "float32": ("int32",)}
 
@@ -35,6 +40,7 @@ def features() -> frozenset[str]:
     if callable(getattr(E, name, None)): have.add(name.strip("_"))
   if "keepdims" in inspect.signature(E.sum).parameters: have.add("keepdims")
   if E.__eq__ is not object.__eq__: have.add("eq_operator")
+  have.update(name.strip("_") for name in _LATER_OPS if callable(getattr(E, name, None)))
   return frozenset(have)
 
 
@@ -54,6 +60,9 @@ class Generator:
     self.seed, self.size = seed, size
     self.specials = specials      # NaN and infs may stay (the families that aim at them); else a step making one is dropped
     self.rng = np.random.default_rng(seed)
+    # the later ops' own stream: whether a step gets one and every draw it makes come from here, so the kernel's stream
+    # gives the same draws as before they existed, and a seed none is drawn for makes the kernel it made then
+    self.more = np.random.default_rng([seed, 0x6C61746572])
     self.nodes: list[Node] = []
     self.values: dict[int, np.ndarray] = {}
     self.data: dict[int, np.ndarray] = {}
@@ -100,7 +109,16 @@ class Generator:
     if node.needs_exact and any(self.values[s].dtype.kind == "f" and s not in self.exact for s in node.srcs): return False
     return True
 
+  def node(self, op: str, kc: str, np_: str, srcs: tuple[int, ...], kind: str = "arith", narrow: str = "",
+           needs_exact: bool = False, reduced: bool = False) -> Optional[int]:
+    """A step whose result is of the narrow float `narrow` gets numpy's float32 answer rounded once to it."""
+    if narrow: np_ = f"rnd({np_}, {narrow!r})"
+    return self.add(Node(op, kc, np_, srcs, kind, needs_exact, narrow), reduced=reduced)
+
   def dt(self, i: int) -> str: return value_dtype(self.values[i], self.nodes[i])
+  def narrow(self, x: int) -> str: return ""      # a narrow float (bfloat16, fp8) x is of: classic has none
+  def isfloat(self, x: int) -> bool: return _isf(self.dt(x))
+  def isint(self, x: int) -> bool: return _isint(self.dt(x))
   def shp(self, i: int) -> tuple[int, ...]: return self.values[i].shape
 
   def input(self, dtype: str, shape: tuple[int, ...]) -> Optional[int]:
@@ -138,7 +156,11 @@ class Generator:
       (1.5, self.fused), (3, self.movement), (0.3, self.bitcast)]
     weights = np.array([w for w, _ in moves])
     move = moves[int(self.rng.choice(len(moves), p=weights / weights.sum()))][1]
-    return move(x)
+    y = move(x)
+    if self.more.random() < _LATER_P:
+      z = self.later(x if y is None else y)
+      if z is not None: return z
+    return y
 
   def operand(self, x: int, dtype: Optional[str] = None) -> Optional[int]:
     """A second operand for x: an existing value of a shape that broadcasts with it, or a new input or constant
@@ -305,6 +327,9 @@ class Generator:
     if a is None or b is None: return None
     if "matmul" in features() and dt in ("float32", "int32") and self.chance(0.3):
       return self.add(Node("matmul", "{0} @ {1}", "np.matmul({0}, {1})", (a, b), "reduce"), reduced=True)
+    if "matmul" in features() and dt == "float16" and self.more.random() < 0.4:   # products and sums in float32, rounded once
+      n = "np.matmul({0}.astype(np.float32), {1}.astype(np.float32)).astype(np.float16)"
+      return self.add(Node("matmul", "{0} @ {1}", n, (a, b), "arith"), reduced=True)
     ra = self.add(Node("reshape", f"{{0}}.reshape({(M, K, 1)})", f"{{0}}.reshape({(M, K, 1)})", (a,)))
     rb = self.add(Node("reshape", f"{{0}}.reshape({(1, K, N)})", f"{{0}}.reshape({(1, K, N)})", (b,)))
     if ra is None or rb is None: return None
@@ -379,6 +404,138 @@ class Generator:
     idx = ", ".join(parts)
     return self.add(Node("getitem", f"{{0}}[{idx}]", f"{{0}}[{idx}]", (x,)))
 
+  # ***** the ops kc.ast gained later, drawn from their own stream (self.more) *****
+
+  @contextmanager
+  def drawing_from(self, rng: np.random.Generator):
+    """Every draw made inside comes from `rng` instead of the kernel's stream."""
+    main, self.rng = self.rng, rng
+    try: yield
+    finally: self.rng = main
+
+  def later(self, x: int, move: Optional[Callable[[int], Optional[int]]] = None) -> Optional[int]:
+    """One later op on x (`move`, or one drawn: rounding, tests, tanh, sigmoid, sign, square, shifts, var/std,
+    argmax/argmin, squeeze, flatten/ravel, windows). Its draws all come from self.more, and one that is not kept
+    leaves no node behind (not even an input it made), so the kernel goes on as if it had not been tried."""
+    n = len(self.nodes)
+    with self.drawing_from(self.more):
+      if move is None:
+        moves = [(4, self.later_unary), (1.5, self.shift), (2.5, self.later_reduce), (2, self.later_movement)]
+        weights = np.array([w for w, _ in moves])
+        move = moves[int(self.rng.choice(len(moves), p=weights / weights.sum()))][1]
+      out = move(x)
+    if out is None: self.forget_from(n)
+    return out
+
+  def forget_from(self, n: int) -> None:
+    """Drop node n and every node after it."""
+    for i in range(n, len(self.nodes)):
+      self.values.pop(i, None)
+      self.data.pop(i, None)
+      self.exact.discard(i)
+      self.reduced.discard(i)
+    del self.nodes[n:]
+
+  def input_of(self, dtype: str, values: np.ndarray) -> Optional[int]:
+    """A new input holding `values` (of numpy's `dtype`)."""
+    i = len(self.nodes)
+    self.data[i] = np.asarray(values).astype(dtype)
+    return self.add(input_node(dtype, tuple(self.data[i].shape)))
+
+  def later_unary(self, x: int) -> Optional[int]:
+    dt, f = self.dt(x), features()
+    # a float-only op of an int or bool gives numpy's float dtype for it (float16 for 8 bits, float32 for 16, float64
+    # for more, which the generator drops); a narrow float's is its own (numpy computes its float32 values, rounded once)
+    out = dt if self.isfloat(x) else _kc_dtype_name(np.tanh(np.zeros(0, self.values[x].dtype)).dtype)
+    wide = "{0}" if self.values[x].dtype == np.float32 else "{0}.astype(np.float32)"
+    back = "" if self.narrow(x) else f".astype({_np(out)})"
+    choices = [(op, f"{{0}}.{op}()", f"np.{op}({{0}})", "arith", True) for op in ("floor", "ceil", "trunc", "rint")]
+    tests = ("isnan", "isinf", "isfinite") if self.isfloat(x) or self.chance(0.25) else ()   # an int's are constant
+    choices += [(op, f"{{0}}.{op}()", f"np.{op}({{0}})", "arith", False) for op in ("square",) + tests]
+    choices += [("tanh", "{0}.tanh()", "np.tanh({0})", "transcendental", False),
+                ("sigmoid", "{0}.sigmoid()", f"(1 / (1 + np.exp(-{wide})))" + back, "transcendental", False)]
+    if dt != "bool": choices.append(("sign", "{0}.sign()", "np.sign({0})", "arith", True))   # numpy: no bool loop
+    # round to decimals: a float's only to 0 when narrow (x * 10**d would round in it); an int is unchanged for d >= 0
+    ds = (0,) if dt == "bool" or self.narrow(x) else (0, 1, 2, -1) if self.isfloat(x) else (0, 2)
+    d = int(self.pick(ds))
+    choices.append(("round", f"{{0}}.round({d})", f"np.round({{0}}, {d})", "arith", True))
+    op, k, n, kind, jumps = self.pick([c for c in choices if c[0] in f])
+    # floor, rint, sign...: a result that jumps where its operand crosses an integer (or a half, or 0) needs exact
+    # operands, as a compare does
+    narrow = self.narrow(x) if op not in ("isnan", "isinf", "isfinite") else ""
+    return self.node(op, k, n, (x,), kind, narrow, needs_exact=jumps and self.isfloat(x))
+
+  def shift(self, x: int) -> Optional[int]:
+    """x << y or x >> y with amounts from -2 to the bit width + 2: numpy's answers past the width (0, or -1 for a
+    negative value shifted right) are kc's documented ones."""
+    dt = self.dt(x)
+    if not (self.isint(x) or dt == "bool") or "lshift" not in features(): return None
+    sym = self.pick(("<<", ">>"))
+    if dt == "bool": y = self.operand(x, "bool")
+    else:
+      info = np.iinfo(self.values[x].dtype)
+      lo, hi = max(-2, int(info.min)), info.bits + 2
+      if self.chance(0.3):   # a Python scalar: weak, it takes x's dtype
+        s = int(self.pick([a for a in (0, 1, 3, info.bits - 1, info.bits, hi, lo) if info.min <= a <= info.max]))
+        return self.node("shift", f"{{0}} {sym} {s!r}", f"{{0}} {sym} {s!r}", (x,))
+      bshape = tuple(1 if self.chance(0.25) else d for d in self.shp(x))
+      y = self.input_of(dt, self.rng.integers(lo, hi + 1, bshape))
+    if y is None: return None
+    return self.node("shift", f"{{0}} {sym} {{1}}", f"{{0}} {sym} {{1}}", (x, y))
+
+  def later_reduce(self, x: int) -> Optional[int]:
+    if x in self.reduced: return None   # a reduce of a reduce is not one kernel
+    if self.chance(0.6) and (self.isint(x) or self.dt(x) in ("float32", "float16", "bfloat16")): return self.var_std(x)
+    return self.arg_extreme(x)
+
+  def var_std(self, x: int) -> Optional[int]:
+    """x.var or x.std over some axes with ddof 0, 1 or 2 (n - ddof >= 1): numpy's, computed in float32 for half and
+    bfloat16 and rounded once, as kc.ast does. An int's is of its float32 cast (its own would be float64, which the
+    generator leaves out)."""
+    axes = self.axes(x)
+    n, ddof, keep = int(np.prod([self.shp(x)[a] for a in axes])), int(self.pick((0, 0, 1, 2))), self.chance(0.5)
+    if n - ddof < 1 or not _spread_ok(self.values[x], axes): return None
+    op = self.pick(("var", "std"))
+    args = f"axis={axes}, ddof={ddof}, keepdims={keep}"
+    wide = "{0}" if self.values[x].dtype == np.float32 else "{0}.astype(np.float32)"
+    back = ".astype(np.float16)" if self.values[x].dtype == np.float16 else ""
+    k = "{0}.cast(dtypes.float32)" if self.isint(x) else "{0}"
+    return self.node(op, f"{k}.{op}({args})", f"np.{op}({wide}, {args}){back}", (x,), "reduce", self.narrow(x),
+                     reduced=True)
+
+  def arg_extreme(self, x: int) -> Optional[int]:
+    """argmax or argmin along one axis, or of the flattened array (keepdims: a 0-d result is no kernel output). The
+    first index wins a tie, and a NaN wins over numbers: an inexact operand could break a near tie either way."""
+    if "argmax" not in features(): return None
+    op = self.pick(("argmax", "argmin"))
+    axis, keep = (None, True) if self.chance(0.3) else (int(self.rng.integers(len(self.shp(x)))), self.chance(0.5))
+    args = f"axis={axis}, keepdims={keep}"
+    return self.node(op, f"{{0}}.{op}({args})", f"np.{op}({{0}}, {args})", (x,), needs_exact=True, reduced=True)
+
+  def later_movement(self, x: int) -> Optional[int]:
+    if x in self.reduced: return self.squeeze(x)   # a reduce result moves only by size-1 axes (and expand)
+    return self.pick((self.squeeze, self.flatten, self.windows, self.windows))(x)
+
+  def squeeze(self, x: int) -> Optional[int]:
+    ones = [a for a, d in enumerate(self.shp(x)) if d == 1]
+    if not ones or "squeeze" not in features(): return None
+    if self.chance(0.5): return self.add(Node("squeeze", "{0}.squeeze()", "np.squeeze({0})", (x,)))
+    a = int(self.pick(ones))
+    return self.add(Node("squeeze", f"{{0}}.squeeze({a})", f"np.squeeze({{0}}, {a})", (x,)))
+
+  def flatten(self, x: int) -> Optional[int]:
+    op = self.pick(("flatten", "ravel"))
+    return self.add(Node(op, f"{{0}}.{op}()", "np.ravel({0})", (x,)))
+
+  def windows(self, x: int) -> Optional[int]:
+    """numpy's sliding_window_view along one axis: the n - size + 1 window starts in place, the window last."""
+    shape = self.shp(x)
+    a = int(self.rng.integers(len(shape)))
+    if shape[a] == 0 or len(shape) >= 4 or "windows" not in features(): return None
+    size = 1 + int(self.rng.integers(shape[a]))
+    return self.add(Node("windows", f"{{0}}.windows({a}, {size})",
+                         f"np.lib.stride_tricks.sliding_window_view({{0}}, {size}, axis={a})", (x,)))
+
   # ***** a whole kernel *****
 
   def recipe(self) -> Recipe:
@@ -405,6 +562,18 @@ def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
   """`small` broadcasts to exactly `big` (numpy rules, without growing `big`)."""
   if len(small) > len(big): return False
   return all(s in (1, b) for s, b in zip(small[::-1], big[::-1]))
+
+
+def _spread_ok(v: np.ndarray, axes: tuple[int, ...]) -> bool:
+  """var and std lose digits where values are far larger than their spread (x - mean cancels): kept where every
+  slice's values are small or its spread is at least 1/64 of its largest value, so the reduce bound holds."""
+  if v.size == 0: return True
+  with np.errstate(all="ignore"):
+    w = v.astype(np.float64)
+    w = np.where(np.isfinite(w), w, 0)
+    top = np.abs(w).max(axis=axes, keepdims=True, initial=0)
+    spread = w.std(axis=axes, keepdims=True)
+  return bool(np.all((top <= 16) | (spread * 64 >= top)))
 
 
 def generate(seed: int, size: float = 1.0, family: Optional[str] = None) -> Recipe:

@@ -15,7 +15,9 @@ from kc.runtime.emulator import bf16_bits, bf16_values
 # exact whatever the summation order, contraction or intermediate precision); every other float op is approximate
 EXACT_OPS = frozenset({"input", "const", "add", "sub", "mul", "neg", "maximum", "minimum", "where", "cast", "sum", "max",
                        "min", "reshape", "permute", "expand", "pad", "shrink", "flip", "getitem", "cmp", "bitop", "not",
-                       "idiv", "mod", "bitcast", "abs", "matmul", "prod"})
+                       "idiv", "mod", "bitcast", "abs", "matmul", "prod", "floor", "ceil", "trunc", "rint", "round",
+                       "sign", "square", "isnan", "isinf", "isfinite", "shift", "argmax", "argmin", "squeeze",
+                       "flatten", "ravel", "windows"})
 # float mantissa bits: integers up to 2**bits are exact
 _MANTISSA = {"float16": 11, "float32": 24, "float64": 53, "bfloat16": 8, "fp8e4m3": 4, "fp8e5m2": 3}
 # the float types numpy lacks: a node of one holds float32 values exact in its type (rounded once with kc's own codec,
