@@ -540,6 +540,27 @@ def test_specials_reach_the_later_ops_and_powers():
   assert all(powers[k] > 0 for k in ("x ** 0 of NaN", "** 0.5 of -inf", "1 ** NaN")), powers
 
 
+def test_narrow_float_powers_are_ml_dtypes_powers():
+  # bfloat16 and fp8 have no numpy loop of their own: ml_dtypes' ** is C's pow per element ((-inf) ** 0.5 is inf, where
+  # numpy's float32 ** 0.5 is its sqrt, NaN), computed in float32 and rounded once
+  ml = pytest.importorskip("ml_dtypes")
+  types = {"bfloat16": ml.bfloat16, "fp8e4m3": ml.float8_e4m3fn, "fp8e5m2": ml.float8_e5m2}
+  checked, half_powers = 0, 0
+  # case 216 of kc fuzz --seed 5 takes a bfloat16 -inf to ** 0.5
+  for r in _family("specials", range(400)) + [generate(794599418)]:
+    values = evaluate(r)
+    for i in r.live():
+      n = r.nodes[i]
+      if n.op != "pow" or not n.dtype or len(n.srcs) != 1 or not n.kc.startswith("{0} ** "): continue
+      e = float(n.kc.split("** ")[1].replace("float(", "").replace(")", "").strip("'"))
+      x = values[n.srcs[0]].astype(types[n.dtype])
+      with np.errstate(all="ignore"): want = (x ** e).astype(np.float32)
+      assert np.array_equal(values[i], want, equal_nan=True), (n.np, values[n.srcs[0]], values[i], want)
+      checked += 1
+      half_powers += e == 0.5 and bool((values[n.srcs[0]] == -np.inf).any())
+  assert checked >= 10 and half_powers >= 1, (checked, half_powers)
+
+
 def test_later_ops_run_on_clang_and_emu():
   # one kernel per later op (classic and specials), each under no opts and random ones: kc matches numpy
   from kc.fuzz.check import check

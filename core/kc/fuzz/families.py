@@ -251,12 +251,15 @@ class FamilyGenerator(Generator):
 
   def power(self, x: int) -> Optional[int]:
     """x ** e, b ** x or x ** y with C's and numpy's special cases: x ** 0 and 1 ** y are 1 even for NaN, (-1) ** +-inf
-    is 1, a negative base (or -0.0) is negative for odd integer exponents and NaN for others, ** 0.5 is numpy's sqrt
-    ((-0.0) ** 0.5 is -0.0). Half, bfloat16 and fp8 are computed in float32 and rounded once, as numpy's half is."""
+    is 1, a negative base (or -0.0) is negative for odd integer exponents and NaN for others. ** 0.5 of numpy's own
+    floats is their sqrt ((-0.0) ** 0.5 is -0.0, (-inf) ** 0.5 NaN); bfloat16's and fp8's is C's pow per element, as
+    ml_dtypes computes it ((-inf) ** 0.5 is inf): numpy's power of an exponent array, which takes no sqrt shortcut.
+    Half, bfloat16 and fp8 are computed in float32 and rounded once, as numpy's half is."""
     kind = int(self.rng.integers(3))
     if kind == 0:
       e = self.pick((0, 0.0, 0.5, 0.5, 1, 2, 3, -1, -2, -0.5, 1.5, math.inf, -math.inf, math.nan))
       k = n = f"{{0}} ** {lit(e)}"
+      if self.narrow(x): n = f"np.power({{0}}, np.full(np.shape({{0}}), {lit(e)}, np.float32))"
       srcs: tuple[int, ...] = (x,)
     elif kind == 1:
       b = self.pick((1.0, 1.0, -1.0, 2.0, 0.5, 0.0, -0.0, -2.0, math.inf))
