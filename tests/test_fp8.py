@@ -187,3 +187,18 @@ def test_emu_wmma_with_fp8_inputs_multiplies_exactly_and_accumulates_in_float32(
     want = x.astype(np.float64) @ y.astype(np.float64)
     np.testing.assert_allclose(bufs[0].numpy().reshape(M, N), want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
   finally: dev.renderer = saved
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt,md", FORMATS, ids=IDS)
+def test_sums_and_matmuls_accumulate_in_float32_and_round_once(device, dt, md):
+  # as half and bfloat16 do (ACCUMULATE): added up in fp8, every partial sum would be rounded, and the answer would
+  # depend on the order of the terms
+  rng = np.random.default_rng(2)
+  x = rng.standard_normal(96).astype(np.float32).astype(md)
+  got = kc.run(A.sink(A.store(0, A.arg(1, dt, (96,)).sum())), {1: x}, device=device)[0]
+  assert np.asarray(got).view(md) == x.astype(np.float32).sum(dtype=np.float32).astype(md)
+  a, b = rng.standard_normal((6, 16)).astype(np.float32).astype(md), rng.standard_normal((16, 5)).astype(np.float32).astype(md)
+  got = kc.run(A.sink(A.store(0, A.arg(1, dt, (6, 16)) @ A.arg(2, dt, (16, 5)))), {1: a, 2: b}, device=device)[0]
+  want = (a.astype(np.float32) @ b.astype(np.float32)).astype(md)
+  np.testing.assert_array_equal(np.asarray(got).view(md).astype(np.float32), want.astype(np.float32))

@@ -47,8 +47,10 @@ DIVIDE_FLOAT = dtypes.float64
 # gives uint64, bool gives int64); floats keep their dtype
 SUM_DTYPE: dict[DType, DType] = {dtypes.bool: dtypes.int64, **{d: dtypes.int64 for d in dtypes.sints},
                                  **{d: dtypes.uint64 for d in dtypes.uints}}
-# half-precision sums accumulate in float32 (as numpy's pairwise half sum does) and are rounded back once
-ACCUMULATE: dict[DType, DType] = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32}
+# half-precision sums accumulate in float32 (as numpy's pairwise half sum does) and are rounded back once; fp8 too
+# (ml_dtypes' float8 sums do; added up in fp8, a sum would depend on the order of its terms at every step)
+ACCUMULATE: dict[DType, DType] = {dtypes.float16: dtypes.float32, dtypes.bfloat16: dtypes.float32,
+                                  dtypes.fp8e4m3: dtypes.float32, dtypes.fp8e5m2: dtypes.float32}
 
 
 def kind(x) -> int:
