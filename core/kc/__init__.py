@@ -2,7 +2,7 @@
 from importlib.metadata import PackageNotFoundError, version as _version
 from kc.errors import (KcError, UOpError, SymbolicError, RewriteError, InvalidASTError, ShapeError, KernelOptError,
                        CompileError, DeviceUnavailable, PluginError, DTypeError, ArgumentError, ConfigError,
-                       UnknownDeviceError, AllocationError)
+                       UnknownDeviceError, AllocationError, OptsError, InvalidOptError)
 from kc.ir.dtype import DType, PtrDType, ImageDType, dtypes, least_upper_dtype
 from kc.ir.uop import Ops, GroupOp, UOp, Variable, sint
 from kc.ir.rewrite import UPat, PatternMatcher, graph_rewrite
@@ -22,7 +22,8 @@ try: __version__ = _version("kc")
 except PackageNotFoundError: __version__ = "0.0.0+unknown"
 
 __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTError", "ShapeError", "KernelOptError",
-           "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "AllocationError", "DType", "PtrDType", "ImageDType", "dtypes",
+           "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "AllocationError",
+           "OptsError", "InvalidOptError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
            "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer",
            "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast"]
