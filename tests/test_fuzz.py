@@ -1,6 +1,6 @@
 """kc fuzz: deterministic generation, a small run on CLANG and EMU, and injected faults (a wrong answer, an untyped
 error, a segfault) recorded as such, with reproducers that fail when run."""
-import json, os, subprocess, sys, textwrap
+import json, os, re, subprocess, sys, textwrap
 import numpy as np
 import pytest
 from kc.fuzz import FuzzConfig, case_seed, fuzz, generate, kc_lines, np_lines, summary
@@ -540,25 +540,38 @@ def test_specials_reach_the_later_ops_and_powers():
   assert all(powers[k] > 0 for k in ("x ** 0 of NaN", "** 0.5 of -inf", "1 ** NaN")), powers
 
 
-def test_narrow_float_powers_are_ml_dtypes_powers():
-  # bfloat16 and fp8 have no numpy loop of their own: ml_dtypes' ** is C's pow per element ((-inf) ** 0.5 is inf, where
-  # numpy's float32 ** 0.5 is its sqrt, NaN), computed in float32 and rounded once
+def _ml_eval(kc_src: str, x):
+  """A one-operand kc.ast template evaluated by numpy on an ml_dtypes array."""
+  m = re.fullmatch(r"\{0\}\.(maximum|minimum)\((.*)\)", kc_src)
+  return eval((f"np.{m[1]}({{0}}, {m[2]})" if m else kc_src).format("x"), {"np": np, "x": x, "float": float})
+
+
+def test_narrow_float_steps_with_python_scalars_are_ml_dtypes_steps():
+  # bfloat16 and fp8 have no numpy loops of their own: ml_dtypes' are the reference. A Python scalar beside one takes its
+  # dtype first (NEP 50: fp8e4m3 has no inf, so x / inf is NaN and x < inf False there), and ** is C's pow per element
+  # ((-inf) ** 0.5 is inf, where numpy's float32 ** 0.5 is its sqrt, NaN); each step computes in float32, rounded once
   ml = pytest.importorskip("ml_dtypes")
   types = {"bfloat16": ml.bfloat16, "fp8e4m3": ml.float8_e4m3fn, "fp8e5m2": ml.float8_e5m2}
-  checked, half_powers = 0, 0
-  # case 216 of kc fuzz --seed 5 takes a bfloat16 -inf to ** 0.5
-  for r in _family("specials", range(400)) + [generate(794599418)]:
+  checked, seen = 0, Counter()
+  # cases 216 (kc fuzz --seed 5) and 133 (--family specials,computed --seed 6): bfloat16 (-inf) ** 0.5, inf ** fp8e4m3
+  found = [generate(794599418, family="specials"), generate(786279909, family="specials")]
+  for r in _family("specials", range(400)) + _family("computed", range(100)) + found:
     values = evaluate(r)
     for i in r.live():
       n = r.nodes[i]
-      if n.op != "pow" or not n.dtype or len(n.srcs) != 1 or not n.kc.startswith("{0} ** "): continue
-      e = float(n.kc.split("** ")[1].replace("float(", "").replace(")", "").strip("'"))
-      x = values[n.srcs[0]].astype(types[n.dtype])
-      with np.errstate(all="ignore"): want = (x ** e).astype(np.float32)
-      assert np.array_equal(values[i], want, equal_nan=True), (n.np, values[n.srcs[0]], values[i], want)
+      src = r.nodes[n.srcs[0]] if n.srcs else None
+      if len(n.srcs) != 1 or not src.dtype or n.op not in ("add", "sub", "mul", "div", "maximum", "minimum", "cmp", "pow"):
+        continue
+      x = values[n.srcs[0]]
+      with np.errstate(all="ignore"): want = np.asarray(_ml_eval(n.kc, x.astype(types[src.dtype])))
+      want = want if want.dtype == np.bool_ else want.astype(np.float32)
+      assert np.array_equal(values[i], want, equal_nan=want.dtype.kind == "f"), (n.kc, n.np, x, values[i], want)
       checked += 1
-      half_powers += e == 0.5 and bool((values[n.srcs[0]] == -np.inf).any())
-  assert checked >= 10 and half_powers >= 1, (checked, half_powers)
+      seen[n.op] += 1
+      seen["inf beside fp8e4m3"] += src.dtype == "fp8e4m3" and "float('inf')" in n.kc
+      seen["(-inf) ** 0.5"] += n.kc == "{0} ** 0.5" and bool((x == -np.inf).any())
+  assert checked >= 40 and all(seen[k] for k in ("add", "mul", "div", "maximum", "pow", "inf beside fp8e4m3",
+                                                 "(-inf) ** 0.5")), seen
 
 
 def test_later_ops_run_on_clang_and_emu():

@@ -27,7 +27,7 @@ import numpy as np
 from kc import ast as A, dtypes
 from kc.errors import KcError
 from kc.fuzz.generate import INT_DTYPES, Generator, _broadcasts
-from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, special_problem
+from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
 
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface
 FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.09, "intdiv": 0.06, "computed": 0.07, "compare": 0.06,
@@ -147,12 +147,19 @@ class FamilyGenerator(Generator):
   def binop(self, op: str, x: int, y: Optional[int] = None, scalar=None) -> Optional[int]:
     """x op y, y a node of x's dtype, or x op `scalar`, a Python scalar."""
     sym = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "//", "mod": "%"}.get(op)
-    b, srcs = ("{1}", (x, y)) if y is not None else (lit(scalar), (x,))
+    (b, nb), srcs = (("{1}", "{1}"), (x, y)) if y is not None else ((lit(scalar), self.np_scalar(scalar, x)), (x,))
     if y is not None and op == "div" and not self.safe_divisor(y): return None
     if y is None and op == "div" and scalar == 0: return None
-    if sym: k = n = f"{{0}} {sym} {b}"
-    else: k, n = f"{{0}}.{op}({b})", f"np.{op}({{0}}, {b})"
+    if sym: k, n = f"{{0}} {sym} {b}", f"{{0}} {sym} {nb}"
+    else: k, n = f"{{0}}.{op}({b})", f"np.{op}({{0}}, {nb})"
     return self.node(op, k, n, srcs, "arith", self.narrow(x))
+
+  def np_scalar(self, v, x: int) -> str:
+    """A Python scalar as the reference reads it beside x. Beside a narrow float it is that type's value first, as a
+    weak scalar takes the array's dtype (NEP 50) in kc.ast and in ml_dtypes: fp8e4m3 has no inf, so float('inf')
+    there is NaN (x / inf is NaN, x < inf False)."""
+    if not self.narrow(x) or not isinstance(v, float): return lit(v)
+    return lit(float(narrow_round(np.array([v], np.float32), self.narrow(x))[0]))
 
   def safe_divisor(self, y: int) -> bool:
     """A divisor whose zeros have a sign every backend agrees on (an input's or a constant's): x / 0 is +-inf by it."""
@@ -197,8 +204,8 @@ class FamilyGenerator(Generator):
     return self.node("cast", f"{{0}}.cast(dtypes.{dt})", f"{{0}}.astype({_np(dt)})", (x,), "arith")
 
   def compare_with(self, x: int, y: Optional[int], sym: str, scalar=None) -> Optional[int]:
-    b, srcs = ("{1}", (x, y)) if y is not None else (lit(scalar), (x,))
-    return self.node("cmp", f"{{0}} {sym} {b}", f"{{0}} {sym} {b}", srcs, needs_exact=True)
+    (b, nb), srcs = (("{1}", "{1}"), (x, y)) if y is not None else ((lit(scalar), self.np_scalar(scalar, x)), (x,))
+    return self.node("cmp", f"{{0}} {sym} {b}", f"{{0}} {sym} {nb}", srcs, needs_exact=True)
 
   def reduce_any(self, x: int, op: str, axes: tuple[int, ...]) -> Optional[int]:
     """x.op(axis=axes, keepdims=True) with numpy's answer: floats of 16 bits sum in float32 and round once."""
@@ -259,11 +266,11 @@ class FamilyGenerator(Generator):
     if kind == 0:
       e = self.pick((0, 0.0, 0.5, 0.5, 1, 2, 3, -1, -2, -0.5, 1.5, math.inf, -math.inf, math.nan))
       k = n = f"{{0}} ** {lit(e)}"
-      if self.narrow(x): n = f"np.power({{0}}, np.full(np.shape({{0}}), {lit(e)}, np.float32))"
+      if self.narrow(x): n = f"np.power({{0}}, np.full(np.shape({{0}}), {self.np_scalar(e, x)}, np.float32))"
       srcs: tuple[int, ...] = (x,)
     elif kind == 1:
       b = self.pick((1.0, 1.0, -1.0, 2.0, 0.5, 0.0, -0.0, -2.0, math.inf))
-      k = n = f"({lit(b)}) ** {{0}}"
+      k, n = f"({lit(b)}) ** {{0}}", f"({self.np_scalar(b, x)}) ** {{0}}"
       srcs = (x,)
     else:
       y = self.same_dtype_operand(x)
@@ -451,6 +458,5 @@ def specials_of(dtype: str) -> tuple:
 
 def rnd_values(x: np.ndarray, dtype: str) -> np.ndarray:
   """Input values as the dtype holds them: a narrow float's rounded once (float32), others as numpy's dtype."""
-  from kc.fuzz.recipe import narrow_round
   if dtype in NARROW_FLOATS: return narrow_round(x.astype(np.float32), dtype)
   return np.asarray(x).astype(dtype)
