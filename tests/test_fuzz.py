@@ -120,7 +120,7 @@ def test_error_kind_rule(exc, stage, explicit):
   if not isinstance(exc, E.KcError): assert kind == "untyped"
   elif stage == "build": assert kind == ("typed" if isinstance(exc, (E.InvalidASTError, E.DTypeError)) else "internal")
   elif isinstance(exc, E.AllocationError): assert kind == "typed"
-  elif isinstance(exc, E.KernelOptError): assert kind == ("typed" if explicit else "internal")   # kc's own opts: its bug
+  elif isinstance(exc, E.KernelOptError): assert kind == ("typed" if explicit else "internal")   # kc's own opts
   else: assert kind == "internal"   # a DTypeError from constant folding after the build is one of these
   assert {"typed": "typed-error", "internal": "internal-error", "untyped": "untyped-error"}[kind] in OUTCOMES
   assert ("internal-error" in FAILURES) and ("typed-error" not in FAILURES)
@@ -187,7 +187,8 @@ def test_planted_build_time_refusal_is_typed_and_passes_the_run(tmp_path):
   """)
   p, data = _run_cli(tmp_path, env)
   assert p.returncode == 0, p.stdout + p.stderr
-  assert {r["outcome"] for r in data["results"]} == {"typed-error"} and all(r["stage"] == "build" for r in data["results"])
+  assert {r["outcome"] for r in data["results"]} == {"typed-error"}
+  assert all(r["stage"] == "build" for r in data["results"])
   assert not any(r["reproducer"] for r in data["results"]) and "injected: refused while building" in p.stdout
 
 # ***** the generator families (kc.fuzz.families) *****
@@ -423,16 +424,18 @@ _LATER = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", 
 # the first 80 classic kernels of case_seed(4, i), keyed by i, as the generator made them before the later ops existed:
 # the first 12 hex digits of the sha256 of their kc.ast and numpy lines and input bytes
 _CLASSIC_BEFORE = {
-  2: "bcbc5eda51ea", 3: "c92b9c203607", 4: "5924a50c9ff8", 6: "7ff1e29cd3ba", 7: "ca4d6603ddc5", 8: "a50c7e1309b9",
-  9: "951788e5366c", 10: "d0e0af69c014", 11: "ad9c59065e52", 12: "cb67b985a248", 17: "813d0ced762b", 18: "ae9cfb3ce1eb",
-  19: "052f27cc07d2", 20: "93765ee7695f", 22: "0f8b815ca30a", 24: "2e364d70f4a3", 25: "2c674fb5d271", 26: "801255f6a053",
-  29: "4f474a904186", 30: "bf958de4dbbc", 32: "254605c72238", 33: "3d114941e73e", 35: "e8cdd97523be", 36: "3328771aff51",
-  37: "c13e16afbb7f", 38: "98ff38456bc4", 40: "3387f90fdae1", 42: "09ac13385fbc", 43: "c66a4c3cf03b", 44: "17a583bb22b2",
-  45: "3a7ad22b046c", 46: "79bbcd3c1bc8", 47: "dc28329ae47d", 48: "3e8438a13e65", 49: "7757bbbf4d4b", 52: "869176ca81bd",
-  57: "f49083d88dcb", 59: "5ca3b905d07f", 61: "119ca15a671e", 62: "73bd8037bf71", 64: "e1e1229ee8ee", 65: "48ceefc184a4",
-  66: "865a8535e6ee", 68: "af77aa45e7b5", 69: "f8552b274b69", 71: "befeed198557", 72: "d3ba200ad7e2", 73: "39292f8ec540",
-  74: "7f118d58099d", 76: "73147bfd8d71", 78: "54495951abc0", 81: "2ed1ef2bb455", 82: "3a3349acc568", 83: "9e375eb9d3f4",
-  84: "53989493c595", 88: "b9bf1e3ef34c", 89: "05b580966e77", 90: "9032686666b9", 92: "67a109937295", 94: "66fa2f94b21d",
+  2: "bcbc5eda51ea", 3: "c92b9c203607", 4: "5924a50c9ff8", 6: "7ff1e29cd3ba", 7: "ca4d6603ddc5",
+  8: "a50c7e1309b9", 9: "951788e5366c", 10: "d0e0af69c014", 11: "ad9c59065e52", 12: "cb67b985a248",
+  17: "813d0ced762b", 18: "ae9cfb3ce1eb", 19: "052f27cc07d2", 20: "93765ee7695f", 22: "0f8b815ca30a",
+  24: "2e364d70f4a3", 25: "2c674fb5d271", 26: "801255f6a053", 29: "4f474a904186", 30: "bf958de4dbbc",
+  32: "254605c72238", 33: "3d114941e73e", 35: "e8cdd97523be", 36: "3328771aff51", 37: "c13e16afbb7f",
+  38: "98ff38456bc4", 40: "3387f90fdae1", 42: "09ac13385fbc", 43: "c66a4c3cf03b", 44: "17a583bb22b2",
+  45: "3a7ad22b046c", 46: "79bbcd3c1bc8", 47: "dc28329ae47d", 48: "3e8438a13e65", 49: "7757bbbf4d4b",
+  52: "869176ca81bd", 57: "f49083d88dcb", 59: "5ca3b905d07f", 61: "119ca15a671e", 62: "73bd8037bf71",
+  64: "e1e1229ee8ee", 65: "48ceefc184a4", 66: "865a8535e6ee", 68: "af77aa45e7b5", 69: "f8552b274b69",
+  71: "befeed198557", 72: "d3ba200ad7e2", 73: "39292f8ec540", 74: "7f118d58099d", 76: "73147bfd8d71",
+  78: "54495951abc0", 81: "2ed1ef2bb455", 82: "3a3349acc568", 83: "9e375eb9d3f4", 84: "53989493c595",
+  88: "b9bf1e3ef34c", 89: "05b580966e77", 90: "9032686666b9", 92: "67a109937295", 94: "66fa2f94b21d",
   97: "81deb0e17da8", 98: "90aad6ecb59d", 99: "4fab81598f83", 100: "daedbc1698c7", 101: "b2f99804ca73",
   104: "90aed1e896c9", 107: "f7b537d31df1", 109: "888063a56464", 113: "799cc28e8da4", 115: "9bad5c001b5d",
   117: "8e2bdd08367d", 118: "a9496d96c483", 121: "b3c4dfd21406", 124: "a53ac62ffae8", 126: "1482fc721143",
@@ -523,7 +526,8 @@ def test_specials_reach_the_later_ops_and_powers():
     for i in r.live():
       n = r.nodes[i]
       with np.errstate(all="ignore"):
-        if any(values[s].dtype.kind == "f" and not np.isfinite(values[s]).all() for s in n.srcs): ops_with_specials.add(n.op)
+        if any(values[s].dtype.kind == "f" and not np.isfinite(values[s]).all() for s in n.srcs):
+          ops_with_specials.add(n.op)
       if n.op == "pow" and len(n.srcs) == 1:
         x, v = values[n.srcs[0]], values[i]
         if "** 0" in n.np and "** 0." not in n.np or "** 0.0" in n.np:   # x ** 0 is 1, NaN and infs included
@@ -547,9 +551,10 @@ def _ml_eval(kc_src: str, x):
 
 
 def test_narrow_float_steps_with_python_scalars_are_ml_dtypes_steps():
-  # bfloat16 and fp8 have no numpy loops of their own: ml_dtypes' are the reference. A Python scalar beside one takes its
-  # dtype first (NEP 50: fp8e4m3 has no inf, so x / inf is NaN and x < inf False there), and ** is C's pow per element
-  # ((-inf) ** 0.5 is inf, where numpy's float32 ** 0.5 is its sqrt, NaN); each step computes in float32, rounded once
+  # bfloat16 and fp8 have no numpy loops of their own: ml_dtypes' are the reference. A Python scalar beside one takes
+  # its dtype first (NEP 50: fp8e4m3 has no inf, so x / inf is NaN and x < inf False there), and ** is C's pow per
+  # element ((-inf) ** 0.5 is inf, where numpy's float32 ** 0.5 is its sqrt, NaN); each step computes in float32,
+  # rounded once
   ml = pytest.importorskip("ml_dtypes")
   types = {"bfloat16": ml.bfloat16, "fp8e4m3": ml.float8_e4m3fn, "fp8e5m2": ml.float8_e5m2}
   checked, seen = 0, Counter()
@@ -560,8 +565,8 @@ def test_narrow_float_steps_with_python_scalars_are_ml_dtypes_steps():
     for i in r.live():
       n = r.nodes[i]
       src = r.nodes[n.srcs[0]] if n.srcs else None
-      if len(n.srcs) != 1 or not src.dtype or n.op not in ("add", "sub", "mul", "div", "maximum", "minimum", "cmp", "pow"):
-        continue
+      ops = ("add", "sub", "mul", "div", "maximum", "minimum", "cmp", "pow")
+      if len(n.srcs) != 1 or not src.dtype or n.op not in ops: continue
       x = values[n.srcs[0]]
       with np.errstate(all="ignore"): want = np.asarray(_ml_eval(n.kc, x.astype(types[src.dtype])))
       want = want if want.dtype == np.bool_ else want.astype(np.float32)

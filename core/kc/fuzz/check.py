@@ -45,7 +45,8 @@ class Verdict:
 
 def judge(ref: Reference, reply: Reply) -> Verdict:
   if reply.error is not None:
-    msg = f"{reply.etype}: {reply.message}" if reply.etype and reply.error in ("typed", "internal", "untyped") else reply.message
+    named = reply.etype and reply.error in ("typed", "internal", "untyped")
+    msg = f"{reply.etype}: {reply.message}" if named else reply.message
     return Verdict(_FROM_ERROR[reply.error], msg, reply.opts, reply.etype, reply.stage)
   problems = []
   for b, want in ref.want.items():

@@ -26,8 +26,9 @@ MAX_ELEMENTS = 4096
 _LIMIT = {"float16": 2000.0, "float32": 1e6, "bfloat16": 1e6, "fp8e4m3": 100.0, "fp8e5m2": 1000.0}
 # the share of steps followed by one of the ops kc.ast gained after the classic generator was written (Generator.later)
 _LATER_P = 0.2
-_LATER_OPS = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite", "square",
-              "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows", "__lshift__", "__rshift__")
+_LATER_OPS = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite",
+              "square", "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows", "__lshift__",
+              "__rshift__")
 _BITCAST = {"int8": ("uint8",), "uint8": ("int8",), "int16": ("uint16", "float16"), "uint16": ("int16", "float16"),
             "float16": ("int16", "uint16"), "int32": ("float32",), "float32": ("int32",)}
 
@@ -327,7 +328,8 @@ class Generator:
     if a is None or b is None: return None
     if "matmul" in features() and dt in ("float32", "int32") and self.chance(0.3):
       return self.add(Node("matmul", "{0} @ {1}", "np.matmul({0}, {1})", (a, b), "reduce"), reduced=True)
-    if "matmul" in features() and dt == "float16" and self.more.random() < 0.4:   # products and sums in float32, rounded once
+    if "matmul" in features() and dt == "float16" and self.more.random() < 0.4:
+      # products and sums in float32, rounded once
       n = "np.matmul({0}.astype(np.float32), {1}.astype(np.float32)).astype(np.float16)"
       return self.add(Node("matmul", "{0} @ {1}", n, (a, b), "arith"), reduced=True)
     ra = self.add(Node("reshape", f"{{0}}.reshape({(M, K, 1)})", f"{{0}}.reshape({(M, K, 1)})", (a,)))
@@ -445,7 +447,8 @@ class Generator:
   def later_unary(self, x: int) -> Optional[int]:
     dt, f = self.dt(x), features()
     # a float-only op of an int or bool gives numpy's float dtype for it (float16 for 8 bits, float32 for 16, float64
-    # for more, which the generator drops); a narrow float's is its own (numpy computes its float32 values, rounded once)
+    # for more, which the generator drops); a narrow float's is its own (numpy computes on its float32 values, and the
+    # result is rounded once)
     out = dt if self.isfloat(x) else _kc_dtype_name(np.tanh(np.zeros(0, self.values[x].dtype)).dtype)
     wide = "{0}" if self.values[x].dtype == np.float32 else "{0}.astype(np.float32)"
     back = "" if self.narrow(x) else f".astype({_np(out)})"

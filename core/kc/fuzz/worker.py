@@ -125,7 +125,8 @@ def run_job(job: Job, device: str, note=None) -> Reply:
     stage = "run"
     reply.outputs = kc.run(ns["sink"], job.inputs, device=device, opts=opts_from_spec(reply.opts))
   except Exception as e:  # noqa: BLE001 (every error is an outcome: a refusal, or a finding with where it came from)
-    reply.error, reply.etype = error_kind(e, stage, not isinstance(job.opts, str) or job.opts == "random"), type(e).__name__
+    explicit_opts = not isinstance(job.opts, str) or job.opts == "random"
+    reply.error, reply.etype = error_kind(e, stage, explicit_opts), type(e).__name__
     reply.message = str(e) if reply.error == "typed" else f"{e} ({_where(e)})"
   reply.stage = stage
   reply.message = reply.message[:2000]
