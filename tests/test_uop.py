@@ -149,3 +149,14 @@ def test_group_ops_partition_alu():
                "CAST", "BITCAST", "INDEX", "ADD", "MUL", "IDIV", "MOD", "MAX", "CMPLT", "CMPNE", "AND", "OR", "XOR", "SHL", "SHR", "WHERE",
                "MULACC", "NEG", "RECIP", "EXP2", "LOG2", "SIN", "SQRT", "FDIV"]:
     assert isinstance(getattr(Ops, name), Ops)
+
+
+def test_hash_consing_tells_constants_apart_as_numbers_do_not():
+  # every NaN is one constant (equal ASTs are one object, so their cache keys agree); 0.0 and -0.0 are two, also as
+  # lanes of a vector constant, where tuple equality would have merged them
+  nan1, nan2 = float("nan"), float("inf") - float("inf")
+  assert UOp.const(dtypes.float32, nan1) is UOp.const(dtypes.float32, nan2)
+  assert UOp.const(dtypes.float32, 0.0) is not UOp.const(dtypes.float32, -0.0)
+  v2 = dtypes.float32.vec(2)
+  assert UOp.const(v2, (0.0, 1.0)) is not UOp.const(v2, (-0.0, 1.0))
+  assert UOp.const(v2, (nan1, 1.0)) is UOp.const(v2, (nan2, 1.0))

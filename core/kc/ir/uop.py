@@ -190,10 +190,18 @@ def _check_typing(op, dtype, src, arg):
     if not lo <= v <= hi: raise SymbolicError(f"value {v} is outside the range [{lo}, {hi}] of Variable {name!r}")
 
 
+def _arg_key(arg: Any) -> Any:
+  """An arg as the hash-consing key holds it. 0.0 == -0.0 and they hash alike, but they are different constants; two
+  NaN objects are unequal (a second nan constant would be a second UOp, and equal ASTs different objects): every NaN
+  is one key. Floats inside a vector constant's tuple alike."""
+  if type(arg) is float: return ("nan",) if arg != arg else (arg, math.copysign(1.0, arg))
+  if type(arg) is tuple and any(type(a) is float for a in arg): return ("tuple", *map(_arg_key, arg))
+  return arg
+
+
 class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
-    # 0.0 == -0.0 and they hash alike, but they are different constants
-    key = (op, dtype, src, arg) if type(arg) is not float else (op, dtype, src, (arg, math.copysign(1.0, arg)))
+    key = (op, dtype, src, _arg_key(arg))
     try: ref = _UCACHE.get(key)
     except TypeError as e: raise UOpError(f"{op}: arg must be hashable, got {type(arg).__name__} {arg!r}") from e
     if ref is not None and (ret := ref()) is not None: return ret
