@@ -350,3 +350,19 @@ def test_squeeze_ravel_flatten(device):
 def test_square_of_bool_is_int8(device):
   a = np.array([True, False])
   same(run(A.arg(1, np.bool_, (2,)).square(), {1: a}, device), np.square(a))
+
+
+@pytest.mark.parametrize("device", ["EMU", "CLANG"])
+@pytest.mark.parametrize("dt", [dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.bfloat16, dtypes.float16])
+@pytest.mark.parametrize("largest", [True, False])
+def test_argmax_argmin_of_narrow_floats_with_a_padded_axis(device, dt, largest):
+  # the axis (6) is padded to 8 with the dtype's least value: fp8e4m3 has no -inf (its -inf bits are NaN), and a
+  # padded NaN won as "the first NaN" (every row gave 8)
+  ml_dtypes = pytest.importorskip("ml_dtypes")
+  md = {dtypes.fp8e4m3: ml_dtypes.float8_e4m3fn, dtypes.fp8e5m2: ml_dtypes.float8_e5m2, dtypes.bfloat16: ml_dtypes.bfloat16,
+        dtypes.float16: np.float16}[dt]
+  vals = np.array([[1, 2, 3, .5, .25, 1.5], [-448, -448, -1, 0, 2, 448], [0.25] * 6], np.float32).astype(md)
+  x = A.arg(1, dt, (3, 6))
+  got = kc.run(A.sink(A.store(0, x.argmax(1) if largest else x.argmin(1))), {1: vals}, device=device)[0]
+  f32 = vals.astype(np.float32)
+  np.testing.assert_array_equal(got, f32.argmax(1) if largest else f32.argmin(1))

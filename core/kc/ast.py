@@ -829,7 +829,8 @@ def _arg_extreme(x: Expr, axis, keepdims: bool, largest: bool) -> Expr:
     bit = const(2 ** (bits - 1 - b), dtypes.int64, shape)
     bit = bit.pad(tuple((1, 0) if i == a + b else (0, 0) for i in range(len(shape))))
     index = bit if index is None else index + bit
-  lowest = -math.inf if dtypes.is_float(kd) else dtypes.min(kd)
+  # the dtype's least value: -inf, or where a format has no inf (fp8e4m3, whose -inf would be its NaN) its least finite
+  lowest = dtypes.min(kd)
   top = where(inside, key, lowest).max(axes, keepdims=True)
   hit = key == top
   if dtypes.is_float(kd): hit = hit | key.isnan()
