@@ -212,7 +212,7 @@ def _kc_dtype(kc_src: str) -> str: return kc_src.split("dtypes.")[1].split(",")[
 
 
 def test_families_are_drawn_by_seed_and_classic_keeps_the_old_generator():
-  from kc.fuzz.generate import Generator
+  from kc.fuzz.classic import Generator
   drawn = [pick_family(case_seed(1, i)) for i in range(400)]
   assert set(drawn) == set(FAMILIES) and 0.5 < drawn.count("classic") / len(drawn) < 0.7
   for i in range(40):   # a classic seed makes exactly the kernel the generator made before there were families

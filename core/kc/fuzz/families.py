@@ -1,4 +1,4 @@
-"""Families of fuzz kernels, each aimed at a class of bug the classic generator (generate.Generator) steers clear of.
+"""Families of fuzz kernels, each aimed at a class of bug the classic generator (classic.Generator) steers clear of.
 
 The classic generator keeps every value finite and every division safe, so that numpy's answer is one a kernel must
 match whatever it does with NaN. The families here give those cases a numpy answer that is exact too:
@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 from kc import ast as A, dtypes
 from kc.errors import KcError
-from kc.fuzz.generate import INT_DTYPES, Generator, _broadcasts
+from kc.fuzz.classic import INT_DTYPES, Generator, _broadcasts
 from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
 
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface
