@@ -5,21 +5,11 @@ import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes, DTypeError
+from ast_run import DEVICES, device, run  # noqa: F401 (device is a fixture)
 
-DEVICES = ["CLANG", "EMU"]
 ARRAY_DTYPES = [np.bool_, np.int8, np.uint8, np.int16, np.int32, np.int64, np.uint64, np.float16, np.float32, np.float64]
 NUMPY_SCALARS = [np.bool_(True), np.int8(3), np.uint8(3), np.int16(3), np.int32(3), np.int64(3), np.uint64(3),
                  np.float16(2), np.float32(2), np.float64(2)]
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-  if request.param not in kc.Device.available(): pytest.skip(f"{request.param} cannot open here")
-  return request.param
-
-
-def run(expr: A.Expr, inputs: dict, device: str) -> np.ndarray:
-  return kc.run(A.sink(A.store(0, expr)), inputs, device=device)[0]
 
 
 def same(got: np.ndarray, want, rtol=1e-6):

@@ -10,19 +10,9 @@ import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, Ops, UOp
 from kc.examples import EXAMPLES
 from kc.shape import ShapeTracker
+from ast_run import DEVICES, device, run  # noqa: F401 (device is a fixture)
 
-DEVICES = ["CLANG", "EMU"]
 SWVIEW = np.lib.stride_tricks.sliding_window_view
-
-
-@pytest.fixture(params=DEVICES)
-def device(request):
-  if request.param not in kc.Device.available(): pytest.skip(f"{request.param} cannot open here")
-  return request.param
-
-
-def run(expr: A.Expr, inputs: dict, device: str) -> np.ndarray:
-  return kc.run(A.sink(A.store(0, expr)), inputs, device=device)[0]
 
 
 def same(got: np.ndarray, want, rtol=1e-6, atol=0.0, signed_zeros=True):
