@@ -214,3 +214,19 @@ def test_narrow_float_unary_is_float32_rounded_once(device, dt, name):
   # a last-place difference where float32's value lies near a tie of the narrow type
   ulp = {1: 0.13, 2: 2.0 ** -7 if dt == dtypes.bfloat16 else 2.0 ** -10}[dt.itemsize]
   np.testing.assert_allclose(got[~special], want[~special], rtol=ulp, atol=1e-30)
+
+
+@pytest.mark.parametrize("device", [d for d in ("EMU", "CLANG", "OPENCL") if kc.Device.unavailable_reason(d) is None])
+def test_a_nan_constant_operand_is_folded_to_nan(device):
+  # PoCL computed exp2(log2(|x|) * NAN) as 1.0, so OPENCL's x ** nan was 1 (or x, through the fp8 codecs): a NaN
+  # operand of a float +, * or / is folded before any device sees it
+  x = A.arg(1, dtypes.float32, (4,))
+  vals = np.array([4.0, 0.5, -2.0, 1.0], np.float32)
+  for expr, want in ((x ** float("nan"), vals ** np.float32("nan")), (x * float("nan") + 1, vals * np.nan + 1),
+                     (float("nan") / x, np.nan / vals)):
+    got = kc.run(A.sink(A.store(0, expr)), {1: vals}, device=device, opts="none")[0]
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+  y = kc.UOp.variable("y", 0, 9).cast(dtypes.float32)
+  for op in ("__add__", "__mul__", "__truediv__", "__rtruediv__"):
+    folded = getattr(y, op)(kc.UOp.const(dtypes.float32, float("nan"))).simplify()
+    assert folded.op is kc.Ops.CONST and np.isnan(folded.arg), folded

@@ -235,6 +235,13 @@ def fold_cast(x: UOp, c: UOp) -> Optional[UOp]:
   return UOp.const(x.dtype, cast_scalar(x.dtype, c.arg)) if x.dtype.count == 1 else None
 
 
+def nan_operand(x: UOp) -> Optional[UOp]:
+  """x + nan, x * nan, x / nan, nan / x: NaN, whatever x is (IEEE 754; numpy's too)."""
+  if not dtypes.is_float(x.dtype) or x.dtype.count != 1: return None
+  nan = any(s.op is Ops.CONST and isinstance(s.arg, float) and math.isnan(s.arg) for s in x.src)
+  return UOp.const(x.dtype, math.nan) if nan else None
+
+
 def add_zero(s: UOp, x: UOp) -> Optional[UOp]:
   """x + 0 is x, but for a float x of -0.0 where the zero is +0.0 (-0.0 + 0.0 is 0.0, and 1/x tells them apart)."""
   if not dtypes.is_float(x.dtype) or math.copysign(1.0, s.src[1].arg) < 0 or _never_negative_zero(x): return x
@@ -279,6 +286,9 @@ symbolic = PatternMatcher([
   # (fold_alu has already put a constant operand of a commutative op on the right: ordered patterns suffice)
   (UPat(Ops.ADD, src=(var("x"), UPat.const(None, 0)), name="s"), add_zero),
   (UPat(Ops.MUL, src=(var("x"), UPat.const(None, 1))), lambda x: x),
+  # a NaN operand makes a NaN of every float sum, product and quotient: folded here, the constant the device sees
+  # is the result (PoCL gave exp2(log2(x) * NAN) as 1.0, numpy's x ** nan as x or 1)
+  (UPat((Ops.ADD, Ops.MUL, Ops.FDIV), name="x"), nan_operand),
   (UPat(Ops.WHERE, src=(var(), var("x"), var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), var("a"), var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.WHERE, src=(var("c"), var("a"), var("b"))), where_not),
