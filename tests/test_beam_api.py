@@ -252,13 +252,13 @@ def _interrupt_at(where: str, monkeypatch):
 
 
 def _record_workers(monkeypatch) -> list:
-  import kc.search.executor as executor
-  started, real_init = [w.process for w in kc.search.shared_pool()._pool], executor._Worker.__init__
+  from kc.testing.worker import Worker
+  started, real_init = [w.process for w in kc.search.shared_pool()._pool], Worker.__init__
 
-  def init(self, ctx):
-    real_init(self, ctx)
+  def init(self, *args, **kw):
+    real_init(self, *args, **kw)
     started.append(self.process)
-  monkeypatch.setattr(executor._Worker, "__init__", init)
+  monkeypatch.setattr(Worker, "__init__", init)
   return started
 
 

@@ -98,11 +98,4 @@ def ints(rng, shape, lo, hi, dt) -> np.ndarray: return rng.integers(lo, hi, shap
 def nonzero(x: np.ndarray) -> np.ndarray: return np.where(x == 0, np.ones_like(x), x)
 
 
-def bf16_round(x: np.ndarray) -> np.ndarray:
-  """float32 values rounded to the nearest bfloat16 (ties to even), as float32: the oracle's own rounding."""
-  bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-  bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-  return bits.astype(np.uint32).view(np.float32)
-
-
 def single(sink, inputs, expected, **var_vals) -> Setup: return Setup(sink, inputs, expected, var_vals)

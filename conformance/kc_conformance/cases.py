@@ -8,9 +8,9 @@ from typing import Callable
 import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
-from .case import BASIC, TENSOR, Case, Setup, arg, bf16_round, case, ints, nonzero, register, single, uniform
+from .case import BASIC, TENSOR, Case, Setup, arg, case, ints, nonzero, register, single, uniform
 from .tolerance import Tolerance
-from kc.ir.dtype import round_fp8
+from kc.ir.codec import round_bf16, round_to
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise
@@ -101,12 +101,12 @@ def bitcasts(rng):
 @case("arith", "elementwise")
 def bf16_arith(rng):
   shape = (6, 8)
-  a, b = bf16_round(uniform(rng, shape)), bf16_round(uniform(rng, shape))
+  a, b = round_bf16(uniform(rng, shape)), round_bf16(uniform(rng, shape))
   x, y = arg(1, shape, dtypes.bfloat16), arg(2, shape, dtypes.bfloat16)
   f = arg(3, shape)
   c = uniform(rng, shape)
   sink = A.sink(A.store(0, x * y + x), A.store(4, f.cast(dtypes.bfloat16)), A.store(5, (x + y).cast(dtypes.float32)))
-  want = {0: bf16_round(bf16_round(a * b) + a), 4: bf16_round(c), 5: bf16_round(a + b)}
+  want = {0: round_bf16(round_bf16(a * b) + a), 4: round_bf16(c), 5: round_bf16(a + b)}
   return single(sink, {1: a, 2: b, 3: c}, want)
 
 
@@ -428,13 +428,12 @@ def _tc_matmul(rng, B: int, M: int, K: int, N: int, dt_in: DType, dt_acc: DType)
   lead = (B,) if B > 1 else ()
   def data(shape):
     x = uniform(rng, lead + shape, -1.0, 1.0)
-    if dt_in in dtypes.fp8s: return round_fp8(x.astype(np.float64), dt_in).astype(np.float32)  # fp8 data as its float32 values
-    return bf16_round(x) if dt_in == dtypes.bfloat16 else x.astype(dt_in.np)
+    return round_to(x, dt_in)  # bfloat16 and fp8 data as their float32 values
   a, b = data((M, K)), data((K, N))
   x, y = arg(1, lead + (M, K), dt_in).reshape(*lead, M, K, 1), arg(2, lead + (K, N), dt_in).reshape(*lead, 1, K, N)
   prod = x * y if dt_in == dt_acc else x.cast(dt_acc) * y.cast(dt_acc)
   want = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
-  want = (bf16_round(want) if dt_acc == dtypes.bfloat16 else want.astype(dt_acc.np)).reshape(*lead, M, 1, N)
+  want = round_to(want, dt_acc).reshape(*lead, M, 1, N)
   return single(A.sink(A.store(0, prod.sum(len(lead) + 1, acc_dtype=dt_acc))), {1: a, 2: b}, {0: want})
 
 

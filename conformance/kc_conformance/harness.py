@@ -7,21 +7,17 @@ from __future__ import annotations
 import numpy as np
 import kc
 from kc import Buffer, DType, Program, dtypes
-from kc.ir.dtype import float_to_fp8, fp8_to_float32
+from kc.ir.codec import decode, encode
 from .case import Setup
 
 
 def to_bytes(a: np.ndarray, dt: DType) -> memoryview:
-  if dt == dtypes.bfloat16: a = (np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16)  # exact: the values are bfloat16 already
-  elif dt in dtypes.fp8s: a = float_to_fp8(a, dt)  # exact: the values are fp8 already
-  else: a = np.ascontiguousarray(a, dtype=dt.np)
-  return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+  bits = encode(a, dt)  # exact: bfloat16 and fp8 values are rounded to their type already
+  return memoryview(np.ascontiguousarray(bits).reshape(-1).view(np.uint8))
 
 
 def from_bytes(raw: bytearray, dt: DType) -> np.ndarray:
-  if dt == dtypes.bfloat16: return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-  if dt in dtypes.fp8s: return fp8_to_float32(np.frombuffer(raw, np.uint8), dt)
-  return np.frombuffer(raw, dt.np).copy()
+  return decode(np.frombuffer(raw, np.uint8), dt).copy()
 
 
 def compile_source(device: str, src: str) -> int:

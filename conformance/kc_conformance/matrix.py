@@ -10,8 +10,8 @@ from typing import Callable
 import numpy as np
 from kc import DType, dtypes
 from kc import ast as A
-from kc.ir.dtype import float_to_fp8, fp8_to_float32, round_fp8
-from .case import BASIC, HAND, Case, Setup, arg, bf16_round, nonzero, register, single
+from kc.ir.codec import decode, encode, round_to
+from .case import BASIC, HAND, Case, Setup, arg, nonzero, register, single
 
 SHAPE = (5, 12)
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
@@ -26,8 +26,7 @@ def short(dt: DType) -> str:
 def as_dtype(x: np.ndarray, dt: DType) -> np.ndarray:
   """numpy values of `dt` (bfloat16: float32 values rounded to bfloat16; fp8: float32 values of the fp8 type, rounded
   once from float64 by kc's own conversion, which the tests check against ml_dtypes)."""
-  if dt in dtypes.fp8s: return round_fp8(np.asarray(x, np.float64), dt)
-  return bf16_round(np.asarray(x, np.float32)) if dt == dtypes.bfloat16 else np.asarray(x).astype(dt.np)
+  return round_to(x, dt)
 
 
 def values(rng, dt: DType, lo: float, hi: float, shape=SHAPE) -> np.ndarray:
@@ -183,21 +182,14 @@ def _bits(rng, dt: DType) -> np.ndarray:
     raw |= np.uint64(1 << (top - 4 if nbits == 16 else top - 1))
   if nbits == 8: raw &= ~np.uint64(0x40)  # both fp8 layouts: the exponent's top bit clear, so never inf or NaN
   u = raw.astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize])
-  if dt == dtypes.bfloat16: return (u.astype(np.uint32) << 16).view(np.float32)
-  if dt in dtypes.fp8s: return fp8_to_float32(u, dt)
-  return u.view(dt.np)
+  return decode(u, dt)
 
 
 def _as_bits(a: np.ndarray, dt: DType) -> np.ndarray:
-  if dt == dtypes.bfloat16: return (np.asarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16)
-  if dt in dtypes.fp8s: return float_to_fp8(a, dt)
-  return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize])
+  return encode(a, dt).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dt.itemsize])
 
 
-def _from_bits(bits: np.ndarray, dt: DType) -> np.ndarray:
-  if dt == dtypes.bfloat16: return (bits.astype(np.uint32) << 16).view(np.float32)
-  if dt in dtypes.fp8s: return fp8_to_float32(bits, dt)
-  return bits.view(dt.np)
+def _from_bits(bits: np.ndarray, dt: DType) -> np.ndarray: return decode(bits, dt)
 
 
 def _bitcast_case(src: DType, dst: DType) -> Case:

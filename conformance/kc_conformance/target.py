@@ -16,7 +16,8 @@ from .checks import judge, limit_violations, needs_of, render
 from .corpus import CASES, setup_of
 from .specs import CANDIDATES, SPECS, NotApplicable, Spec, opt_id, tc_level
 from .tolerance import compare, tolerance
-from .worker import Crash, Raised, Worker, in_process_call
+from kc.testing.worker import HANG, Outcome
+from .worker import Worker, in_process_call
 
 
 @dataclass
@@ -132,13 +133,14 @@ class Target:
       record("kc_mismatches", mismatch_sample(case, setup, outs, tensor_core=spec.kind == "tc"))
       fail(record, "WrongResult", verdict.reason, f"wrong result: {verdict.reason}", source=prg.src)
 
-  def _outcome(self, result, record, doing: str, src: str):
-    if isinstance(result, Crash):
-      record("kc_crash", result.reason)
-      fail(record, "Crash", result.reason, f"{doing} the kernel ended the worker ({result.reason}); the run continues with a fresh worker",
+  def _outcome(self, got: Outcome, record, doing: str, src: str):
+    if got.raised: fail(record, got.etype, got.message, f"{doing} raised {got.etype}: {got.message}", source=src)
+    if not got.ok:  # a crash or a hang
+      reason = f"{'timeout' if got.kind == HANG else 'crash'}: {got.message}"
+      record("kc_crash", reason)
+      fail(record, "Crash", reason, f"{doing} the kernel ended the worker ({reason}); the run continues with a fresh worker",
            source=src)
-    if isinstance(result, Raised): fail(record, result.type, result.message, f"{doing} raised {result.type}: {result.message}", source=src)
-    return result
+    return got.value
 
   def opt_errors(self, case_name: str, record) -> None:
     """The error contract: every opt the Kernel refuses raises KernelOptError and leaves the Kernel as it was (its

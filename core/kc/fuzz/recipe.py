@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 import numpy as np
-from kc.ir.dtype import dtypes, float_to_fp8, fp8_to_float32
-from kc.runtime.emulator import bf16_bits, bf16_values
+from kc.ir.codec import decode, encode, round_to
+from kc.ir.dtype import dtypes
 
 # ops whose result kc must match bit for bit when every float involved holds a small integer (an integral value is
 # exact whatever the summation order, contraction or intermediate precision); every other float op is approximate
@@ -27,21 +27,17 @@ NARROW_FLOATS = ("bfloat16", "fp8e4m3", "fp8e5m2")
 
 def narrow_round(x, name: str) -> np.ndarray:
   """float values rounded once to the narrow float type `name`, as float32 (NaN stays NaN, the sign of zeros stays)."""
-  x = np.asarray(x, dtype=np.float32)
-  if name == "bfloat16": return bf16_values(bf16_bits(x))
-  return fp8_to_float32(float_to_fp8(x, getattr(dtypes, name)), getattr(dtypes, name))
+  return round_to(np.asarray(x, dtype=np.float32), getattr(dtypes, name))
 
 
 def narrow_bits(values: np.ndarray, name: str) -> np.ndarray:
   """float32 values of the narrow type `name` as the raw bits kc takes (uint16 for bfloat16, uint8 for fp8)."""
-  if name == "bfloat16": return bf16_bits(values)
-  return float_to_fp8(values, getattr(dtypes, name))
+  return encode(values, getattr(dtypes, name))
 
 
 def narrow_values(bits: np.ndarray, name: str) -> np.ndarray:
   """Raw bits of the narrow type `name` (as kc returns them) as float32 values."""
-  if name == "bfloat16": return bf16_values(bits)
-  return fp8_to_float32(bits, getattr(dtypes, name))
+  return decode(bits, getattr(dtypes, name))
 
 
 def value_dtype(v: np.ndarray, node: "Node") -> str:

@@ -1,21 +1,20 @@
 """Running fuzz cases on a device in a process of their own, so that a segfault or a hang costs one case, not the run.
 
-The parent talks to one `DeviceWorker` per device; it starts a spawned child process that opens the device and runs
-jobs (build the kernel from its kc.ast lines, pick the opts, kc.run it) until its pipe closes. A child that dies is
-a crash, one that does not answer within the timeout is a hang; either way it is replaced by a fresh one.
+The parent talks to one `DeviceWorker` per device; it starts a kc.testing.worker process that opens the device and
+runs jobs (build the kernel from its kc.ast lines, pick the opts, kc.run it) until its pipe closes. A child that dies
+is a crash, one that does not answer within the timeout is a hang; either way the next job starts a fresh one.
 """
 from __future__ import annotations
-import multiprocessing as mp
-import random, signal, time, traceback
+import random, traceback
 from dataclasses import dataclass, field
 from typing import Optional, Union
 import numpy as np
+from kc.testing.worker import CRASH, HANG, Worker
 
 # opts as data that crosses the process boundary: a mode name, or a list of (OptOps name, axis, amt)
 OptsSpec = Union[str, list]
 _RANDOM_OPS = ("UPCAST", "UPCAST", "UNROLL", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP", "NOLOCALS")
 _PAD_UNROLL_P = 0.4   # the share of reduce kernels whose random opts include a PADTO + UNROLL pair
-_START_TIMEOUT = 120.0   # opening a device may compile or load a runtime: not counted against a case
 
 
 @dataclass(frozen=True)
@@ -139,73 +138,42 @@ def _where(e: BaseException) -> str:
   return f"at {'/'.join(tb.filename.rsplit('/', 2)[-2:])}:{tb.lineno} in {tb.name}"
 
 
-def _serve(conn, device: str) -> None:
-  """The child's loop: say ready, then answer jobs until the parent closes the pipe."""
-  import kc  # noqa: F401 (open the plugins before saying ready)
-  conn.send("ready")
-  while True:
-    try: job = conn.recv()
-    except (EOFError, OSError): return
-    conn.send(run_job(job, device, note=lambda opts: conn.send(("opts", opts))))
-
-
-def _signal_name(code: Optional[int]) -> str:
-  if code is None: return "no exit status"
-  if code < 0:
-    try: return signal.Signals(-code).name
-    except ValueError: return f"signal {-code}"
-  return f"exit status {code}"
+def _device_handler(device: str):
+  """A fuzz worker's setup: open the plugins (before it says ready), then run jobs on `device`."""
+  import kc  # noqa: F401
+  return lambda job, note: run_job(job, device, note)
 
 
 class DeviceWorker:
-  """The parent's handle on one device's child process."""
+  """The parent's handle on one device's worker process (kc.testing.worker: a crash or a hang is its Outcome)."""
 
   def __init__(self, device: str, timeout: float):
     self.device, self.timeout = device, timeout
-    self.proc: Optional[mp.Process] = None
-    self.conn = None
+    self.worker: Optional[Worker] = None
     self.restarts = 0
 
   def _start(self) -> Optional[str]:
-    ctx = mp.get_context("spawn")
-    self.conn, child = ctx.Pipe()
-    self.proc = ctx.Process(target=_serve, args=(child, self.device), daemon=True, name=f"kc-fuzz-{self.device}")
-    self.proc.start()
-    child.close()
-    try:
-      if self.conn.poll(_START_TIMEOUT) and self.conn.recv() == "ready": return None
-    except (EOFError, OSError): pass
+    self.worker = Worker(_device_handler, (self.device,), name=f"kc-fuzz-{self.device}")
+    if (failed := self.worker.wait_ready()) is None: return None
     self.stop()
-    return "the worker process did not start"
+    return f"the worker process did not start ({failed.etype}: {failed.message})"
 
   def stop(self) -> None:
-    if self.proc is not None:
-      if self.proc.is_alive(): self.proc.kill()
-      self.proc.join(5)
-    if self.conn is not None: self.conn.close()
-    self.proc = self.conn = None
+    if self.worker is not None: self.worker.kill()
+    self.worker = None
 
   def run(self, job: Job) -> Reply:
-    if self.proc is None or not self.proc.is_alive():
+    if self.worker is None or not self.worker.alive:
       self.stop()
       if (why := self._start()) is not None: return Reply(opts=job.opts, error="crash", stage="start", message=why)
-    opts, deadline = job.opts, time.monotonic() + self.timeout
-    try:
-      self.conn.send(job)
-      while self.conn.poll(max(0.0, deadline - time.monotonic())):
-        msg = self.conn.recv()
-        if isinstance(msg, Reply): return msg
-        opts = msg[1]  # ("opts", resolved list): the kernel is about to run with these
-    except (EOFError, OSError):
-      self.proc.join(5)
-      code = self.proc.exitcode
+    resolved = [job.opts]  # ("note", opts): the kernel is about to run with these
+    got = self.worker.call(job, self.timeout, on_note=lambda opts: resolved.__setitem__(0, opts))
+    if got.ok: return got.value
+    if got.kind in (CRASH, HANG):
       self.stop()
       self.restarts += 1
-      return Reply(opts=opts, error="crash", stage="run", etype=_signal_name(code), message=f"the worker process died ({_signal_name(code)})")
-    self.stop()
-    self.restarts += 1
-    return Reply(opts=opts, error="hang", stage="run", etype="timeout", message=f"no answer within {self.timeout:g} s")
+    error = got.kind if got.kind in (CRASH, HANG) else "untyped"  # run_job returns every exception: none reaches here
+    return Reply(opts=resolved[0], error=error, stage="run", etype=got.etype, message=got.message)
 
   def __enter__(self): return self
   def __exit__(self, *exc): self.stop()
-

@@ -24,7 +24,8 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from kc.runtime.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
-from kc.ir.dtype import DType, ImageDType, dtypes, float_to_fp8, fp8_to_float32, round_fp8
+from kc.ir.codec import decode, encode, round_to
+from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
 from kc.helpers import env_value, prod
 from kc.renderer import Renderer, TensorCore
@@ -199,45 +200,17 @@ def storage_np(dt: DType) -> np.dtype:
   return np.dtype(np.uint16) if s == dtypes.bfloat16 else np.dtype(np.uint8) if s in dtypes.fp8s else value_np(dt)
 
 
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-  """float32 values to bfloat16 bits, rounding to nearest even; NaNs stay (quiet) NaNs."""
-  bits = np.asarray(x, dtype=np.float32).view(np.uint32)
-  rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-  nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-  return np.where(nan, ((bits >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16), rounded)
-
-
-def bf16_values(bits: np.ndarray) -> np.ndarray:
-  return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def round_bf16(x: np.ndarray) -> np.ndarray: return bf16_values(bf16_bits(x))
-
-
 # the types numpy lacks, computed in float32 and rounded to their precision after every op that produces one
+# (kc.ir.codec.round_to: bfloat16 goes through float32 first, fp8 rounds a float64 once)
 _IN_FLOAT32 = frozenset({dtypes.bfloat16, *dtypes.fp8s})
 
 
-def round_to(x, dt: DType) -> np.ndarray:
-  """Values (float32, or float64 for a cast from double: fp8 rounds it once) as the float32 values `dt` holds, for
-  bfloat16 and fp8. bfloat16 goes through float32 first, as the C dialects' __kc_f2bf((float)x) does."""
-  s = dt.scalar()
-  if s == dtypes.bfloat16: return round_bf16(np.asarray(x).astype(np.float32))
-  return round_fp8(x, s)
-
-
 def to_storage(x: np.ndarray, dt: DType) -> np.ndarray:
-  s = dt.scalar()
-  if s == dtypes.bfloat16: return bf16_bits(x)
-  if s in dtypes.fp8s: return float_to_fp8(x, s)  # exact: the values are fp8 values already
-  return np.asarray(x, dtype=storage_np(dt))
+  return encode(x, dt) if dt.scalar() in _IN_FLOAT32 else np.asarray(x, dtype=storage_np(dt))
 
 
 def from_storage(bits: np.ndarray, dt: DType) -> np.ndarray:
-  s = dt.scalar()
-  if s == dtypes.bfloat16: return bf16_values(bits)
-  if s in dtypes.fp8s: return fp8_to_float32(bits, s)
-  return bits
+  return decode(bits, dt) if dt.scalar() in _IN_FLOAT32 else bits
 
 
 def _fix(dt: DType, fn: Callable) -> Callable:

@@ -6,6 +6,7 @@ rounding error follows the size of what it adds up, not of its result). Both sid
 from __future__ import annotations
 from typing import Optional
 import numpy as np
+from kc.ir.codec import decode
 from kc.ir.dtype import DType, dtypes
 from kc.ir.tolerance import tolerance
 from kc.search.timing import BufferInfo
@@ -13,14 +14,7 @@ from kc.search.timing import BufferInfo
 
 def float_values(raw: np.ndarray, dt: DType) -> np.ndarray:
   """The values of a float buffer's raw bytes, as float64 (bfloat16 and fp8 decoded from their bits)."""
-  if dt.np is not None: return raw.view(dt.np).astype(np.float64)
-  if dt == dtypes.bfloat16: return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-  exp_bits, man_bits = dtypes.finfo(dt)
-  bias, bits = 2 ** (exp_bits - 1) - 1, raw.astype(np.int64)
-  sign = np.where(bits >> 7, -1.0, 1.0)
-  e, m = (bits >> man_bits) & (2 ** exp_bits - 1), (bits & (2 ** man_bits - 1)).astype(np.float64)
-  mag = np.where(e == 0, np.ldexp(m, 1 - bias - man_bits), np.ldexp(1.0 + m / 2 ** man_bits, (e - bias).astype(np.int64)))
-  return sign * mag
+  return decode(raw, dt).astype(np.float64)
 
 
 def mismatch(info: BufferInfo, got: np.ndarray, want: np.ndarray) -> Optional[str]:

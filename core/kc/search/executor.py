@@ -1,25 +1,26 @@
 """Compiling many candidate sources at once: LocalCompilePool, a pool of spawned worker processes, and the
 CompileOutcome every executor yields (the Dask executor yields the same).
 
-Workers are spawned (never forked: a fork would copy the parent's open device, its threads and locks) and only ever
-call `compiler.compile(src)` on a compiler unpickled from the parent, so a worker never opens a device. Each source
-has its own time limit, counted from when a worker starts it: a compile that hangs costs that one candidate, and its
-worker is killed and replaced. A compile error is an outcome, never an exception of compile_many.
+Workers are kc.testing.worker's isolated workers (spawned, never forked) that only ever call `compiler.compile(src)`
+on a compiler unpickled from the parent, so a worker never opens a device. Each source has its own time limit,
+counted from when a worker starts it: a compile that hangs costs that one candidate, and its worker is killed and
+replaced. A compile error is an outcome, never an exception of compile_many.
 
 A compiler that cannot be pickled (OpenCL's holds its context) is compiled in the parent by a thread pool instead,
 with the same outcomes; a thread cannot be killed, so a hung compile there is reported as timed out and left to
 finish on its own.
 
-Ctrl-C is the parent's to handle: workers ignore SIGINT (a terminal sends it to the whole process group) from the
-moment they start, and a parent interrupted while it compiles kills the workers that were busy; LocalCompilePool.
-terminate() kills the rest (beam_search calls it when it is interrupted)."""
+Ctrl-C is the parent's to handle: workers ignore SIGINT (kc.testing.worker), and a parent interrupted while it
+compiles kills the workers that were busy; LocalCompilePool.terminate() kills the rest (beam_search calls it when it
+is interrupted)."""
 from __future__ import annotations
-import multiprocessing, os, pickle, queue, signal, sys, threading, time
+import os, pickle, queue, threading, time
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait as wait_connections
-from typing import Any, Iterator, Optional, Sequence
+from multiprocessing.connection import wait as wait_connections
+from typing import Any, Callable, Iterator, Optional, Sequence
 from kc.errors import ConfigError, KcError
+from kc.testing.worker import CRASH, HANG, Outcome, Worker, attempt
 
 
 @dataclass(frozen=True)
@@ -37,77 +38,34 @@ class CompileOutcome:
 
 def compile_source(compiler: Any, src: str) -> tuple[Optional[bytes], Optional[str]]:
   """(binary, None) or (None, why): a compile error is a value here, whatever the compiler raised."""
-  try: return compiler.compile(src), None
-  except Exception as e: return None, f"{type(e).__name__}: {e}"  # noqa: BLE001  (any failure costs only this candidate)
+  got = attempt(compiler.compile, src)  # any failure costs only this candidate
+  return (got.value, None) if got.ok else (None, f"{got.etype}: {got.message}")
 
 
-def _ignore_interrupt(signum, frame) -> None:
-  """A worker's SIGINT handler: Ctrl-C is for the parent, which stops its workers itself. A handler rather than
-  SIG_IGN, so that a compiler the worker runs (cc) gets the default action back and stops with the terminal's Ctrl-C."""
+def compile_outcome(index: int, got: Outcome, timeout: float) -> CompileOutcome:
+  """The CompileOutcome of source `index` from what became of its compile job."""
+  if got.ok: return CompileOutcome(index, got.value, None, got.seconds)
+  if got.kind == HANG: why = f"the compile took longer than {timeout:g} seconds"
+  elif got.kind == CRASH: why = f"the compile worker died ({got.etype})"
+  else: why = f"{got.etype}: {got.message}"
+  return CompileOutcome(index, None, why, got.seconds)
 
 
-def _start_without_interrupts(process) -> None:
-  """Start `process` with SIGINT blocked in this thread, so that the child starts with it blocked (a Ctrl-C during
-  its start-up waits until _worker_main ignores it, instead of printing a traceback from the child's imports). A
-  Ctrl-C that arrives meanwhile is delivered to the parent when the mask is restored."""
-  if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks (and no process group to share a Ctrl-C)
-    process.start()
-    return
-  old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-  try: process.start()
-  finally: signal.pthread_sigmask(signal.SIG_SETMASK, old)
+def _compile_handler() -> Callable[[tuple[bytes, str], Any], bytes]:
+  """A compile worker's setup: its jobs are (pickled compiler, source); the last compiler unpickled is kept."""
+  last: list = [b"", None]
+
+  def compile_job(job: tuple[bytes, str], note) -> bytes:
+    blob, src = job
+    if blob != last[0]:
+      try: last[:] = [blob, pickle.loads(blob)]
+      except Exception as e:  # noqa: BLE001  (a compiler that does not unpickle here fails its sources, not the worker)
+        raise KcError(f"the compiler does not load in a worker: {type(e).__name__}: {e}") from None
+    return last[1].compile(src)
+  return compile_job
 
 
-def _worker_main(conn: Connection, path: list[str]) -> None:
-  """A worker's loop: receive (index, pickled compiler, source), send back (index, lib, error, seconds); None ends it,
-  and so does a parent that went away."""
-  signal.signal(signal.SIGINT, _ignore_interrupt)
-  if hasattr(signal, "pthread_sigmask"): signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-  sys.path[:] = path  # the parent's imports (a compiler's module may live on a path only the parent was given)
-  try: _serve(conn)
-  except (EOFError, OSError): pass  # the parent exited or closed this worker's pipe: nobody waits for results
-
-
-def _serve(conn: Connection) -> None:
-  conn.send("ready")
-  last: tuple[bytes, Any] = (b"", None)
-  while (task := conn.recv()) is not None:
-    index, blob, src = task
-    start = time.perf_counter()
-    try:
-      if blob != last[0]: last = (blob, pickle.loads(blob))
-      lib, error = compile_source(last[1], src)
-    except Exception as e:  # noqa: BLE001  (a compiler that does not unpickle here fails its sources, not the worker)
-      lib, error = None, f"the compiler does not load in a worker: {type(e).__name__}: {e}"
-    conn.send((index, lib, error, time.perf_counter() - start))
-
-
-class _Worker:
-  """One spawned worker process and the parent's end of its pipe; `task` is what it is compiling and since when."""
-
-  def __init__(self, ctx):
-    self.conn, child = ctx.Pipe()
-    self.process = ctx.Process(target=_worker_main, args=(child, list(sys.path)), daemon=True, name="kc-compile")
-    try: _start_without_interrupts(self.process)
-    except BaseException:  # a Ctrl-C delivered as the mask was restored: this worker is nobody's, so it goes now
-      if self.process.pid is not None: self.process.kill()
-      self.conn.close()
-      raise
-    finally: child.close()
-    self.ready = False
-    self.task: Optional[tuple[int, float]] = None
-
-  def kill(self) -> None:
-    self.process.kill()
-    self.process.join(5)
-    self.conn.close()
-
-  def stop(self) -> None:
-    try: self.conn.send(None)
-    except (OSError, EOFError): pass
-    self.process.join(1)
-    if self.process.is_alive(): self.kill()
-    else: self.conn.close()
+def _compile_worker() -> Worker: return Worker(_compile_handler, name="kc-compile")
 
 
 class LocalCompilePool:
@@ -118,8 +76,7 @@ class LocalCompilePool:
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
       raise ConfigError(f"LocalCompilePool(workers=...) is a number of processes >= 1, got {workers!r}")
     self.workers = workers or os.cpu_count() or 1
-    self._ctx = multiprocessing.get_context("spawn")
-    self._pool: list[_Worker] = []
+    self._pool: list[Worker] = []
     self._lock = threading.Lock()
 
   def __enter__(self) -> "LocalCompilePool": return self
@@ -150,54 +107,40 @@ class LocalCompilePool:
   def _compile_in_processes(self, blob: bytes, sources: Sequence[str], timeout: float) -> Iterator[CompileOutcome]:
     todo = deque(range(len(sources)))
     left = len(sources)
+    busy: dict[Worker, int] = {}  # a worker -> the index of the source it compiles
     startup_deaths = 0  # workers that died before they could take a source: the interpreter cannot start kc
-    while len(self._pool) < min(self.workers, len(sources)): self._pool.append(_Worker(self._ctx))
+    while len(self._pool) < min(self.workers, len(sources)): self._pool.append(_compile_worker())
     try:
       while left:
         for w in self._pool:  # give every idle, started worker a source
-          if w.ready and w.task is None and todo:
-            index = todo.popleft()
-            w.conn.send((index, blob, sources[index]))
-            w.task = (index, time.perf_counter())
+          if w.ready and w not in busy and todo:
+            busy[w] = todo.popleft()
+            w.send((blob, sources[busy[w]]))
         now = time.perf_counter()
-        deadlines = [w.task[1] + timeout - now for w in self._pool if w.task is not None]
+        deadlines = [w.since + timeout - now for w in busy]
         ready = wait_connections([w.conn for w in self._pool], timeout=max(0.0, min(deadlines)) if deadlines else None)
         for i, w in enumerate(self._pool):
-          outcome: Optional[CompileOutcome] = None
-          if w.conn in ready:
-            try: msg = w.conn.recv()
-            except (EOFError, OSError):  # the worker died (a compiler that crashed the interpreter)
-              msg = None
-            if msg == "ready": w.ready = True
-            elif msg is not None:
-              outcome = CompileOutcome(*msg)
-              w.task = None
-            else:
-              if w.task is not None:
-                outcome = CompileOutcome(w.task[0], None, f"the compile worker died (exit code {w.process.exitcode})", time.perf_counter() - w.task[1])
-              elif not w.ready and (startup_deaths := startup_deaths + 1) > 2 * self.workers:
-                raise KcError(f"compile workers die as they start (exit code {w.process.exitcode}): "
-                              "run the program as a script with an `if __name__ == '__main__':` guard")
-              self._replace(i)
-          elif w.task is not None and time.perf_counter() - w.task[1] >= timeout:
-            outcome = CompileOutcome(w.task[0], None, f"the compile took longer than {timeout:g} seconds", time.perf_counter() - w.task[1])
-            self._replace(i)  # the stuck worker is killed; a fresh one takes its place
-          if outcome is not None:
+          if w.conn in ready: got = w.receive()
+          elif w in busy and time.perf_counter() - w.since >= timeout: got = w.hung(timeout)
+          else: continue
+          if not isinstance(got, Outcome): continue  # READY
+          if w in busy:
             left -= 1
-            yield outcome
+            yield compile_outcome(busy.pop(w), got, timeout)
+          elif not w.ready and (startup_deaths := startup_deaths + 1) > 2 * self.workers:
+            raise KcError(f"compile workers die as they start ({got.message}): "
+                          "run the program as a script with an `if __name__ == '__main__':` guard")
+          if got.kind in (CRASH, HANG) or not w.ready:  # dead, stuck, or its setup failed: a fresh worker takes its place
+            w.kill()
+            self._pool[i] = _compile_worker()
     except KeyboardInterrupt:
       self.terminate()
       raise
     finally:
       # a caller that stops early (or is interrupted) leaves workers with a source in flight: their late answers would
       # be taken for the next call's, so they are killed; the next call starts the workers it needs
-      for w in self._pool:
-        if w.task is not None: w.kill()
-      self._pool = [w for w in self._pool if w.task is None]
-
-  def _replace(self, i: int) -> None:
-    self._pool[i].kill()
-    self._pool[i] = _Worker(self._ctx)
+      for w in busy: w.kill()
+      self._pool = [w for w in self._pool if w not in busy]
 
 
 def pickled(compiler: Any) -> Optional[bytes]:
@@ -213,10 +156,7 @@ def compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, wo
   place) and is left to finish: a daemon thread, so it never holds up the interpreter's exit."""
   results: queue.SimpleQueue = queue.SimpleQueue()
 
-  def run(index: int) -> None:
-    start = time.perf_counter()
-    lib, error = compile_source(compiler, sources[index])
-    results.put((index, lib, error, time.perf_counter() - start))
+  def run(index: int) -> None: results.put((index, attempt(compiler.compile, sources[index])))
 
   todo = deque(range(len(sources)))
   running: dict[int, float] = {}  # index -> when its thread started
@@ -226,15 +166,15 @@ def compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, wo
       running[index] = time.perf_counter()
       threading.Thread(target=run, args=(index,), daemon=True, name="kc-compile").start()
     wait_for = max(0.0, min(running.values()) + timeout - time.perf_counter())
-    try: index, lib, error, seconds = results.get(timeout=wait_for)
+    try: index, got = results.get(timeout=wait_for)
     except queue.Empty: pass
     else:
-      if running.pop(index, None) is not None: yield CompileOutcome(index, lib, error, seconds)  # else: reported as timed out
+      if running.pop(index, None) is not None: yield compile_outcome(index, got, timeout)  # else: reported as timed out
     now = time.perf_counter()
     for index, start in list(running.items()):
       if now - start >= timeout:
         del running[index]
-        yield CompileOutcome(index, None, f"the compile took longer than {timeout:g} seconds", now - start)
+        yield compile_outcome(index, Outcome(HANG, seconds=now - start), timeout)
 
 
 _SHARED: Optional[LocalCompilePool] = None
