@@ -230,3 +230,16 @@ def test_a_nan_constant_operand_is_folded_to_nan(device):
   for op in ("__add__", "__mul__", "__truediv__", "__rtruediv__"):
     folded = getattr(y, op)(kc.UOp.const(dtypes.float32, float("nan"))).simplify()
     assert folded.op is kc.Ops.CONST and np.isnan(folded.arg), folded
+
+
+@pytest.mark.parametrize("device", [d for d in ("EMU", "CLANG", "OPENCL") if kc.Device.unavailable_reason(d) is None])
+def test_maximum_of_equal_zeros_is_the_second_as_numpy_and_folding_give(device):
+  # lowered as a<b ? b : a, max gave the first of -0.0 and 0.0 where numpy and constant folding give the second
+  x, y = A.arg(1, dtypes.float32, (4,)), A.arg(2, dtypes.float32, (4,))
+  a, b = np.array([-0.0, 0.0, np.nan, 1], np.float32), np.array([0.0, -0.0, 1, np.nan], np.float32)
+  got = kc.run(A.sink(A.store(0, A.maximum(x, y))), {1: a, 2: b}, device=device)[0]
+  want = np.maximum(a, b)
+  np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+  np.testing.assert_array_equal(got, want)
+  folded = kc.UOp.const(dtypes.float32, -0.0).maximum(kc.UOp.const(dtypes.float32, 0.0)).simplify()
+  assert folded.arg == 0.0 and not np.signbit(folded.arg)

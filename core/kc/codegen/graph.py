@@ -142,10 +142,11 @@ def fold_vector_accesses(sink: UOp, renderer) -> UOp:
 
 
 def _max_as_where(a: UOp, b: UOp) -> UOp:
-  """max(a, b) as a<b ? b : a; for floats a NaN in either operand wins, as in numpy."""
-  take_b = a.lt(b)
-  if dtypes.is_float(a.dtype): take_b = take_b | b.ne(b)
-  return take_b.where(b, a)
+  """max(a, b) as b<a ? a : b: numpy's maximum, which gives the second of two equal operands (-0.0 and 0.0), as
+  constant folding does (uop._max); for floats a NaN in either operand wins."""
+  take_a = b.lt(a)
+  if dtypes.is_float(a.dtype): take_a = take_a | a.ne(a)
+  return take_a.where(a, b)
 
 
 @functools.lru_cache(maxsize=None)
