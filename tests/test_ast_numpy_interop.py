@@ -125,3 +125,21 @@ def test_iteration_and_len_follow_numpy(device):
   x = A.arg(1, np.float32, (2, 3))
   assert len(x) == 2 and [r.shape for r in x] == [(3,), (3,)]
   for row, want in zip(x, a): same(run(row * 2, {1: a}, device), want * 2)
+
+
+def test_sliding_window_view_takes_axes_of_the_input_as_given():
+  # each window adds an axis at the end: negative axes are the input's, resolved before the first window
+  x = A.arg(1, dtypes.float32, (5, 6))
+  swv = np.lib.stride_tricks.sliding_window_view
+  assert swv(x, (2, 3), axis=(-2, -1)).shape == swv(np.zeros((5, 6)), (2, 3), axis=(-2, -1)).shape == (4, 4, 2, 3)
+
+
+def test_np_power_and_the_operator_treat_a_numpy_scalar_exponent_alike(device):
+  i, f = A.arg(1, dtypes.int32, (4,)), A.arg(1, dtypes.float32, (4,))
+  iv, fv = np.arange(4, dtype=np.int32), np.array([0.5, -2, 3, 1e3], np.float32)
+  for e in (np.int64(2), np.int8(3)):
+    assert np.power(i, e).dtype == (i ** e).dtype == dtypes.from_numpy(np.power(iv, e).dtype)
+    np.testing.assert_array_equal(run(np.power(i, e), {1: iv}, device), np.power(iv, e))
+  # a numpy float scalar of an integer value squares exactly, whichever spelling
+  assert np.power(f, np.float32(2)).uop is (f ** np.float32(2)).uop
+  np.testing.assert_array_equal(run(np.power(f, np.float32(2)), {1: fv}, device), fv * fv)

@@ -160,3 +160,10 @@ def test_hash_consing_tells_constants_apart_as_numbers_do_not():
   v2 = dtypes.float32.vec(2)
   assert UOp.const(v2, (0.0, 1.0)) is not UOp.const(v2, (-0.0, 1.0))
   assert UOp.const(v2, (nan1, 1.0)) is UOp.const(v2, (nan2, 1.0))
+
+
+def test_le_and_ge_of_float_uops_are_false_against_nan():
+  nan, one = UOp.const(dtypes.float32, math.nan), UOp.const(dtypes.float32, 1.0)
+  for e in (nan <= one, one <= nan, nan >= one, one >= nan, nan <= nan):
+    assert e.simplify().arg is False
+  assert (one <= one).simplify().arg is True and (UOp.const(dtypes.float32, -0.0) >= 0.0).simplify().arg is True

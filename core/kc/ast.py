@@ -309,11 +309,7 @@ class Expr:
   def __ge__(self, x): return _compare(">=", self, x)
   def __eq__(self, x): return _compare("==", self, x)  # type: ignore[override]
   def __ne__(self, x): return _compare("!=", self, x)  # type: ignore[override]
-  def __pow__(self, x):
-    # a numpy scalar exponent is strong: the base takes the promoted dtype, then the power is a Python scalar's
-    if P.is_strong(x):
-      return _pow(self.cast(_result_dtype((self, x))), int(_value(x)) if P.kind(x) == P.BOOL else _value(x))
-    return _pow(self, x)
+  def __pow__(self, x): return _pow(self, x)
   def __rpow__(self, x): return _pow(x, self)
   def __matmul__(self, x): return matmul(self, x)
   def __rmatmul__(self, x): return matmul(x, self)
@@ -715,21 +711,14 @@ def _compare(cmp: str, a, b) -> Expr:
   def fn(x: UOp, y: UOp) -> UOp:
     if cmp == "<": return x.alu(Ops.CMPLT, y)
     if cmp == ">": return y.alu(Ops.CMPLT, x)
-    if cmp == "<=": return _less_equal(x, y)
-    if cmp == ">=": return _less_equal(y, x)
+    if cmp == "<=": return x <= y
+    if cmp == ">=": return x >= y
     if cmp == "!=": return x.alu(Ops.CMPNE, y)
     return _not(x.alu(Ops.CMPNE, y))
   return _build(cmp, (a, b), fn, dt)
 
 
 def _not(u: UOp) -> UOp: return u.alu(Ops.CMPNE, UOp.const(dtypes.bool, True))
-
-
-def _less_equal(x: UOp, y: UOp) -> UOp:
-  """x <= y. Ints and bools are totally ordered: not (y < x). Floats are not: a NaN is neither less, equal nor greater,
-  so not (y < x) would be True for it; (x < y) or (x == y) is False for a NaN and exact for infs and -0.0 == 0.0."""
-  if not dtypes.is_float(x.dtype): return _not(y.alu(Ops.CMPLT, x))
-  return x.alu(Ops.CMPLT, y).alu(Ops.OR, _not(x.alu(Ops.CMPNE, y)))
 
 
 def _exp_uop(u: UOp) -> UOp: return (u * UOp.const(u.dtype, 1 / math.log(2))).alu(Ops.EXP2)
@@ -854,6 +843,10 @@ def _pow(a, b) -> Expr:
   (or -0.0) gives a negative result for an odd integer exponent and NaN for a non-integer one (but -inf's are infs and
   zeros). half, bfloat16 and fp8 compute in float32 and round once, as numpy does: log2(0) = -inf on the way to
   0 ** 1.5 has no fp8e4m3 encoding, and x*x*x rounds twice in half."""
+  if isinstance(a, Expr) and P.is_strong(b):
+    # a numpy scalar exponent (np.power and ** alike) is strong: the base takes the promoted dtype, then the power is
+    # a Python scalar's
+    a, b = a.cast(_result_dtype((a, b))), int(_value(b)) if P.kind(b) == P.BOOL else _value(b)
   if isinstance(b, int) and not isinstance(b, bool) and isinstance(a, Expr):
     dt = a.dtype if not dtypes.is_bool(a.dtype) else dtypes.int8  # numpy: bool ** int is int8
     P.check_fits(b, dt) if dtypes.is_int(dt) else None
@@ -1137,7 +1130,8 @@ def _sliding_window_view(x, window_shape, axis=None, **kwargs) -> Expr:
   if kwargs.get("subok") or kwargs.get("writeable"):
     raise DTypeError("sliding_window_view: kc.ast windows are read-only views")
   sizes = (window_shape,) if isinstance(window_shape, int) else tuple(window_shape)
-  axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+  # the axes of the input as given: each window adds an axis at the end, so negative axes are resolved first
+  axes = _axes(axis, x.ndim, "sliding_window_view")
   if len(sizes) != len(axes):
     raise InvalidASTError(f"sliding_window_view: {len(sizes)} window sizes for the axes {axes}")
   for a, n in zip(axes, sizes): x = x.windows(a, n)

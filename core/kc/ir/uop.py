@@ -199,6 +199,13 @@ def _arg_key(arg: Any) -> Any:
   return arg
 
 
+def _less_equal(x: "UOp", y: "UOp") -> "UOp":
+  """x <= y. Ints and bools are totally ordered: not (y < x). Floats are not: a NaN is neither less, equal nor greater,
+  so not (y < x) would be True for it; (x < y) or (x == y) is False for a NaN and exact for infs and -0.0 == 0.0."""
+  if not dtypes.is_float(x.dtype): return y.lt(x).logical_not()
+  return x.lt(y) | x.ne(y).logical_not()
+
+
 class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
     key = (op, dtype, src, _arg_key(arg))
@@ -337,8 +344,8 @@ class UOp(metaclass=UOpMetaClass):
     return self * -1 if dtypes.is_int(self.dtype) else self.alu(Ops.NEG)
   def __lt__(self, x): return self.alu(Ops.CMPLT, self._lift(x))
   def __gt__(self, x): return self._lift(x).alu(Ops.CMPLT, self)
-  def __le__(self, x): return self._lift(x).lt(self).logical_not()
-  def __ge__(self, x): return self.lt(x).logical_not()
+  def __le__(self, x): return _less_equal(self, self._lift(x))
+  def __ge__(self, x): return _less_equal(self._lift(x), self)
   def __and__(self, x): return self.alu(Ops.AND, self._lift(x))
   def __rand__(self, x): return self._lift(x).alu(Ops.AND, self)
   def __or__(self, x): return self.alu(Ops.OR, self._lift(x))
