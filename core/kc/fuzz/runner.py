@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from itertools import chain, zip_longest
 from typing import Callable, Optional
 from kc.runtime.device import Device
-from kc.errors import KcError
+from kc.errors import ConfigError, KcError
 from kc.fuzz.check import FAILURES, Reference, Verdict, check, reference
 from kc.fuzz.families import FAMILIES, pick_family
 from kc.fuzz.generate import case_seed, generate
@@ -35,16 +35,16 @@ class FuzzConfig:
   families: tuple[str, ...] = ()      # generate only kernels of these families (kc.fuzz.families.FAMILIES); () is all
 
   def validate(self) -> "FuzzConfig":
-    if not self.devices: raise KcError("kc fuzz needs at least one device")
+    if not self.devices: raise ConfigError("kc fuzz needs at least one device")
     self.devices = tuple(dict.fromkeys(Device.spec(d).name for d in self.devices))
     for d in self.devices:
-      if (why := Device.unavailable_reason(d)) is not None: raise KcError(f"device {d} cannot open here: {why}")
+      if (why := Device.unavailable_reason(d)) is not None: raise ConfigError(f"device {d} cannot open here: {why}")
     bad = [m for m in self.modes if m not in MODES]
-    if bad or not self.modes: raise KcError(f"unknown opts mode {', '.join(bad) or '(none given)'}: use some of {', '.join(MODES)}")
-    if self.n < 0: raise KcError(f"--n must be >= 0, got {self.n}")
-    if self.timeout <= 0: raise KcError(f"--timeout must be > 0, got {self.timeout}")
+    if bad or not self.modes: raise ConfigError(f"unknown opts mode {', '.join(bad) or '(none given)'}: use some of {', '.join(MODES)}")
+    if self.n < 0: raise ConfigError(f"--n must be >= 0, got {self.n}")
+    if self.timeout <= 0: raise ConfigError(f"--timeout must be > 0, got {self.timeout}")
     if (bad := [f for f in self.families if f not in FAMILIES]):
-      raise KcError(f"unknown fuzz family {', '.join(bad)}: use some of {', '.join(FAMILIES)}")
+      raise ConfigError(f"unknown fuzz family {', '.join(bad)}: use some of {', '.join(FAMILIES)}")
     return self
 
 

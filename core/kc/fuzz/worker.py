@@ -54,7 +54,7 @@ def random_opts(sink, device: str, seed: int) -> list:
   from kc.kernel import Kernel, Opt, OptOps
   rng = random.Random(seed)
   k = Kernel(sink, Device[device].renderer)
-  tries: list = []
+  tries: list[Opt] = []
   if k.opts.tensor_cores and rng.random() < 0.5: tries.append(Opt(OptOps.TC, rng.choice((0, 0, 1)), rng.choice((0, 1, 2))))
   for _ in range(rng.randint(1, 8)):
     op = OptOps[rng.choice(_RANDOM_OPS)]
@@ -63,10 +63,12 @@ def random_opts(sink, device: str, seed: int) -> list:
     elif op is OptOps.SWAP: tries.append(Opt(op, rng.randrange(n), rng.randrange(n)))
     else: tries.append(Opt(op, rng.randrange(n), rng.choice((0, 2, 3, 4, 8))))
   combo = random.Random(f"{seed}:padto-unroll")
-  if k.reduceop is not None and combo.random() < _PAD_UNROLL_P: tries.insert(combo.randint(int(bool(tries) and tries[0].op is OptOps.TC), len(tries)), combo)
+  # where the pair goes among the tries (None: nowhere); it is drawn against the kernel as the earlier tries left it
+  at = combo.randint(int(bool(tries) and tries[0].op is OptOps.TC), len(tries)) \
+    if k.reduceop is not None and combo.random() < _PAD_UNROLL_P else None
   applied = []
-  for o in tries:
-    for opt in (_pad_unroll(k, o) if isinstance(o, random.Random) else [o]):
+  for i in range(len(tries) + 1):
+    for opt in (_pad_unroll(k, combo) if i == at else []) + tries[i:i + 1]:
       try: k.apply_opt(opt)
       except KernelOptError: continue
       applied.append((opt.op.name, opt.axis, opt.amt))

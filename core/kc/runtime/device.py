@@ -436,7 +436,8 @@ class DeviceRegistry:
 
   def _warn_fallback(self, default: str):
     """Say once per device that DEFAULT is `default` because a higher-priority device that should open here cannot:
-    otherwise kernels silently move to another device (KC_CC=nonexistent-cc made OPENCL the default without a word)."""
+    otherwise kernels silently move to another device (a C backend whose compiler is missing made the next device the
+    default without a word)."""
     from kc.runtime.plugins import PluginWarning  # imported here, as in `table`: `import kc` does not import pluggy
     names = self.names()
     for name, reason in self.broken().items():

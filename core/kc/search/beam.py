@@ -217,7 +217,7 @@ def _run(search: _Search, kernel: Kernel, width: int, min_gain: float, max_round
   search.best = seconds
   speedup = hand_seconds / seconds if seconds > 0 else 1.0
   search.emit("done", rnd, 1, 1, f"{len(winner.opts)} opts, {speedup:.2f}x the hand-coded kernel")
-  return SearchResult(opts=winner.opts, kernel=winner.kernel, seconds=seconds, hand_opts=list(hand_k.applied_opts),
+  return SearchResult(opts=winner.opts, kernel=winner.kernel, seconds=seconds, hand_opts=search.hand_opts,
                       hand_seconds=hand_seconds, rounds=search.counters.rounds, compiled=search.counters.compiled,
                       timed=search.counters.timed, elapsed=time.perf_counter() - search.start, rejected=rejected)
 

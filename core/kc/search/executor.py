@@ -128,7 +128,7 @@ class LocalCompilePool:
             left -= 1
             yield compile_outcome(busy.pop(w), got, timeout)
           elif not w.ready and (startup_deaths := startup_deaths + 1) > 2 * self.workers:
-            raise KcError(f"compile workers die as they start ({got.message}): "
+            raise ConfigError(f"compile workers die as they start ({got.message}): "
                           "run the program as a script with an `if __name__ == '__main__':` guard")
           if got.kind in (CRASH, HANG) or not w.ready:  # dead, stuck, or its setup failed: a fresh worker takes its place
             w.kill()

@@ -132,11 +132,6 @@ def cuda_headers() -> HeaderDir:
   return find_headers(nvrtc_major())
 
 
-def include_dir() -> str:
-  """The directory of cuda_fp16.h and cuda_bf16.h passed to NVRTC with -I (see find_headers)."""
-  return cuda_headers().path
-
-
 # ---------------------------------------------------------------------------------------------------------- NVRTC
 
 def _nvrtc():

@@ -114,9 +114,12 @@ class CUDAProgram:
     image = np.frombuffer(cubin, dtype=np.uint8)  # an explicit address: the driver copies the image while loading
     try: self.module = check(cu.cuModuleLoadData(int(image.ctypes.data)), f"cuModuleLoadData({name})")
     except CUDAError as e:
-      raise KcError(f"{device.props.name} (driver {device.props.driver_version_text}) refused the cubin of {name}: {e}. A stale "
-                    "compile cache entry, or a driver older than the CUDA version the compiler targets, can cause this: clear "
-                    "KC_CACHE_DIR, and update the NVIDIA driver if it persists") from None
+      driver = f"{device.props.name} (driver {device.props.driver_version_text})"
+      if (built := meta.get("cuda")) is not None and built > device.props.driver_version // 1000:
+        raise KcError(f"{driver} refused the cubin of {name}: {e}. It was built by CUDA {built}'s NVRTC, newer than the "
+                      f"driver: update the NVIDIA driver, or install kc-cuda[cu{device.props.driver_version // 1000}]") from None
+      raise KcError(f"{driver} refused the cubin of {name}: {e}. A stale compile cache entry can cause this: clear "
+                    "KC_CACHE_DIR") from None
     weakref.finalize(self, _unload_module, device, self.module)
     try: self.function = check(cu.cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
     except CUDAError as e:
