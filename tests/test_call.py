@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes, Variable, KcError
-from kc.runtime.arguments import ArgumentError, buffer_specs, declared_shape
+from kc.errors import ArgumentError
+from kc.runtime.arguments import buffer_specs, declared_shape
 from kc.runtime.device import Allocator, HostAllocator, HostMemory
 from kc.shape import ShapeTracker
 

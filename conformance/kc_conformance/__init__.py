@@ -1,10 +1,9 @@
 """kc-conformance: the suite that certifies a kc backend. A pytest plugin (`pytest --pyargs kc_conformance
 --kc-device=NAME`) and `kc conformance --device NAME`: the same kernels on every device, three tiers (render, compile,
 run), numpy as the oracle, tests selected by the capabilities a device declares, a versioned JSON report."""
-from importlib.metadata import PackageNotFoundError, version as _version
+from kc.backend import distribution_version
 
-try: __version__ = _version("kc-conformance")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"
+__version__ = distribution_version("kc-conformance")
 
 # The suite's version follows kc's: kc-conformance X.Y.* holds the tests for kc X.Y.*, so a plugin that pins it to
 # its kc range never meets a test written for a newer kc.

@@ -1,5 +1,5 @@
 """kc: a pluggable kernel compiler runtime."""
-from importlib.metadata import PackageNotFoundError, version as _version
+from kc.helpers import distribution_version as _distribution_version
 from kc.errors import (KcError, UOpError, SymbolicError, RewriteError, InvalidASTError, ShapeError, KernelOptError,
                        CompileError, DeviceUnavailable, PluginError, DTypeError, ArgumentError, ConfigError,
                        UnknownDeviceError, AllocationError, OptsError, InvalidOptError)
@@ -15,11 +15,7 @@ from kc.renderer import Renderer, TensorCore, Program
 from kc.api import compile, run, CompiledKernel, SplitCompiledKernel  # noqa: A004
 from kc import ast  # noqa: E402
 
-from kc import _moved  # noqa: E402
-_moved.install()
-
-try: __version__ = _version("kc")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"
+__version__ = _distribution_version("kc")
 
 __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTError", "ShapeError", "KernelOptError",
            "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "AllocationError",

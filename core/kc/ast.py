@@ -282,9 +282,6 @@ class Expr:
 
   # ***** elementwise *****
 
-  def _binary(self, op: Ops, other, reverse: bool = False, dtype_rule=None) -> "Expr":
-    return _elementwise(op, *((other, self) if reverse else (self, other)), dtype_rule=dtype_rule)
-
   def __add__(self, x): return _add(self, x)
   def __radd__(self, x): return _add(x, self)
   def __sub__(self, x): return _sub(self, x)

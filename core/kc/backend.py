@@ -61,7 +61,7 @@ depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.
 For a device defined inside a program or a test, `register(spec)` adds it to kc.Device without a distribution or
 an entry point, and `unregister(name)` removes it."""
 from kc.errors import AllocationError, CompileError, ConfigError, DeviceUnavailable, KcError, PluginError
-from kc.helpers import env_value
+from kc.helpers import distribution_version, env_value
 from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat
 from kc.ir.uop import GroupOp, Ops, UOp
@@ -80,6 +80,7 @@ __all__ = [
   # what a backend subclasses or returns
   "Renderer", "TensorCore", "WMMAArg", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
+  "distribution_version",
   # checking a TensorCore's declared layout against the instruction's documented one
   "FragmentLayout", "derive_fragment_layout", "layout_mismatch",
   # the UOp-level names a renderer matches on

@@ -34,6 +34,14 @@ def env_value(key: str, default: T) -> T:
                       f"or unset it for the default") from None
 
 
+def distribution_version(dist: str) -> str:
+  """The installed version of the distribution `dist` ("0.0.0+unknown" when imported from a source tree): the one
+  lookup behind kc.__version__, every plugin's __version__ and the cache keys that must change with a release."""
+  from importlib.metadata import PackageNotFoundError, version
+  try: return version(dist)
+  except PackageNotFoundError: return "0.0.0+unknown"
+
+
 def debug_level() -> int:
   """DEBUG from the environment, read on every call so a test or a notebook can turn it on and off:
   2 kernel timings, 4 the rendered source, 5 the linear UOps."""

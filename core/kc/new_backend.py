@@ -10,9 +10,9 @@ them without any packaging configuration."""
 from __future__ import annotations
 import re, string, warnings
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version as _version
 from pathlib import Path
 from kc.errors import KcError
+from kc.helpers import distribution_version
 
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -56,11 +56,6 @@ def compatible_range(version: str, project: str = "kc") -> str:
   return f"{project}>={major}.{minor},<{upper}"
 
 
-def _kc_version() -> str:
-  try: return _version("kc")
-  except PackageNotFoundError: return "0.0.0+unknown"
-
-
 # ------------------------------------------------------------------------------------------------------------ templates
 # string.Template placeholders: ${device} ${entry_point} ${package} ${dist} ${cls} ${kc_requirement}
 # ${conformance_requirement}. A stray $ in a template is an error when it is filled in, never silent.
@@ -100,14 +95,12 @@ kc finds this module through its entry point (pyproject.toml, group "kc.backends
 used, and calls kc_backends(). Keep importing it cheap: a backend with a heavy runtime library (a GPU driver
 binding) imports that inside open_device(), never at the top of a module."""
 from __future__ import annotations
-from importlib.metadata import PackageNotFoundError, version as _version
-from kc.backend import PLUGIN_API_VERSION, BackendSpec, CompiledDevice, HostAllocator, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, CompiledDevice, HostAllocator, distribution_version, hookimpl
 from ${package}.compiler import ${cls}Compiler, unavailable_reason
 from ${package}.renderer import ${cls}Renderer
 from ${package}.runtime import ${cls}Program
 
-try: __version__ = _version("${dist}")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"  # imported from a source tree, not installed
+__version__ = distribution_version("${dist}")  # "0.0.0+unknown" when imported from a source tree
 
 DEVICE = "${device}"
 # kc.Device.DEFAULT is the available device of highest priority (CLANG 10, OPENCL 5, EMU -1000): 1 keeps this
@@ -331,7 +324,7 @@ _FILES = {
 def render_files(name: str) -> dict[str, str]:
   """The generated package: relative path -> file text, for backend `name`."""
   n = backend_names(name)
-  kc_version = _kc_version()
+  kc_version = distribution_version("kc")
   values = {"device": n.device, "entry_point": n.entry_point, "package": n.package, "dist": n.distribution, "cls": n.class_prefix,
             "kc_requirement": compatible_range(kc_version), "conformance_requirement": compatible_range(kc_version, "kc-conformance")}
   return {string.Template(path).substitute(values): string.Template(text).substitute(values) for path, text in _FILES.items()}

@@ -169,9 +169,6 @@ class Program:
     self.outs = sorted(dedup(b.arg for u in self.uops if u.op is Ops.STORE and (b := _stored_buffer(u)) is not None))
 
   @property
-  def function_name(self) -> str: return self.name
-
-  @property
   def op_estimate(self) -> sint:
     """Arithmetic operations one launch performs (index arithmetic not counted), loops and launch dims multiplied in."""
     return estimate_ops(self.uops)

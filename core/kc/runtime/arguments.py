@@ -17,7 +17,7 @@ from typing import Optional, Union
 import numpy as np
 from kc.runtime.device import Allocator, Buffer
 from kc.ir.dtype import DType, dtypes
-from kc.errors import ArgumentError, KcError  # noqa: F401  (ArgumentError: its home was here)
+from kc.errors import ArgumentError, KcError
 from kc.kernel.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape

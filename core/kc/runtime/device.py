@@ -11,9 +11,9 @@ import hashlib, json, operator, threading, warnings
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
-from kc.runtime.cache import cached, compile_cache_dir  # noqa: F401  (compile_cache_dir: part of this module's API)
+from kc.runtime.cache import cached
 from kc.ir.dtype import DType, PtrDType
-from kc.helpers import env_value
+from kc.helpers import distribution_version, env_value
 from kc.errors import AllocationError, CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
 
 if TYPE_CHECKING:
@@ -257,12 +257,6 @@ class Buffer:
 
 # ---------------------------------------------------------------------------------------------------------- compilers
 
-def _kc_version() -> str:
-  from importlib.metadata import PackageNotFoundError, version
-  try: return version("kc")
-  except PackageNotFoundError: return "0.0.0+unknown"
-
-
 class Compiler(ABC):
   """Turns source into a device's binary. `compile` consults the disk cache (kc.runtime.cache); subclasses implement
   `compile_uncached` and `identity` (what besides the source decides the output: compiler, version, flags).
@@ -278,7 +272,7 @@ class Compiler(ABC):
   def compile_uncached(self, src: str) -> bytes: """The binary of `src`; raises kc.CompileError with the compiler's log."""
 
   def cache_key(self, src: str) -> str:
-    parts = {"src": src, "compiler": self.identity(), "kc": _kc_version(), "plugin": self.plugin_version}
+    parts = {"src": src, "compiler": self.identity(), "kc": distribution_version("kc"), "plugin": self.plugin_version}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
   def compile(self, src: str) -> bytes:

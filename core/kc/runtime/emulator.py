@@ -27,7 +27,7 @@ from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
 from kc.ir.codec import decode, encode, round_to
 from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
-from kc.helpers import env_value, prod
+from kc.helpers import distribution_version, env_value, prod
 from kc.renderer import Renderer, TensorCore
 from kc.renderer.cstyle import CStyleLanguage
 from kc.ir.symbolic import sym_infer
@@ -794,7 +794,7 @@ class EmuDevice(CompiledDevice):
   """The EMU device. `impersonate(name)` swaps in the lowering of another registered device's renderer."""
 
   def __init__(self, impersonate: Optional[str] = None):
-    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler(f"kc {_kc_version()}"), self._load)
+    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler(f"kc {distribution_version('kc')}"), self._load)
     self.impersonate(impersonate)
 
   @property
@@ -830,18 +830,13 @@ def backend_spec() -> BackendSpec:
   """The BackendSpec kc registers EMU with: always available, the lowest priority."""
   from kc.runtime.device import Device
   return BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=lambda: None, open=open_device,
-                     renderer=lambda: Device[DEVICE].renderer, distribution="kc", version=_kc_version())
+                     renderer=lambda: Device[DEVICE].renderer, distribution="kc", version=distribution_version("kc"))
 
 
 # EMU is registered like any backend: the kc distribution's own `kc.backends` entry point (pyproject.toml) names
 # this module, so every installed kc has it whatever plugins are installed
 @hookimpl
 def kc_backends() -> list[BackendSpec]: return [backend_spec()]
-
-
-def _kc_version() -> str:
-  from kc.runtime.device import _kc_version as version
-  return version()
 
 
 __all__ = ["EmuDevice", "EmuRenderer", "EmuCompiler", "EmuProgram", "EmulatorError", "OutOfBoundsError", "BarrierError",

@@ -55,12 +55,6 @@ def renderer_identity(renderer) -> str:
   return f"{cls.__module__}.{cls.__qualname__}|{renderer.device}|{getattr(renderer, 'arch', '') or ''}"
 
 
-def _kc_version() -> str:
-  from importlib.metadata import PackageNotFoundError, version
-  try: return version("kc")
-  except PackageNotFoundError: return "0.0.0+unknown"
-
-
 @dataclass(frozen=True)
 class OptKey:
   """Where one search result is stored: a search on another renderer, device, kc version or width is another entry."""
@@ -72,7 +66,7 @@ class OptKey:
 
   @staticmethod
   def of(sink: UOp, renderer, device: str, width: int) -> "OptKey":
-    return OptKey(ast_key(sink), renderer_identity(renderer), device, _kc_version(), int(width))
+    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc"), int(width))
 
   def row(self) -> tuple: return (self.ast_key, self.renderer, self.device, self.kc_version, self.width)
 

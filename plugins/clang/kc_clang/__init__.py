@@ -1,11 +1,9 @@
 """kc-clang: the CLANG device. Importing this module is cheap: cffi is imported when the device opens."""
 from __future__ import annotations
-from importlib.metadata import PackageNotFoundError, version as _version
-from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, distribution_version, hookimpl
 from kc_clang.compiler import ClangCompiler, compiler_command, unavailable_reason
 
-try: __version__ = _version("kc-clang")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"
+__version__ = distribution_version("kc-clang")
 
 DEVICE = "CLANG"
 PRIORITY = 10  # below every accelerator: CLANG is the device that is there when nothing faster is

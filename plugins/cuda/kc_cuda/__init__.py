@@ -4,11 +4,9 @@ opened, or asked for its compiler, never here.
 The renderer and the NVRTC compiler work with no GPU (BackendSpec.renderer and .compiler), for the arch of
 KC_CUDA_ARCH (default sm_90): source renders and compiles to cubin anywhere; running needs an NVIDIA GPU and driver."""
 from __future__ import annotations
-from importlib.metadata import PackageNotFoundError, version as _version
-from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, distribution_version, hookimpl
 
-try: __version__ = _version("kc-cuda")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"
+__version__ = distribution_version("kc-cuda")
 
 DEVICE = "CUDA"
 PRIORITY = 100  # an accelerator: the default device wherever a GPU can open

@@ -3,13 +3,11 @@ imported when the device is opened, on macOS only. Elsewhere the device is regis
 renderer still renders Metal Shading Language (the conformance render tier)."""
 from __future__ import annotations
 import sys
-from importlib.metadata import PackageNotFoundError, version as _version
 from typing import Optional
-from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, distribution_version, hookimpl
 from kc_metal.family import ENV_FAMILY
 
-try: __version__ = _version("kc-metal")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"
+__version__ = distribution_version("kc-metal")
 
 DEVICE = "METAL"
 # above CLANG: on a Mac with an Apple GPU, Metal is the device kernels should run on

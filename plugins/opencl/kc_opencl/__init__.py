@@ -1,12 +1,10 @@
 """kc-opencl: the OPENCL device. Importing this module is cheap: pyopencl is imported when the device is checked,
 opened or asked for its limits, never here."""
 from __future__ import annotations
-from importlib.metadata import PackageNotFoundError, version as _version
-from kc.backend import PLUGIN_API_VERSION, BackendSpec, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, distribution_version, hookimpl
 from kc_opencl.platform import ENV_DEVICE, DeviceInfo, select_device, selected_info, unavailable_reason
 
-try: __version__ = _version("kc-opencl")
-except PackageNotFoundError: __version__ = "0.0.0+unknown"
+__version__ = distribution_version("kc-opencl")
 
 DEVICE = "OPENCL"
 # below CLANG: the OpenCL device most machines have is PoCL on the CPU, where CLANG is as fast without a driver in
