@@ -22,7 +22,7 @@ def test_every_generated_case_has_a_sound_reference():
 
 def test_tolerance_is_the_core_table():
   from kc import dtypes
-  from kc.ir import tolerance as core
+  from kc.testing import tolerance as core
   # the fuzzer's per-op bounds are the core table's numbers for the float types it generates, every op class included
   assert set(TABLE) == {"float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2"}
   for dt, kinds in TABLE.items():

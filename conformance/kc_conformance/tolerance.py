@@ -1,4 +1,4 @@
-"""How close a device's result must be to numpy's: the core's one table by dtype and op class (kc.ir.tolerance,
+"""How close a device's result must be to numpy's: the core's one table by dtype and op class (kc.testing.tolerance,
 shared with kc fuzz and the BEAM search), per-case overrides, and the observed errors of every comparison (recorded in
 the report whether the test passes or not).
 
@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 import numpy as np
 from kc import DType, dtypes
-from kc.ir.tolerance import EXACT, KINDS, TABLE, Tolerance, tolerance
+from kc.testing.tolerance import EXACT, KINDS, TABLE, Tolerance, tolerance
 
 # the table's names stay this module's too: the suite and its users imported them from here before the table moved
 __all__ = ["KINDS", "Tolerance", "EXACT", "TABLE", "tolerance", "Comparison", "compare"]

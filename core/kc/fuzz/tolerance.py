@@ -1,6 +1,6 @@
 """How close a fuzzed kernel's output must be to numpy's.
 
-The per-op bounds come from the core's one tolerance table (kc.ir.tolerance, which the conformance suite uses too),
+The per-op bounds come from the core's one tolerance table (kc.testing.tolerance, which the conformance suite uses too),
 for the float types the fuzzer generates. A fuzzed output is a chain of ops, so its bound
 grows with the chain: it uses the least precise float type and the loosest op class in the chain, an absolute term
 scaled by the largest float magnitude met on the way (cancellation in a sum loses digits of its inputs, not of its
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 import numpy as np
 from kc.ir.dtype import dtypes
-from kc.ir.tolerance import TABLE as CORE_TABLE
+from kc.testing.tolerance import TABLE as CORE_TABLE
 from kc.fuzz.recipe import Recipe, exact_nodes, value_dtype
 
 _ORDER = ("arith", "reduce", "transcendental")   # loosest last

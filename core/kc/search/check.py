@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 from kc.ir.codec import decode
 from kc.ir.dtype import DType, dtypes
-from kc.ir.tolerance import tolerance
+from kc.testing.tolerance import tolerance
 from kc.search.timing import BufferInfo
 
 
