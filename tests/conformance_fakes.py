@@ -5,11 +5,13 @@ suite's isolation worker can register them too.
 WRONGADD: CLANG, but float32 ADD is spelled as a subtraction (wrong results for one op).
 SEGV: CLANG, but every kernel writes through a null pointer after its work (a crash).
 HANG: CLANG, but every kernel spins forever after its work (a timeout).
+STICKY: CLANG, but a kernel with a float32 multiply faults as a GPU kernel with an illegal address does (a
+  kc.DeviceLostError, raised wrapped in another error), after which every launch in that process fails (a sticky error).
 BIGLOCAL: EMU's lowering, but a dialect rewrite widens every work-group past the declared local_max.
 NOHW: CLANG's renderer on a device that is never available here (render tier only).
 TOUCHY: raises as soon as anything asks it whether it is available, opens it or asks for its renderer."""
 from __future__ import annotations
-from kc import Ops, PatternMatcher, UOp, UPat, dtypes
+from kc import DeviceLostError, KcError, Ops, PatternMatcher, UOp, UPat, dtypes
 from kc.runtime.device import CompiledDevice, HostAllocator
 from kc.runtime.emulator import EmuCompiler, EmuProgram, EmuRenderer, Limits
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, register
@@ -46,6 +48,40 @@ class HangRenderer(_AfterWork):
   tail = "while (1) { }"
 
 
+FAULT_MARK = "// kc-conformance-fakes: this kernel faults"
+_LOST: list[str] = []  # the kernel that faulted in this process: the device is lost from then on
+
+
+class FakeIllegalAddress(DeviceLostError):
+  """What a GPU plugin raises for a sticky error (kc_cuda's CUDADeviceLost)."""
+
+
+class StickyRenderer(ClangRenderer):
+  device = "STICKY"
+
+  def render(self, name, uops) -> str:
+    faults = any(u.op is Ops.MUL and u.dtype.scalar() == dtypes.float32 for u in uops)
+    return (FAULT_MARK + "\n" if faults else "") + super().render(name, uops)
+
+
+class StickyCompiler(ClangCompiler):
+  """CLANG's binary behind one byte: F where the kernel faults."""
+  def compile_uncached(self, src: str) -> bytes: return (b"F" if FAULT_MARK in src else b"-") + super().compile_uncached(src)
+
+
+class StickyProgram:
+  def __init__(self, name: str, lib: bytes):
+    self.name, self.faults, self.program = name, lib[:1] == b"F", ClangProgram(name, lib[1:])
+
+  def __call__(self, *bufs, **kwargs):
+    if _LOST: raise FakeIllegalAddress(f"launching {self.name} failed: the device was lost when {_LOST[0]} faulted")
+    if self.faults:
+      _LOST.append(self.name)
+      fault = FakeIllegalAddress(f"{self.name} failed with CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+      raise KcError(f"running {self.name} failed") from fault
+    return self.program(*bufs, **kwargs)
+
+
 WIDENED = 100  # each thread axis of a work-group becomes this many times wider than the Kernel planned
 
 
@@ -64,6 +100,8 @@ def _clang_device(name: str, renderer):
   return CompiledDevice(name, HostAllocator(), renderer, ClangCompiler("kc-conformance-fakes"), ClangProgram)
 
 
+def open_sticky(): return CompiledDevice("STICKY", HostAllocator(), StickyRenderer(), StickyCompiler("kc-conformance-fakes"), StickyProgram)
+def sticky_renderer(): return StickyRenderer()
 def open_wrongadd(): return _clang_device("WRONGADD", WrongAddRenderer())
 def open_segv(): return _clang_device("SEGV", SegvRenderer())
 def open_hang(): return _clang_device("HANG", HangRenderer())
@@ -90,6 +128,7 @@ FAKES = [
   BackendSpec("WRONGADD", PLUGIN_API_VERSION, -50, always_available, open_wrongadd, wrongadd_renderer),
   BackendSpec("SEGV", PLUGIN_API_VERSION, -50, always_available, open_segv, segv_renderer),
   BackendSpec("HANG", PLUGIN_API_VERSION, -50, always_available, open_hang, hang_renderer),
+  BackendSpec("STICKY", PLUGIN_API_VERSION, -50, always_available, open_sticky, sticky_renderer),
   BackendSpec("BIGLOCAL", PLUGIN_API_VERSION, -50, always_available, open_biglocal, biglocal_renderer),
   BackendSpec("NOHW", PLUGIN_API_VERSION, -50, never_available, open_nohw, nohw_renderer),
   BackendSpec("TOUCHY", PLUGIN_API_VERSION, -50, touched, touched, touched),

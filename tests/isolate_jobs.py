@@ -1,6 +1,6 @@
 """Jobs for tests/test_testing_worker.py, in a plain module so that spawned workers can import them by name."""
 import os, signal, time
-from kc.errors import KcError
+from kc.errors import DeviceLostError, KcError
 
 
 def echo_handler(prefix: str = ""):
@@ -10,6 +10,9 @@ def echo_handler(prefix: str = ""):
     if what == "return": return prefix + arg
     if what == "kc-error": raise KcError(arg)
     if what == "value-error": raise ValueError(arg)
+    if what == "lost-device":  # a sticky GPU fault, wrapped as a plugin might wrap it
+      try: raise DeviceLostError(arg)
+      except DeviceLostError as e: raise KcError("launching the kernel failed") from e
     if what == "segfault": os.kill(os.getpid(), signal.SIGSEGV)
     if what == "exit": os._exit(arg)
     if what == "hang": time.sleep(arg)

@@ -100,6 +100,18 @@ def test_a_segfaulting_kernel_is_a_crash_and_the_run_continues(tmp_path):
   assert doc["summary"]["crashed"] == 4 and doc["summary"]["failed"] == 0
 
 
+def test_a_kernel_that_loses_the_device_is_its_crash_and_the_next_job_gets_a_fresh_worker(tmp_path):
+  # a GPU's sticky error: the faulting kernel is reported as a crash with the fault's own message (not the error
+  # it was wrapped in), and the kernels after it pass, which they can only do on a fresh worker process
+  rc, doc, _ = run_suite(tmp_path, "STICKY", "-k", "test_run and (add_f32 or mul_f32)")
+  runs = {t["id"]: t for t in doc["tests"] if t["tier"] == "run"}
+  faulting, fine = [t for i, t in runs.items() if "mul_f32" in i], [t for i, t in runs.items() if "add_f32" in i]
+  assert rc != 0 and faulting and fine, sorted(runs)
+  assert all(t["outcome"] == "crash" and "ILLEGAL_ADDRESS: an illegal memory access" in t["reason"] for t in faulting), \
+    [(t["id"], t["reason"]) for t in faulting]
+  assert all(t["outcome"] == "pass" for t in fine), [(t["id"], t["outcome"], t["reason"]) for t in fine]
+
+
 def test_a_hung_kernel_is_a_crash_after_the_timeout(tmp_path):
   rc, doc, _ = run_suite(tmp_path, "HANG", "-k", "test_run and add_i32 and hand", "--kc-timeout=3")
   (t,) = doc["tests"]

@@ -1,7 +1,7 @@
 """kc.testing.worker: the one isolated-worker harness of the compile pool, kc fuzz and the conformance suite, and
 its one classification of what became of a job (ok, typed, untyped, crash, hang)."""
 import pytest
-from kc.errors import KcError
+from kc.errors import DeviceLostError, KcError
 from kc.testing.worker import CRASH, HANG, OK, TYPED, UNTYPED, Worker, attempt, exit_description
 from isolate_jobs import echo_handler, failing_setup
 
@@ -42,6 +42,23 @@ def test_a_segfault_is_a_crash_named_by_its_signal(worker):
   got = w.call(("segfault", None), 30)
   assert (got.kind, got.etype) == (CRASH, "SIGSEGV") and "SIGSEGV" in got.message and not w.alive
   assert fresh(w).call(("return", "after"), 30).value == "got after"
+
+
+def test_a_lost_device_is_the_jobs_crash_unwrapped_and_ends_the_worker(worker):
+  w = fresh(worker)
+  got = w.call(("lost-device", "illegal address in kernel E_4"), 30)
+  assert (got.kind, got.etype, got.message) == (CRASH, "DeviceLostError", "illegal address in kernel E_4")
+  assert not w.alive  # every later job on that device would fail the same way
+  assert fresh(w).call(("return", "after"), 30).value == "got after"
+
+
+def test_attempt_finds_a_lost_device_anywhere_in_the_chain_of_causes():
+  def lost_while_handling():
+    try: raise DeviceLostError("sticky")
+    except DeviceLostError: raise ValueError("cleanup failed")  # noqa: B904 (the lost device is only the context)
+  got = attempt(lost_while_handling)
+  assert (got.kind, got.etype, got.message) == (CRASH, "DeviceLostError", "sticky")
+  assert attempt(lambda: (_ for _ in ()).throw(KcError("plain"))).kind == TYPED
 
 
 def test_an_exit_is_a_crash_with_its_status(worker):

@@ -2,7 +2,7 @@
 from kc.helpers import distribution_version as _distribution_version
 from kc.errors import (KcError, UOpError, SymbolicError, RewriteError, InvalidASTError, ShapeError, KernelOptError,
                        CompileError, DeviceUnavailable, PluginError, DTypeError, ArgumentError, ConfigError,
-                       UnknownDeviceError, AllocationError, OptsError, InvalidOptError)
+                       UnknownDeviceError, AllocationError, OptsError, InvalidOptError, DeviceLostError)
 from kc.ir.dtype import DType, PtrDType, ImageDType, dtypes, least_upper_dtype
 from kc.ir.uop import Ops, GroupOp, UOp, Variable, sint
 from kc.ir.rewrite import UPat, PatternMatcher, graph_rewrite
@@ -19,7 +19,7 @@ __version__ = _distribution_version("kc")
 
 __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTError", "ShapeError", "KernelOptError",
            "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "AllocationError",
-           "OptsError", "InvalidOptError", "DType", "PtrDType", "ImageDType", "dtypes",
+           "OptsError", "InvalidOptError", "DeviceLostError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
            "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer",
            "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast"]

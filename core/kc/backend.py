@@ -60,7 +60,7 @@ depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.
 
 For a device defined inside a program or a test, `register(spec)` adds it to kc.Device without a distribution or
 an entry point, and `unregister(name)` removes it."""
-from kc.errors import AllocationError, CompileError, ConfigError, DeviceUnavailable, KcError, PluginError
+from kc.errors import AllocationError, CompileError, ConfigError, DeviceLostError, DeviceUnavailable, KcError, PluginError
 from kc.helpers import distribution_version, env_value
 from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat
@@ -87,4 +87,5 @@ __all__ = [
   "Ops", "UOp", "UPat", "PatternMatcher", "GroupOp", "DType", "PtrDType", "ImageDType", "dtypes",
   # the errors a backend raises
   "KcError", "CompileError", "DeviceUnavailable", "ConfigError", "PluginError", "InvalidBufferError", "AllocationError",
+  "DeviceLostError",
 ]

@@ -74,3 +74,9 @@ class AllocationError(KcError, MemoryError):
 class ArgumentError(KcError, ValueError):
   """A call's argument that does not match what the kernel declares; the message names the buffer index, what
   the kernel expects and what was given."""
+
+
+class DeviceLostError(KcError):
+  """The device faulted in a way that leaves it unusable for the rest of this process (a GPU's sticky error: an
+  illegal or misaligned address in a kernel); every later call on it fails the same way. A worker process that sees
+  one reports it as the crash of the job that caused it and ends, so that the next job gets a fresh device."""

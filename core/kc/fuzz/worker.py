@@ -9,7 +9,7 @@ import random, traceback
 from dataclasses import dataclass, field
 from typing import Optional, Union
 import numpy as np
-from kc.testing.worker import CRASH, HANG, Worker
+from kc.testing.worker import CRASH, HANG, Worker, lost_device
 
 # opts as data that crosses the process boundary: a mode name, or a list of (OptOps name, axis, amt)
 OptsSpec = Union[str, list]
@@ -112,7 +112,8 @@ def error_kind(e: BaseException, stage: str, explicit_opts: bool) -> str:
 
 
 def run_job(job: Job, device: str, note=None) -> Reply:
-  """Build, optimize and run one kernel; every exception becomes a Reply (typed or untyped), never escapes. `note`
+  """Build, optimize and run one kernel; every exception becomes a Reply (typed or untyped), except a lost device
+  (kc.errors.DeviceLostError), which ends the worker. `note`
   hears the resolved opts before the kernel runs, so that a crash can still be replayed with them."""
   import kc
   from kc import ast as A, dtypes
@@ -126,6 +127,7 @@ def run_job(job: Job, device: str, note=None) -> Reply:
     stage = "run"
     reply.outputs = kc.run(ns["sink"], job.inputs, device=device, opts=opts_from_spec(reply.opts))
   except Exception as e:  # noqa: BLE001 (every error is an outcome: a refusal, or a finding with where it came from)
+    if lost_device(e) is not None: raise  # a lost device ends the worker: the harness reports this kernel's crash
     explicit_opts = not isinstance(job.opts, str) or job.opts == "random"
     reply.error, reply.etype = error_kind(e, stage, explicit_opts), type(e).__name__
     reply.message = str(e) if reply.error == "typed" else f"{e} ({_where(e)})"

@@ -6,7 +6,9 @@ worker (kc_conformance.worker) all run jobs here, and all get one classification
   ok       the job returned (`value`)
   typed    the job raised a kc.KcError (`etype`, `message`, `trace`)
   untyped  the job raised any other exception
-  crash    the worker process died: `etype` is the signal (SIGSEGV) or the exit status
+  crash    the worker process died: `etype` is the signal (SIGSEGV) or the exit status; or the job lost the device
+           (a kc.errors.DeviceLostError anywhere in what it raised: `etype` and `message` are that error's, unwrapped),
+           after which the worker ends, since every later job on that device would fail the same way
   hang     no answer within the time limit: the worker was killed
 
 Workers are spawned, never forked (a fork would copy the parent's open device, its threads and locks). A worker
@@ -21,7 +23,7 @@ from __future__ import annotations
 import multiprocessing, pickle, signal, sys, time, traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
-from kc.errors import KcError
+from kc.errors import DeviceLostError, KcError
 
 OK, TYPED, UNTYPED, CRASH, HANG = "ok", "typed", "untyped", "crash", "hang"
 READY, NOTE = "ready", "note"
@@ -45,13 +47,24 @@ class Outcome:
   def raised(self) -> bool: return self.kind in (TYPED, UNTYPED)
 
 
+def lost_device(e: Optional[BaseException]) -> Optional[DeviceLostError]:
+  """The DeviceLostError in `e`'s chain of causes (the error itself, what it was raised from or during), if any."""
+  seen: set[int] = set()
+  while e is not None and id(e) not in seen:
+    if isinstance(e, DeviceLostError): return e
+    seen.add(id(e))
+    e = e.__cause__ or e.__context__
+  return None
+
+
 def attempt(fn: Callable, *args, catch: type[BaseException] = Exception) -> Outcome:
-  """fn(*args) as an Outcome: ok with its value, or typed / untyped with what it raised (an exception that is not a
-  `catch` propagates)."""
+  """fn(*args) as an Outcome: ok with its value, typed / untyped with what it raised, or a crash when what it raised
+  holds a DeviceLostError (an exception that is not a `catch` propagates)."""
   start = time.perf_counter()
   try: value = fn(*args)
   except catch as e:
-    kind = TYPED if isinstance(e, KcError) else UNTYPED
+    if (lost := lost_device(e)) is not None: e, kind = lost, CRASH
+    else: kind = TYPED if isinstance(e, KcError) else UNTYPED
     trace = "".join(traceback.format_exception(e)[-3:])
     return Outcome(kind, None, type(e).__qualname__, str(e), trace, time.perf_counter() - start)
   return Outcome(OK, value, seconds=time.perf_counter() - start)
@@ -89,7 +102,8 @@ def _serve(conn, setup: Callable, args: tuple) -> None:
   handler = started.value
   def note(x: Any) -> None: conn.send((NOTE, x))
   while (job := conn.recv()) is not None:
-    _send(conn, attempt(handler, job, note, catch=BaseException))  # whatever the job raises is its outcome
+    _send(conn, outcome := attempt(handler, job, note, catch=BaseException))  # whatever the job raises is its outcome
+    if outcome.kind == CRASH: return  # the device is lost: the parent starts a fresh worker for the next job
 
 
 def _send(conn, outcome: Outcome) -> None:
@@ -153,7 +167,9 @@ class Worker:
     try: msg = self.conn.recv()
     except (EOFError, OSError): return self.died()
     if msg == READY: self.ready = True
-    elif isinstance(msg, Outcome): self.since = None
+    elif isinstance(msg, Outcome):
+      self.since = None
+      if msg.kind == CRASH: self.process.join(5)  # it lost its device and is ending: `alive` turns False
     return msg
 
   def call(self, job: Any, timeout: float, on_note: Optional[Callable[[Any], None]] = None) -> Outcome:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes, functools, importlib.util, math, sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
-from kc.backend import ConfigError, DeviceUnavailable, KcError, env_value
+from kc.backend import ConfigError, DeviceLostError, DeviceUnavailable, KcError, env_value
 
 ENV_DEVICE = "KC_CUDA_DEVICE"
 INSTALL_HINT = "pip install kc-cuda"
@@ -29,6 +29,10 @@ class CUDAError(KcError):
   """A CUDA driver call failed. `call` is what was called, `result` the CUresult's name (CUDA_ERROR_...)."""
   call: str = ""
   result: str = ""
+
+
+class CUDADeviceLost(CUDAError, DeviceLostError):
+  """A sticky error (STICKY_ERRORS): a kernel faulted and the context is unusable for the rest of this process."""
 
 
 class CUDAOutOfMemory(CUDAError, MemoryError):
@@ -59,14 +63,16 @@ def error_string(result: Any) -> str:
 
 
 def error_for(result: Any, what: str, opening: bool = False) -> KcError:
-  """The kc error for a failed driver call `what`: DeviceUnavailable while the device is being opened, CUDAOutOfMemory
-  for CUDA_ERROR_OUT_OF_MEMORY, else CUDAError. The message names the call, the CUresult and the driver's description."""
+  """The kc error for a failed driver call `what`: DeviceUnavailable while the device is being opened, CUDADeviceLost
+  for a sticky error (a kc.DeviceLostError: a worker that sees it ends), CUDAOutOfMemory for CUDA_ERROR_OUT_OF_MEMORY,
+  else CUDAError. The message names the call, the CUresult and the driver's description."""
   name = result_name(result)
   msg = f"{what} failed with {name}: {error_string(result)}"
   if name in STICKY_ERRORS:
     msg += (". A kernel faulted, which leaves the CUDA context unusable for the rest of this process: restart it, and run "
             "the failing kernel under compute-sanitizer to find the bad access")
-  cls = DeviceUnavailable if opening else CUDAOutOfMemory if name == OUT_OF_MEMORY else CUDAError
+  cls = (CUDADeviceLost if name in STICKY_ERRORS else DeviceUnavailable if opening else
+         CUDAOutOfMemory if name == OUT_OF_MEMORY else CUDAError)
   err = cls(msg)
   err.call, err.result = what, name
   return err

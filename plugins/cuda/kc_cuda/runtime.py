@@ -12,7 +12,7 @@ import numpy as np
 from cuda.bindings import driver as cu
 from kc.backend import CompiledDevice, KcError, LRUAllocator, int32_values, raw_buffers
 from kc_cuda.compiler import NVRTCCompiler, unpack_library
-from kc_cuda.driver import (STATIC_SHARED_LIMIT, CUDAError, CUDAOutOfMemory, KernelParams, check, device_props,
+from kc_cuda.driver import (STATIC_SHARED_LIMIT, CUDADeviceLost, CUDAError, CUDAOutOfMemory, KernelParams, check, device_props,
                             dynamic_shared_bytes, init_driver, launch_config, selected_ordinal)
 from kc_cuda.renderer import CUDARenderer
 
@@ -114,6 +114,7 @@ class CUDAProgram:
     image = np.frombuffer(cubin, dtype=np.uint8)  # an explicit address: the driver copies the image while loading
     try: self.module = check(cu.cuModuleLoadData(int(image.ctypes.data)), f"cuModuleLoadData({name})")
     except CUDAError as e:
+      if isinstance(e, CUDADeviceLost): raise  # an earlier kernel's fault, not this cubin's: it must reach the worker unwrapped
       driver = f"{device.props.name} (driver {device.props.driver_version_text})"
       if (built := meta.get("cuda")) is not None and built > device.props.driver_version // 1000:
         raise KcError(f"{driver} refused the cubin of {name}: {e}. It was built by CUDA {built}'s NVRTC, newer than the "
@@ -123,6 +124,7 @@ class CUDAProgram:
     weakref.finalize(self, _unload_module, device, self.module)
     try: self.function = check(cu.cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
     except CUDAError as e:
+      if isinstance(e, CUDADeviceLost): raise
       raise KcError(f"the cubin has no kernel named {name!r} ({e}): the kernel must be declared extern \"C\" __global__") from None
     if self.dynamic_shared > STATIC_SHARED_LIMIT:
       # above 48 KiB a kernel must opt in before its first launch, or the launch fails with CUDA_ERROR_INVALID_VALUE

@@ -6,7 +6,7 @@ import pytest
 import kc
 from kc.backend import ConfigError, DeviceUnavailable, KcError
 from kc_cuda import driver
-from kc_cuda.driver import (CUDAError, CUDAOutOfMemory, DeviceProps, KernelParams, check, dynamic_shared_bytes, error_for,
+from kc_cuda.driver import (CUDADeviceLost, CUDAError, CUDAOutOfMemory, DeviceProps, KernelParams, check, dynamic_shared_bytes, error_for,
                             launch_config, selected_ordinal, unavailable_reason)
 
 cu = pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
@@ -112,7 +112,10 @@ def test_check_error_kinds():
   assert isinstance(e.value, MemoryError)  # what the LRU allocator catches to free its cache and retry
   with pytest.raises(DeviceUnavailable, match="cuDevicePrimaryCtxRetain"):
     check((cu.CUresult.CUDA_ERROR_NO_DEVICE, None), "cuDevicePrimaryCtxRetain(0)", opening=True)
-  with pytest.raises(CUDAError, match="compute-sanitizer"): check((cu.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,), "cuCtxSynchronize")
+  with pytest.raises(CUDADeviceLost, match="compute-sanitizer") as lost: check((cu.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS,), "cuCtxSynchronize")
+  assert isinstance(lost.value, kc.DeviceLostError)  # what ends a conformance or fuzz worker
+  for name in driver.STICKY_ERRORS:  # sticky while opening too: the context is gone either way
+    assert isinstance(error_for(getattr(cu.CUresult, name), "cuCtxSynchronize", opening=True), CUDADeviceLost), name
   with pytest.raises(KcError, match="tuple"): check(None, "cuInit(0)")
 
 
@@ -295,6 +298,7 @@ class FakeDriver:
     self.memory, self.launches, self.attributes, self.current, self.unloaded = {}, [], {}, None, []
     self.kernels = {}  # name -> python function(params address, grid, block)
     self.fail_alloc = 0
+    self.lost = None  # the sticky CUresult once a kernel faulted: every later call that can see it fails with it
 
   def ok(self, *values): return (cu.CUresult.CUDA_SUCCESS, *values)
   def cuDeviceGet(self, ordinal): return self.ok(ordinal)
@@ -319,6 +323,7 @@ class FakeDriver:
   def cuMemcpyDtoDAsync(self, dst, src, n, stream): ctypes.memmove(dst, src, n); return self.ok()
 
   def cuModuleLoadData(self, image):
+    if self.lost is not None: return (self.lost, None)
     assert isinstance(image, int) and ctypes.string_at(image, 4) == b"\x7fELF"
     return self.ok("module")
   def cuModuleUnload(self, module): self.unloaded.append(module); return self.ok()
@@ -334,7 +339,7 @@ class FakeDriver:
 
   def cuEventCreate(self, flags): return self.ok(object())
   def cuEventRecord(self, event, stream): return self.ok()
-  def cuEventSynchronize(self, event): return self.ok()
+  def cuEventSynchronize(self, event): return self.ok() if self.lost is None else (self.lost,)
   def cuEventElapsedTime(self, start, end): return self.ok(0.25)
   def cuEventDestroy(self, event): return self.ok()
 
@@ -418,6 +423,21 @@ def test_fake_program_loading(fake):
   del prg
   import gc; gc.collect()
   assert "module" in drv.unloaded  # the module goes when its program does
+
+
+def test_fake_sticky_fault_is_a_lost_device_and_stays_unwrapped(fake):
+  from kc_cuda.compiler import pack_library
+  drv, dev = fake
+  def faults(params, grid, block): drv.lost = cu.CUresult.CUDA_ERROR_MISALIGNED_ADDRESS
+  drv.kernels["bad"] = faults
+  prg = dev.runtime("bad", pack_library({"dynamic_shared": 0}, b"\x7fELF"))
+  buf = dev.allocator.alloc(16)
+  with pytest.raises(CUDADeviceLost, match="running bad .*CUDA_ERROR_MISALIGNED_ADDRESS"):
+    prg(buf, global_size=(1,), local_size=(1,), wait=True)
+  # the next cubin's load fails with the same sticky error: it says so, not "a stale compile cache entry"
+  with pytest.raises(CUDADeviceLost, match="cuModuleLoadData.*MISALIGNED") as e:
+    dev.runtime("scale", pack_library({"dynamic_shared": 0}, b"\x7fELF"))
+  assert "stale" not in str(e.value)
 
 
 def test_fake_close(fake):
