@@ -88,6 +88,17 @@ def test_conversions_on_device_match_ml_dtypes(device, dt, md):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt,md", FORMATS + [(dtypes.bfloat16, ml_dtypes.bfloat16)], ids=IDS + ["bf16"])
+@pytest.mark.parametrize("test", ["isnan", "isinf", "isfinite"])
+def test_float_tests_of_every_code(device, dt, md, test):
+  # e4m3 has no infinity: a test against an inf constant of its own compared with NaN (isfinite was False everywhere)
+  codes = np.arange(2 ** (8 * md(0).itemsize), dtype=np.uint8 if md(0).itemsize == 1 else np.uint16)
+  want = getattr(np, test)(codes.view(md).astype(np.float32))
+  got = kc.run(A.sink(A.store(0, getattr(A.arg(1, dt, (codes.size,)), test)())), {1: codes}, device=device)[0]
+  assert np.array_equal(got, want), np.flatnonzero(got != want)[:8]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dt,md", FORMATS, ids=IDS)
 def test_arithmetic_rounds_after_every_op(device, dt, md):
   rng = np.random.default_rng(0)

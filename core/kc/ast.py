@@ -416,6 +416,8 @@ class Expr:
 
   def _float_test(self, fn, other: bool) -> "Expr":
     """A test of float values (a bool per element); ints and bools are never NaN or inf: `other` everywhere."""
+    # fp8 is tested in float32, where it is exact: e4m3 has no infinity, so an inf constant of its own is NaN
+    if self.dtype in dtypes.fp8s: return _unary_uop(self, lambda u: fn(u.cast(dtypes.float32)))
     if dtypes.is_float(self.dtype): return _unary_uop(self, fn)
     # x != x is False for every int and bool, a value of x's shape without a constant's view
     return _unary_uop(self, lambda u: u.alu(Ops.CMPNE, u) if not other else _not(u.alu(Ops.CMPNE, u)))
