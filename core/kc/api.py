@@ -29,8 +29,10 @@ class CompiledKernel:
 
   def __init__(self, ast: UOp, kernel: Kernel, program: Program, device: str, handle):
     self.ast, self.kernel, self.program, self.device, self._handle = ast, kernel, program, device, handle
-    self.specs = buffer_specs(ast, program.name)
-    self._allocator = Device[device].allocator
+    dev = Device[device]
+    # where the device's vector loads need aligned addresses, each buffer's widest vector access is its alignment
+    self.specs = buffer_specs(ast, program.name, program.vector_bytes() if dev.renderer.aligned_vectors else None)
+    self._allocator = dev.allocator
     self._outputs = [s for s in self.specs if s.output]
     # without Variables the launch and the emptiness never change: decide them once
     self._static = not kernel.vars

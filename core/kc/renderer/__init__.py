@@ -89,6 +89,11 @@ class Renderer(ABC):
   global_max / local_max are in (x, y, z) order; None means no limit (loops instead of launch dims)."""
   device: str = ""
   supports_float4: bool = True
+  # aligned_vectors: a vector load or store needs an address that is a multiple of its size (CUDA's float4, OpenCL's
+  # and Metal's vector types; a misaligned one faults). kc then refuses a kc.Buffer view at another byte offset for a
+  # kernel that accesses it as vectors, and copies a numpy array that is not aligned so (kc.runtime.arguments).
+  # False where the dialect aligns its vector types to their scalar (CLANG).
+  aligned_vectors: bool = True
   has_local: bool = True
   has_shared: bool = True
   global_max: Optional[tuple[int, ...]] = (0x7FFFFFFF,) * 3  # SPECIAL indices are int32
@@ -167,6 +172,17 @@ class Program:
     self.vars = sorted(dedup(u for u in self.uops if u.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
     self.globals = [u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL]
     self.outs = sorted(dedup(b.arg for u in self.uops if u.op is Ops.STORE and (b := _stored_buffer(u)) is not None))
+
+  def vector_bytes(self) -> dict[int, int]:
+    """The widest vector access (load or store) of each global buffer that has one, in bytes: {buffer index: bytes}."""
+    out: dict[int, int] = {}
+    for u in self.uops:
+      if u.op is Ops.LOAD and u.dtype.count > 1: target, vec = u.src[0], u.dtype
+      elif u.op is Ops.STORE and len(u.src) > 1 and u.src[1].dtype.count > 1: target, vec = u.src[0], u.src[1].dtype
+      else: continue
+      buf = target.src[0] if target.op is Ops.INDEX else target
+      if buf.op is Ops.DEFINE_GLOBAL: out[buf.arg] = max(out.get(buf.arg, 0), vec.scalar().itemsize * vec.count)
+    return out
 
   @property
   def op_estimate(self) -> sint:

@@ -97,7 +97,8 @@ class BufferSpec:
   """One buffer of a kernel: its index, dtype, whether the kernel writes it, its declared shape (None where the
   AST does not say) and the views it is reached through. What does not depend on Variables is computed once here,
   so that a call only compares."""
-  __slots__ = ("index", "dtype", "np_dtype", "output", "shape", "views", "symbolic", "elements", "squeezed", "kernel", "declared")
+  __slots__ = ("index", "dtype", "np_dtype", "output", "shape", "views", "symbolic", "elements", "squeezed", "kernel", "declared",
+               "alignment")
 
   def __init__(self, kernel: str, index: int, dtype: DType, output: bool, shape: Optional[tuple[sint, ...]],
                views: tuple[ShapeTracker, ...], declared: int = -1):
@@ -108,6 +109,9 @@ class BufferSpec:
     # static: the element count and the squeezed shape once; symbolic: per call, from the Variables' values
     self.elements = None if self.symbolic else (prod(shape) if shape is not None else _reached(views, {}))
     self.squeezed = None if self.symbolic or shape is None else _squeezed(shape)
+    self.alignment = 1  # the byte multiple its address must be: the widest vector access, where the device needs that
+
+  def aligned(self, address: int) -> bool: return address % self.alignment == 0
 
   def __repr__(self):
     return f"<BufferSpec {self.index} {self.dtype.name} {'?' if self.shape is None else fmt_shape(self.shape)}{' out' if self.output else ''}>"
@@ -156,6 +160,11 @@ class BufferSpec:
     if buf.dtype != self.dtype: raise ArgumentError(f"{self._name()} must be {self.dtype.name}, got a Buffer of {buf.dtype.name}")
     if buf.device != device: raise ArgumentError(f"{self._name()} is on {buf.device}, the kernel runs on {device}")
     if buf.size < (n := self.elements_at(vals)): raise ArgumentError(f"{self._name()} needs {n} elements, the Buffer has {buf.size}")
+    # device allocations start aligned for any vector: a view's byte offset decides (a GPU faults on a misaligned float4)
+    if not self.aligned(buf.offset):
+      raise ArgumentError(f"{self._name()} is a view at byte offset {buf.offset}, but the kernel accesses it as {self.alignment}-byte "
+                          f"vectors, which {device} needs at a multiple of {self.alignment} bytes: use a view at such an offset, "
+                          "or compile the kernel without upcasting this buffer's contiguous axis (opts='none')")
 
   def check(self, arg, device: str, vals: dict[str, int]) -> None:
     """Raise ArgumentError unless `arg` is a numpy array or a kc.Buffer that fits this buffer."""
@@ -170,7 +179,8 @@ class BufferSpec:
     self.check(arg, device, vals)
     if isinstance(arg, Buffer): return arg.allocate(), None
     arg = as_bits(arg, self.dtype)  # ml_dtypes' types are opaque to the allocators: they move the bits
-    if in_place and (opaque := allocator.from_numpy(arg)) is not None: return opaque, None  # the caller keeps arg alive
+    # a host device lends the array itself, where its address suits the kernel's vector accesses; else it is copied
+    if in_place and self.aligned(arg.ctypes.data) and (opaque := allocator.from_numpy(arg)) is not None: return opaque, None
     data = np.ascontiguousarray(arg)
     buf = Buffer(device, arg.size, self.dtype).allocate().copyin(data if self.np_dtype is not None else memoryview(data.reshape(-1).view(np.uint8)))
     return buf, (buf if self.output else None)
@@ -183,8 +193,9 @@ def _load_shape(load: UOp, st: ShapeTracker) -> Optional[tuple[sint, ...]]:
   return ShapeTracker.from_shape(load.arg).unbind()[0].shape if any(isinstance(d, UOp) for d in load.arg) else load.arg
 
 
-def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
-  """One BufferSpec per buffer index of a kernel AST, in index order."""
+def buffer_specs(ast: UOp, kernel: str, alignment: Optional[dict[int, int]] = None) -> list[BufferSpec]:
+  """One BufferSpec per buffer index of a kernel AST, in index order. `alignment`: the byte multiple a buffer's
+  address must be ({index: bytes}, Program.vector_bytes() where the renderer has aligned_vectors)."""
   found: dict[int, tuple[DType, list[ShapeTracker], list[ShapeTracker]]] = {}  # index: dtype, load views, store views
   sizes: dict[int, int] = {}  # index: the element count its pointer declares
   suggested: dict[int, list] = {}  # index: the shape each load suggests for an input
@@ -215,5 +226,6 @@ def buffer_specs(ast: UOp, kernel: str) -> list[BufferSpec]:
     views = tuple(stores + loads)
     if shape is not None and all(isinstance(d, int) for d in shape) and not any(st.vars() for st in views) and prod(shape) < _reached(views, {}):
       shape = None  # another view reaches past it: the shape said too little
-    specs.append(BufferSpec(kernel, i, dt, bool(stores), shape, views, declared))
+    specs.append(spec := BufferSpec(kernel, i, dt, bool(stores), shape, views, declared))
+    spec.alignment = (alignment or {}).get(i, 1)
   return specs

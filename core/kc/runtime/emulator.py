@@ -53,6 +53,11 @@ class BarrierError(EmulatorError):
   """Some threads of a work-group reach a BARRIER that others of the same group skip."""
 
 
+class MisalignedAccessError(EmulatorError):
+  """A vector access at an address that is not a multiple of its size, on an impersonated device whose vector loads
+  need that (a GPU's misaligned-address fault): a kc.Buffer view at an odd byte offset, loaded as float4."""
+
+
 class DataRaceError(EmulatorError):
   """Threads that read or write the same element without a barrier between them (or read what nobody wrote)."""
 
@@ -132,6 +137,7 @@ class EmuRenderer(Renderer):
   has_local = True
   has_shared = True
   supports_float4 = True
+  aligned_vectors = False  # impersonating a device, EMU checks that device's rule (Limits.aligned_vectors)
   global_max = (65535, 65535, 65535)
   local_max = (256, 256, 64)
   shared_max = 32768
@@ -374,6 +380,7 @@ class _Plan:
   def where(self, pc: int, msg: str) -> str:
     """`msg` prefixed with the kernel and the UOp it is about."""
     u = self.uops[pc]
+  aligned_vectors: bool = False  # a vector access needs an address that is a multiple of its size (CUDA's float4)
     return f"kernel {self.name}: uop {pc} ({u.op.name} {u.dtype}): {msg}"
 
   def _function(self, pc: int, u: UOp) -> Callable:
@@ -460,8 +467,10 @@ class _Memory:
 class _Run:
   """One batch of work-groups executing the plan."""
 
-  def __init__(self, plan: _Plan, batch: _Batch, buffers: list[tuple[np.ndarray, DType]], var_vals: list[int], tensor_cores: tuple = ()):
-    self.plan, self.batch, self.tensor_cores = plan, batch, tensor_cores
+  def __init__(self, plan: _Plan, batch: _Batch, buffers: list[tuple[np.ndarray, DType]], var_vals: list[int], limits: Optional[Limits] = None):
+    self.plan, self.batch = plan, batch
+    self.tensor_cores = limits.tensor_cores if limits is not None else ()
+    self.aligned_vectors = limits is not None and limits.aligned_vectors
     self.vals: list = [None] * len(plan.uops)
     self.memory: dict[int, _Memory] = {}
     for i, (pc, (data, dt)) in enumerate(zip(plan.globals, buffers)):
@@ -582,6 +591,11 @@ class _Run:
     return round_to(out.astype(np.float32), dt_out) if dt_out in _IN_FLOAT32 else out.astype(value_np(dt_out))
 
   # -- memory ---------------------------------------------------------------------------------------------------------
+    if width > 1 and self.aligned_vectors and not mem.local:
+      size = width * mem.data.itemsize
+      if (start := mem.data.ctypes.data % size) != 0:  # element offsets are width-aligned: the buffer's start decides
+        raise self.error(MisalignedAccessError, pc, f"a {size}-byte vector access of {mem.label}, which starts {start} bytes "
+                         f"past a multiple of {size} (a view at an odd byte offset): the impersonated device faults here", int(lanes[0]))
 
   def _active_lanes(self, mask: Optional[np.ndarray], gate) -> Optional[np.ndarray]:
     """Indices of the lanes that perform an access, None when all of them do."""
@@ -730,7 +744,7 @@ class EmuProgram:
     with np.errstate(all="ignore"):  # wrap-around, inf and nan are the semantics here, not accidents
       for first in range(0, len(groups), per_batch):
         its = iterations[first:first + per_batch] if iterations is not None else None
-        _Run(plan, _Batch(groups[first:first + per_batch], ldims, its), buffers, var_vals, self.limits.tensor_cores if self.limits else ()).run()
+        _Run(plan, _Batch(groups[first:first + per_batch], ldims, its), buffers, var_vals, self.limits).run()
     return time.perf_counter() - start if wait else None
 
   def _loop_iterations(self, gdims, ldims, var_vals: list[int]) -> Optional[np.ndarray]:
@@ -817,7 +831,8 @@ class EmuDevice(CompiledDevice):
 
   def _load(self, name: str, lib: bytes) -> EmuProgram:
     r = self.renderer
-    limits = Limits(self.impersonating or DEVICE, r.global_max, r.local_max if r.has_local else None, r.shared_max, tuple(r.tensor_cores))
+    limits = Limits(self.impersonating or DEVICE, r.global_max, r.local_max if r.has_local else None, r.shared_max, tuple(r.tensor_cores),
+                    r.aligned_vectors)
     return EmuProgram(name, lib, limits)
 
   def __repr__(self): return f"<EmuDevice impersonating {self.impersonating or 'nothing (generic renderer)'}>"
@@ -840,4 +855,4 @@ def kc_backends() -> list[BackendSpec]: return [backend_spec()]
 
 
 __all__ = ["EmuDevice", "EmuRenderer", "EmuCompiler", "EmuProgram", "EmulatorError", "OutOfBoundsError", "BarrierError",
-           "DataRaceError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program", "DEVICE", "PRIORITY"]
+           "DataRaceError", "MisalignedAccessError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program", "DEVICE", "PRIORITY"]

@@ -100,6 +100,7 @@ class ClangRenderer(CStyleLanguage):
   global_max = None
   local_max = None
   supports_float4 = True
+  aligned_vectors = False  # its vector types are declared aligned(scalar): any element address loads
   signed_overflow_wraps = True  # compiled with -fwrapv (compiler.compile_flags)
   buffer_suffix = " restrict"
   vector_index = "bracket"
