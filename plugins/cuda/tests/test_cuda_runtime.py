@@ -257,6 +257,44 @@ def test_launch_errors_before_the_driver(gpu):
   assert k._handle(out, x, global_size=(0, 1, 1), local_size=(1, 1, 1), wait=True) == 0.0
 
 
+@needs_gpu
+def test_views_for_vector_loads_are_refused_only_where_misaligned(gpu):
+  from kc import ArgumentError, Opt, OptOps, ast as A
+  k = kc.compile(A.sink(A.store(0, A.arg(1, kc.dtypes.float32, (64,)) * 2.0)), device="CUDA", opts=[Opt(OptOps.UPCAST, 0, 4)])
+  assert k.program.vector_bytes() == {0: 16, 1: 16}
+  base = kc.Buffer("CUDA", 80, kc.dtypes.float32).allocate().copyin(np.arange(80, dtype=np.float32))
+  out = np.zeros(64, np.float32)
+  with pytest.raises(ArgumentError, match="byte offset 4"): k(out, base.view(64, kc.dtypes.float32, offset=4))
+  k(out, base.view(64, kc.dtypes.float32, offset=16))
+  np.testing.assert_array_equal(out, np.arange(4, 68, dtype=np.float32) * 2)
+  src = np.arange(65, dtype=np.float32)
+  k(out, src[1:])  # a numpy array at any address is copied to an aligned allocation
+  np.testing.assert_array_equal(out, src[1:] * 2)
+
+
+STICKY_FAULT = r"""
+import numpy as np, kc
+from kc_cuda.driver import CUDADeviceLost
+from kc_cuda.compiler import pack_library, unpack_library
+from kc_cuda.runtime import CUDAProgram
+gpu = kc.Device["CUDA"]
+src = 'extern "C" __global__ void misaligned(float* out) { *(float4*)((char*)out + 4) = make_float4(1, 2, 3, 4); }'
+prg = CUDAProgram(gpu, "misaligned", pack_library({"dynamic_shared": 0}, unpack_library(gpu.compiler.compile_uncached(src))[1]))
+buf = gpu.allocator.alloc(64)
+try: prg(buf, global_size=(1, 1, 1), local_size=(1, 1, 1), wait=True)
+except CUDADeviceLost as e: print("lost:", e.result, isinstance(e, kc.DeviceLostError))
+try: gpu.allocator.copyout(memoryview(np.zeros(16, np.float32)).cast("B"), buf)
+except CUDADeviceLost as e: print("after:", e.result)
+"""
+
+
+@needs_gpu
+def test_a_misaligned_vector_store_is_a_sticky_lost_device(gpu):
+  # in a process of its own: the fault leaves that process's context unusable
+  r = subprocess.run([sys.executable, "-c", STICKY_FAULT], capture_output=True, text=True, timeout=300)
+  assert "lost: CUDA_ERROR_MISALIGNED_ADDRESS True" in r.stdout and "after: CUDA_ERROR_MISALIGNED_ADDRESS" in r.stdout, r.stdout + r.stderr
+
+
 DYNAMIC_SHARED_SRC = r"""
 extern "C" __global__ void big_shared(float* out, const float* in, int n) {
   extern __shared__ float tile[];
