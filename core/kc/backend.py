@@ -1,8 +1,8 @@
 """The backend contract: everything a kc backend plugin imports, in one module.
 
-A backend makes kc run kernels on one more kind of device. It is a Python distribution of its own (kc-clang and
-kc-opencl in this repository are two) that imports only `kc` and `kc.backend`, plus its own modules and its own
-dependencies. Nothing else in kc is part of the contract; everything here is, and keeps working within one
+A backend makes kc run kernels on one more kind of device. It is a Python distribution of its own (kc-clang,
+kc-opencl, kc-cuda and kc-metal in this repository's plugins/ are four) that imports only `kc` and `kc.backend`, plus
+its own modules and its own dependencies. Nothing else in kc is part of the contract; everything here is, and keeps working within one
 PLUGIN_API_VERSION.
 
 What a backend provides
