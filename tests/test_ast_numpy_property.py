@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, Ops
-from kc_conformance.tolerance import compare, tolerance
+from kc.testing.compare import compare
+from kc.testing.tolerance import tolerance
 
 # numpy's exception class -> kc's typed error for the same input (docs/AST.md "Errors")
 ERRORS = {OverflowError: DTypeError, TypeError: DTypeError, ValueError: InvalidASTError}

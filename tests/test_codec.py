@@ -5,8 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from kc import dtypes
-from kc.ir.codec import bf16_bits, decode, encode, round_bf16, round_to
-from kc.search.check import float_values
+from kc.ir.codec import decode, encode, round_to
+from kc.ir.dtype import bf16_bits, round_bf16
+from kc.search.check import mismatch
+from kc.search.timing import BufferInfo
 
 NARROW = {dtypes.bfloat16: ml_dtypes.bfloat16, dtypes.fp8e4m3: ml_dtypes.float8_e4m3fn, dtypes.fp8e5m2: ml_dtypes.float8_e5m2}
 BITS = {dtypes.bfloat16: np.uint16, dtypes.fp8e4m3: np.uint8, dtypes.fp8e5m2: np.uint8}
@@ -50,5 +52,11 @@ def test_numpy_types_round_trip_through_their_bytes(dt):
 def test_the_search_check_reads_infinities_and_nans_from_raw_bytes(dt):
   # the check's own fp8 decoder read e5m2's inf and NaN codes as finite numbers
   values = np.array([np.inf, -np.inf, np.nan, 1.5], np.float32)
-  got = float_values(encode(values, dt).view(np.uint8), dt)
-  assert got.dtype == np.float64 and np.array_equal(got, values.astype(np.float64), equal_nan=True)
+  info = BufferInfo(0, dt, values.size, True, False)
+  raw = encode(values, dt).view(np.uint8)
+  assert mismatch(info, raw, raw.copy()) is None
+  largest = decode(np.array([0x7B if dt == dtypes.fp8e5m2 else 0x7F7F], BITS[dt]), dt)[0]   # the largest finite value
+  for i, other in enumerate([largest, np.inf, 1.5, np.nan]):   # each special against another value: a mismatch
+    changed = values.copy()
+    changed[i] = other
+    assert "1 of 4 elements outside" in mismatch(info, encode(changed, dt).view(np.uint8), raw)

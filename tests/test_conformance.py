@@ -14,7 +14,8 @@ from kc_conformance.corpus import CASES, setup_of
 from kc_conformance.report import schema, validate
 from kc_conformance.specs import SPECS, specs_for
 from kc_conformance.test_suite import ALL_IDS
-from kc_conformance.tolerance import Tolerance, compare, tolerance
+from kc.testing.compare import compare
+from kc.testing.tolerance import Tolerance, tolerance
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

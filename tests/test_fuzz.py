@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from kc.fuzz import FuzzConfig, case_seed, fuzz, generate, kc_lines, np_lines, summary
 from kc.fuzz.check import FAILURES, OUTCOMES, judge, reference
-from kc.fuzz.tolerance import TABLE, Bound
+from kc import dtypes
+from kc.testing.tolerance import EXACT, Tolerance, tolerance
 
 
 def test_generator_is_deterministic_per_seed():
@@ -21,19 +22,18 @@ def test_every_generated_case_has_a_sound_reference():
 
 
 def test_tolerance_is_the_core_table():
-  from kc import dtypes
+  from kc.fuzz.tolerance import FLOATS, chain_bound
   from kc.testing import tolerance as core
-  # the fuzzer's per-op bounds are the core table's numbers for the float types it generates, every op class included
-  assert set(TABLE) == {"float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2"}
-  for dt, kinds in TABLE.items():
-    assert set(kinds) == set(core.KINDS) - {"exact"}
-    for kind, b in kinds.items():
-      t = core.tolerance(getattr(dtypes, dt), kind)
-      assert (t.rtol, t.atol, t.ulp) == (b.rtol, b.atol, b.ulp) and not b.exact
-  assert TABLE["float16"]["reduce"].rtol > TABLE["float32"]["reduce"].rtol  # a real table, not one number repeated
-  # the conformance suite reads the very same table
-  conf = pytest.importorskip("kc_conformance.tolerance")
-  assert conf.TABLE is core.TABLE and conf.tolerance is core.tolerance and conf.Tolerance is core.Tolerance
+  # one inexact step's bound is the core table's numbers for the float types the fuzzer generates, every op class
+  # included (a ulp bound as an rtol of that many ulps at 1.0)
+  assert FLOATS == ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")
+  for dt in FLOATS:
+    eps = 2.0 ** -dtypes.finfo(getattr(dtypes, dt))[1]
+    for kind in set(core.KINDS) - {"exact"}:
+      t, b = core.tolerance(getattr(dtypes, dt), kind), chain_bound(dt, kind, 1, 1.0)
+      assert (b.rtol, b.atol) == (max(t.rtol, (t.ulp or 0) * eps), t.atol) and not b.exact
+      assert chain_bound(dt, kind, 3, 2.0) == core.Tolerance(rtol=3 * b.rtol, atol=6 * b.atol)
+  assert chain_bound("float16", "reduce", 1, 1.0).rtol > chain_bound("float32", "reduce", 1, 1.0).rtol
 
 
 def test_small_run_on_clang_and_emu(tmp_path):
@@ -134,7 +134,7 @@ def test_a_rewrite_error_after_the_build_is_an_internal_failure(monkeypatch):
   from kc.fuzz.check import Reference
   def broken(sink, k, dev): raise E.RewriteError("injected: the rewrite did not reach a fixed point")
   monkeypatch.setattr(kc.api, "_compile_kernel", broken)
-  ref = Reference({0: np.zeros(4, np.float32)}, {0: Bound()})
+  ref = Reference({0: np.zeros(4, np.float32)}, {0: EXACT})
   for opts in ("none", "hand", "random", [("UPCAST", 0, 2)]):
     reply = run_job(Job(_JOB, {1: np.ones((4, 3), np.float32)}, opts), "CLANG")
     assert (reply.error, reply.etype, reply.stage) == ("internal", "RewriteError", "run")
@@ -195,7 +195,8 @@ def test_planted_build_time_refusal_is_typed_and_passes_the_run(tmp_path):
 
 from kc.fuzz.families import FAMILIES, pick_family  # noqa: E402
 from kc.fuzz.recipe import NARROW_FLOATS, evaluate, narrow_round  # noqa: E402
-from kc.fuzz.tolerance import Bound, compare, output_bound  # noqa: E402
+from kc.fuzz.check import output_comparison  # noqa: E402
+from kc.fuzz.tolerance import output_bound  # noqa: E402
 
 _SEEDS = range(200)
 
@@ -322,7 +323,7 @@ def test_low_precision_matmuls_against_a_once_rounded_reference():
     dt = "float16" if a.dtype == np.float16 else "bfloat16"
     if ref.bounds[0].exact: continue   # small integers: products and sums are exact, so is kc's answer
     rounded += 1
-    assert 0 < ref.bounds[0].rtol <= TABLE[dt]["arith"].rtol   # one rounding: the core table's arith bound, once
+    assert 0 < ref.bounds[0].rtol <= tolerance(getattr(dtypes, dt), "arith").rtol   # one rounding: the core table's arith bound, once
   assert rounded > 20
 
 
@@ -361,8 +362,8 @@ def test_checker_flags_a_planted_special(got, want, ok):
   # a loose bound (a chain of transcendental steps in half) must not let a wrong special through
   for dt in (np.float32, np.float16):
     g, w = np.array([1.0, got], dt), np.array([1.0, want], dt)
-    assert (compare(0, g, w, Bound(rtol=0.5, atol=1.0)) is None) == ok, (got, want)
-    assert (compare(0, g, w, Bound()) is None) == ok, (got, want)
+    assert output_comparison(0, g, w, Tolerance(rtol=0.5, atol=1.0)).ok == ok, (got, want)
+    assert output_comparison(0, g, w, EXACT).ok == ok, (got, want)
 
 
 def test_bound_ignores_infinite_values_and_narrow_outputs_are_decoded():

@@ -36,7 +36,7 @@ class Setup:
 
 @dataclass(frozen=True)
 class Case:
-  """name: unique, used in test ids. kind: the tolerance class of its outputs (tolerance.py). specs: FULL, BASIC or
+  """name: unique, used in test ids. kind: the tolerance class of its outputs (kc.testing.tolerance). specs: FULL, BASIC or
   HAND. tensor_core: the (dtype_in, dtype_out) a tensor core needs to run this matmul (tensor-core specs only then).
   needs: capabilities beyond the dtypes of its buffers (which are always needed). tolerance: a per-case override,
   {dtype name: Tolerance}, for a case whose numerics differ from its class (say why where it is declared).

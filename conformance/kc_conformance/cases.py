@@ -9,8 +9,9 @@ import numpy as np
 from kc import DType, Variable, dtypes
 from kc import ast as A
 from .case import BASIC, TENSOR, Case, Setup, arg, case, ints, nonzero, register, single, uniform
-from .tolerance import Tolerance
-from kc.ir.codec import round_bf16, round_to
+from kc.testing.tolerance import Tolerance
+from kc.ir.codec import round_to
+from kc.ir.dtype import round_bf16
 
 
 # ----------------------------------------------------------------------------------------------------- elementwise

@@ -12,7 +12,8 @@ from .capabilities import dtype_need, tensor_core_need
 from .case import Case, Setup
 from .corpus import CASES, setup_of
 from .specs import Spec, optimized_kernel
-from .tolerance import Comparison, compare, tolerance
+from kc.testing.compare import Comparison, compare
+from kc.testing.tolerance import tolerance
 
 SEED = 0  # every case's inputs come from this seed: the same arrays on every machine
 

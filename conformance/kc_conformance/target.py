@@ -15,7 +15,8 @@ from .case import Case, Setup
 from .checks import judge, limit_violations, needs_of, render
 from .corpus import CASES, setup_of
 from .specs import CANDIDATES, SPECS, NotApplicable, Spec, opt_id, tc_level
-from .tolerance import compare, tolerance
+from kc.testing.compare import compare
+from kc.testing.tolerance import tolerance
 from kc.testing.worker import HANG, Outcome
 from .worker import Worker, in_process_call
 

@@ -3,9 +3,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 import numpy as np
+from kc.ir.dtype import dtypes
 from kc.fuzz.recipe import Recipe, evaluate, kc_lines, narrow_values, soundness_problem
-from kc.fuzz.tolerance import Bound, compare, output_bound
+from kc.fuzz.tolerance import output_bound
 from kc.fuzz.worker import DeviceWorker, Job, OptsSpec, Reply
+from kc.testing.compare import Comparison, compare
+from kc.testing.tolerance import Tolerance
 
 # typed-error: kc refused the kernel or an opt, as it may (worker.error_kind says which errors are refusals);
 # internal-error: a kc.KcError on a kernel the builder accepted. Every outcome in FAILURES fails a run.
@@ -20,7 +23,7 @@ class Reference:
   """numpy's answer for each output buffer and the bound each must meet; `narrow` names the outputs of a float type
   numpy lacks (kc returns their bits; `want` holds their float32 values)."""
   want: dict[int, np.ndarray]
-  bounds: dict[int, Bound]
+  bounds: dict[int, Tolerance]
   narrow: dict[int, str] = field(default_factory=dict)
 
 
@@ -52,15 +55,17 @@ def judge(ref: Reference, reply: Reply) -> Verdict:
   for b, want in ref.want.items():
     got = reply.outputs.get(b)
     if got is None: problems.append(f"output {b}: missing")
-    elif (m := compare(b, _values(np.asarray(got), ref.narrow.get(b)), want, ref.bounds[b])) is not None: problems.append(m.describe())
+    elif not (c := output_comparison(b, got, want, ref.bounds[b], ref.narrow.get(b))).ok: problems.append(c.describe())
   if problems: return Verdict("wrong", "; ".join(problems), reply.opts, stage="run")
   return Verdict("ok", "", reply.opts, stage="run")
 
 
-def _values(got: np.ndarray, narrow: "str | None") -> np.ndarray:
-  """kc's output as numbers: a narrow float's raw bits decoded (anything else, a wrong dtype included, as it is)."""
-  if narrow is None or got.dtype.kind != "u": return got
-  return narrow_values(got, narrow)
+def output_comparison(output: int, got, want: np.ndarray, bound: Tolerance, narrow: Optional[str] = None) -> Comparison:
+  """kc's output `got` against numpy's `want`: the raw bits of a narrow float type (`narrow`) decoded, anything else,
+  a wrong dtype included, compared as it is. The reproducers call this too."""
+  got = np.asarray(got)
+  if narrow is not None and got.dtype.kind == "u": got = narrow_values(got, narrow)
+  return compare(output, got, want, getattr(dtypes, narrow) if narrow else dtypes.from_numpy(want.dtype), bound)
 
 
 def check(worker: DeviceWorker, r: Recipe, ref: Reference, opts: OptsSpec, opt_seed: int) -> Verdict:

@@ -1,7 +1,7 @@
 """Data types. DTypes are interned: building the same type twice gives the same object, so `is`,
 `==` and hashing are identity-fast on the UOp construction path."""
 from __future__ import annotations
-import functools, math, struct, sys, warnings
+import functools, math, sys, warnings
 from dataclasses import dataclass, fields
 from typing import Any, Final, Optional
 import numpy as np
@@ -256,13 +256,25 @@ def least_upper_float(dt: DType) -> DType:
   return dt if dtypes.is_float(dt) else dtypes.default_float
 
 
-def _round_bfloat16(x: float) -> float:
-  """x through float32 (past its range: inf), then to bfloat16, as the C dialects' __kc_f2bf((float)x) rounds it."""
-  with np.errstate(over="ignore"): x = float(np.float32(x))
-  if not math.isfinite(x): return x
-  bits = struct.unpack("<I", struct.pack("<f", x))[0]
-  bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # round to nearest even on the dropped 16 bits
-  return struct.unpack("<f", struct.pack("<I", bits))[0]
+# ***** bfloat16 <-> float: the one implementation of kc.ir.codec and constant folding (a value is an array of one)
+
+def bf16_bits(x) -> np.ndarray:
+  """float32 values to bfloat16 bits, rounding to nearest even; NaNs stay (quiet) NaNs."""
+  bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+  rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+  nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+  return np.where(nan, ((bits >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16), rounded)
+
+
+def bf16_values(bits) -> np.ndarray:
+  """bfloat16 bits to their float32 values: exact."""
+  return (np.asarray(bits).astype(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def round_bf16(x) -> np.ndarray:
+  """Values rounded to bfloat16 through float32 (past its range: inf), as the C dialects' __kc_f2bf((float)x) rounds
+  them, as float32."""
+  with np.errstate(over="ignore"): return bf16_values(bf16_bits(np.asarray(x).astype(np.float32)))
 
 
 # ***** fp8 <-> float: the one implementation the emulator, the argument checks and constant folding share
@@ -393,5 +405,5 @@ def truncate(dt: DType, x):
 
 
 _TRUNCATE = {dtypes.bool: bool, dtypes.float64: float, dtypes.float32: _round_float("f"), dtypes.float16: _round_float("e"),
-             dtypes.bfloat16: lambda x: _round_bfloat16(float(x)), **{dt: _wrap_int(dt) for dt in dtypes.ints},
+             dtypes.bfloat16: lambda x: float(round_bf16(float(x))), **{dt: _wrap_int(dt) for dt in dtypes.ints},
              **{dt: (lambda x, dt=dt: float(round_fp8(float(x), dt))) for dt in dtypes.fp8s}}

@@ -7,7 +7,7 @@ multiply-add rounds once instead of twice). `transcendental` is a ULP bound agai
 once (OpenCL's own bounds are 3-4 ulp for exp2/log2/sin and 3 for sqrt), with an absolute floor for results near
 zero, where a ulp is tiny but the argument reduction's error is not. `reduce` allows a different summation order."""
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 from kc.errors import KcError
 from kc.ir.dtype import DType, dtypes
@@ -25,6 +25,11 @@ class Tolerance:
 
   @property
   def exact(self) -> bool: return self.rtol == 0 and self.atol == 0 and self.ulp is None
+
+  def scaled(self, scale: float) -> Tolerance:
+    """This bound with its absolute term times `scale`: the rounding error of a sum follows the magnitude of what it
+    adds up, not of its result."""
+    return replace(self, atol=self.atol * scale)
 
   def describe(self) -> str:
     if self.exact: return "exact"
