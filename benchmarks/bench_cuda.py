@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import kc  # noqa: E402
 from kc import Buffer, Kernel, dtypes  # noqa: E402
 from kc import ast as A  # noqa: E402
+from kc.ir.codec import decode, encode  # noqa: E402
 
 DEVICE = "CUDA"
 # dense datasheet peaks (no sparsity): float32 on the CUDA cores, 16-bit inputs with float32 accumulation on the tensor
@@ -65,15 +66,6 @@ def event_time(dev, launch: Callable[[], None]) -> float:
 
 def to_device(arr: np.ndarray, dt) -> Buffer:
   return Buffer(DEVICE, arr.size, dt).copyin(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-  """float32 -> bfloat16 bits, rounded to nearest even."""
-  u = x.astype(np.float32).view(np.uint32)
-  return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def bf16_values(bits: np.ndarray) -> np.ndarray: return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
 class WrongResult(Exception):
@@ -126,12 +118,8 @@ def compile_matmul(sink, dt_in, renderer):
 def bench_matmul(dev, n: int, kind: str, data: tuple[np.ndarray, np.ndarray], repeats: int, check_rows: int) -> dict:
   dt_in, peak_key = MATMULS[kind]
   a32, b32 = data
-  if dt_in == dtypes.bfloat16:
-    a_dev, b_dev = bf16_bits(a32), bf16_bits(b32)
-    a_ref, b_ref = bf16_values(a_dev[:check_rows]), bf16_values(b_dev)
-  else:
-    a_dev, b_dev = a32.astype(dt_in.np), b32.astype(dt_in.np)
-    a_ref, b_ref = a_dev[:check_rows].astype(np.float32), b_dev.astype(np.float32)
+  a_dev, b_dev = encode(a32, dt_in), encode(b32, dt_in)  # bfloat16 as its bits: numpy has no bfloat16
+  a_ref, b_ref = decode(a_dev[:check_rows], dt_in).astype(np.float32), decode(b_dev, dt_in).astype(np.float32)
   ck = compile_matmul(matmul_sink(n, dt_in), dt_in, dev.renderer)
   out, ba, bb = Buffer(DEVICE, n * n, dtypes.float32).allocate(), to_device(a_dev, dt_in), to_device(b_dev, dt_in)
   ck(out, ba, bb)

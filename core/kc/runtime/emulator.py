@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from kc.runtime.device import CompiledDevice, Compiler, HostAllocator, raw_buffers
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
-from kc.ir.codec import decode, encode, round_to
+from kc.ir.codec import decode, encode, round_to, storage_np, value_np
 from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
 from kc.helpers import distribution_version, env_value, prod
@@ -192,31 +192,9 @@ class EmuCompiler(Compiler):
 
 # ---------------------------------------------------------------------------------------------------------- values
 
-def value_np(dt: DType) -> np.dtype:
-  """The numpy dtype values of `dt` are computed in: bfloat16 and fp8 as float32 holding values exact in their type."""
-  s = dt.scalar()
-  if s in _IN_FLOAT32: return np.dtype(np.float32)
-  if s.np is None: raise UnsupportedOpError(f"EMU has no numpy type for {dt}")
-  return s.np
-
-
-def storage_np(dt: DType) -> np.dtype:
-  """The numpy dtype of `dt`'s bits in memory: bfloat16 as uint16, fp8 as uint8."""
-  s = dt.scalar()
-  return np.dtype(np.uint16) if s == dtypes.bfloat16 else np.dtype(np.uint8) if s in dtypes.fp8s else value_np(dt)
-
-
 # the types numpy lacks, computed in float32 and rounded to their precision after every op that produces one
 # (kc.ir.codec.round_to: bfloat16 goes through float32 first, fp8 rounds a float64 once)
 _IN_FLOAT32 = frozenset({dtypes.bfloat16, *dtypes.fp8s})
-
-
-def to_storage(x: np.ndarray, dt: DType) -> np.ndarray:
-  return encode(x, dt) if dt.scalar() in _IN_FLOAT32 else np.asarray(x, dtype=storage_np(dt))
-
-
-def from_storage(bits: np.ndarray, dt: DType) -> np.ndarray:
-  return decode(bits, dt) if dt.scalar() in _IN_FLOAT32 else bits
 
 
 def _fix(dt: DType, fn: Callable) -> Callable:
@@ -283,12 +261,12 @@ def bitcast_function(src: DType, dt: DType) -> Callable:
   """Reinterpretation of the bits; the lane counts may differ (float -> half2) when the sizes match."""
   if src.itemsize != dt.itemsize: raise UnsupportedOpError(f"BITCAST from {src} to {dt} changes the size")
   def bitcast(x):
-    bits = to_storage(x, src)
+    bits = encode(x, src)
     if src.count == 1: bits = bits[..., None]
     out = np.ascontiguousarray(bits).view(storage_np(dt))
     if dt.count == 1: out = out[..., 0]
     elif out.ndim == 1: out = out[None]
-    return from_storage(out, dt)
+    return decode(out, dt)
   return bitcast
 
 
@@ -380,7 +358,6 @@ class _Plan:
   def where(self, pc: int, msg: str) -> str:
     """`msg` prefixed with the kernel and the UOp it is about."""
     u = self.uops[pc]
-  aligned_vectors: bool = False  # a vector access needs an address that is a multiple of its size (CUDA's float4)
     return f"kernel {self.name}: uop {pc} ({u.op.name} {u.dtype}): {msg}"
 
   def _function(self, pc: int, u: UOp) -> Callable:
@@ -403,6 +380,7 @@ class Limits:
   local_max: Optional[tuple[int, ...]]
   shared_max: int
   tensor_cores: tuple = ()  # the renderer's TensorCores: WMMA runs with their fragment layouts
+  aligned_vectors: bool = False  # a vector access needs an address that is a multiple of its size (CUDA's float4)
 
 
 def _dims(x: Optional[Sequence[int]], what: str, name: str) -> tuple[int, int, int]:
@@ -591,11 +569,6 @@ class _Run:
     return round_to(out.astype(np.float32), dt_out) if dt_out in _IN_FLOAT32 else out.astype(value_np(dt_out))
 
   # -- memory ---------------------------------------------------------------------------------------------------------
-    if width > 1 and self.aligned_vectors and not mem.local:
-      size = width * mem.data.itemsize
-      if (start := mem.data.ctypes.data % size) != 0:  # element offsets are width-aligned: the buffer's start decides
-        raise self.error(MisalignedAccessError, pc, f"a {size}-byte vector access of {mem.label}, which starts {start} bytes "
-                         f"past a multiple of {size} (a view at an odd byte offset): the impersonated device faults here", int(lanes[0]))
 
   def _active_lanes(self, mask: Optional[np.ndarray], gate) -> Optional[np.ndarray]:
     """Indices of the lanes that perform an access, None when all of them do."""
@@ -618,6 +591,11 @@ class _Run:
     if width > 1 and (misaligned := off % width != 0).any():
       i = int(np.argmax(misaligned))
       raise self.error(OutOfBoundsError, pc, f"a {width}-wide vector access at element {off[i]} of {mem.label} is not {width}-aligned", int(lanes[i]))
+    if width > 1 and self.aligned_vectors and not mem.local:
+      size = width * mem.data.itemsize
+      if (start := mem.data.ctypes.data % size) != 0:  # element offsets are width-aligned: the buffer's start decides
+        raise self.error(MisalignedAccessError, pc, f"a {size}-byte vector access of {mem.label}, which starts {start} bytes "
+                         f"past a multiple of {size} (a view at an odd byte offset): the impersonated device faults here", int(lanes[0]))
     return lanes, off[:, None] + np.arange(width)
 
   def load(self, pc: int, mask: Optional[np.ndarray]) -> np.ndarray:
@@ -631,7 +609,7 @@ class _Run:
     lanes, addr = self._addresses(pc, mem, offsets, lanes, width, "reads")
     flat = mem.flat(lanes, addr)
     if mem.local: self._check_local_read(pc, mem, lanes, flat)
-    data = from_storage(mem.data[flat], mem.dtype)
+    data = decode(mem.data[flat], mem.dtype)
     out[lanes] = data if width > 1 else data[:, 0]
     return out
 
@@ -643,7 +621,7 @@ class _Run:
     if lanes is not None and len(lanes) == 0: return
     lanes, addr = self._addresses(pc, mem, offsets, lanes, width, "writes")
     shape = (self.batch.lanes, width) if width > 1 else (self.batch.lanes,)
-    value = to_storage(np.broadcast_to(self.vals[self.plan.srcs[pc][1]], shape)[lanes], mem.dtype).reshape(len(lanes), width)
+    value = encode(np.broadcast_to(self.vals[self.plan.srcs[pc][1]], shape)[lanes], mem.dtype).reshape(len(lanes), width)
     flat = mem.flat(lanes, addr)
     self._check_store_conflicts(pc, mem, lanes, flat, value)
     if mem.local:
