@@ -33,8 +33,8 @@ def reference(r: Recipe) -> Optional[Reference]:
   except Exception:  # noqa: BLE001 (a recipe numpy refuses is not a case; only the minimizer produces such)
     return None
   if soundness_problem(r, values) is not None: return None
-  return Reference({b: values[o] for b, o in enumerate(r.outputs)}, {b: output_bound(r, values, o) for b, o in enumerate(r.outputs)},
-                   r.output_dtypes())
+  return Reference({b: values[o] for b, o in enumerate(r.outputs)},
+                   {b: output_bound(r, values, o) for b, o in enumerate(r.outputs)}, r.output_dtypes())
 
 
 @dataclass

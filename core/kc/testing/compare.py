@@ -54,8 +54,8 @@ class Comparison:
     if self.shape_error: return f"output {self.output}: {self.shape_error}"
     worst = f"; worst at {self.worst}: {self.got!r}, expected {self.want!r}" if self.worst is not None else ""
     ulp = f", max {self.max_ulp:.3g} ulp" if self.max_ulp is not None else ""
-    return (f"output {self.output} ({self.dtype}): {self.mismatches} of {self.elements} elements outside {self.tolerance}"
-            f"{worst}; max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}{ulp}")
+    return (f"output {self.output} ({self.dtype}): {self.mismatches} of {self.elements} elements outside "
+            f"{self.tolerance}{worst}; max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}{ulp}")
 
 
 def _matched_and_diff(got: np.ndarray, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -89,8 +89,9 @@ def compare(output: int, got, want, dtype: DType, tol: Tolerance) -> Comparison:
   numpy type is a mismatch of every element."""
   got, want = np.asarray(got), np.asarray(want)
   if got.shape != want.shape or got.dtype != value_np(dtype):
-    return Comparison(output, dtype.name, tol.describe(), float("inf"), float("inf"), None, want.size, want.size, False,
-                      f"{got.dtype} values of shape {got.shape}, expected {value_np(dtype)} values of shape {want.shape}")
+    why = f"{got.dtype} values of shape {got.shape}, expected {value_np(dtype)} values of shape {want.shape}"
+    inf = float("inf")
+    return Comparison(output, dtype.name, tol.describe(), inf, inf, None, want.size, want.size, False, why)
   matched, diff = _matched_and_diff(got, want)
   w = want.astype(np.float64)
   finite_w = np.where(np.isfinite(w), w, 0.0)
@@ -101,8 +102,9 @@ def compare(output: int, got, want, dtype: DType, tol: Tolerance) -> Comparison:
     rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(w), np.finfo(np.float64).tiny))
     ulps = np.where(diff == 0, 0.0, diff / spacing(finite_w, dtype)) if dtypes.is_float(dtype) else None
   count = int(bad.sum())
-  worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), want.shape) if count else None
-  return Comparison(output, dtype.name, tol.describe(), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
-                    float(ulps.max(initial=0.0)) if ulps is not None else None, count, int(want.size), count == 0,
-                    worst=tuple(int(i) for i in worst) if worst is not None else None,
-                    got=_plain(got[worst]) if worst is not None else None, want=_plain(want[worst]) if worst is not None else None)
+  result = Comparison(output, dtype.name, tol.describe(), float(diff.max(initial=0.0)), float(rel.max(initial=0.0)),
+                      float(ulps.max(initial=0.0)) if ulps is not None else None, count, int(want.size), count == 0)
+  if count:
+    worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), want.shape)
+    result.worst, result.got, result.want = tuple(int(i) for i in worst), _plain(got[worst]), _plain(want[worst])
+  return result

@@ -39,14 +39,20 @@ class Tolerance:
 
 EXACT = Tolerance()
 TABLE: dict[DType, dict[str, Tolerance]] = {
-  dtypes.float64: {"arith": Tolerance(1e-14, 1e-14), "transcendental": Tolerance(ulp=4, atol=1e-15), "reduce": Tolerance(1e-10, 1e-10)},
-  dtypes.float32: {"arith": Tolerance(1e-6, 1e-6), "transcendental": Tolerance(ulp=4, atol=1e-6), "reduce": Tolerance(2e-5, 2e-5)},
-  dtypes.float16: {"arith": Tolerance(2e-3, 2e-3), "transcendental": Tolerance(ulp=2, atol=2e-3), "reduce": Tolerance(1e-2, 1e-2)},
-  dtypes.bfloat16: {"arith": Tolerance(1.6e-2, 1e-2), "transcendental": Tolerance(ulp=2, atol=1e-2), "reduce": Tolerance(5e-2, 5e-2)},
+  dtypes.float64: {"arith": Tolerance(1e-14, 1e-14), "transcendental": Tolerance(ulp=4, atol=1e-15),
+                   "reduce": Tolerance(1e-10, 1e-10)},
+  dtypes.float32: {"arith": Tolerance(1e-6, 1e-6), "transcendental": Tolerance(ulp=4, atol=1e-6),
+                   "reduce": Tolerance(2e-5, 2e-5)},
+  dtypes.float16: {"arith": Tolerance(2e-3, 2e-3), "transcendental": Tolerance(ulp=2, atol=2e-3),
+                   "reduce": Tolerance(1e-2, 1e-2)},
+  dtypes.bfloat16: {"arith": Tolerance(1.6e-2, 1e-2), "transcendental": Tolerance(ulp=2, atol=1e-2),
+                    "reduce": Tolerance(5e-2, 5e-2)},
   # fp8 is computed in float and rounded to fp8 after each op, the oracle rounds float64 once: the two roundings of
   # a device differ from the one of numpy by at most one fp8 ulp (atol: the smallest subnormal)
-  dtypes.fp8e4m3: {"arith": Tolerance(ulp=1, atol=2.0 ** -9), "transcendental": Tolerance(ulp=1, atol=2.0 ** -9), "reduce": Tolerance(0.25, 2.0 ** -6)},
-  dtypes.fp8e5m2: {"arith": Tolerance(ulp=1, atol=2.0 ** -16), "transcendental": Tolerance(ulp=1, atol=2.0 ** -16), "reduce": Tolerance(0.5, 2.0 ** -14)},
+  dtypes.fp8e4m3: {"arith": Tolerance(ulp=1, atol=2.0 ** -9), "transcendental": Tolerance(ulp=1, atol=2.0 ** -9),
+                   "reduce": Tolerance(0.25, 2.0 ** -6)},
+  dtypes.fp8e5m2: {"arith": Tolerance(ulp=1, atol=2.0 ** -16), "transcendental": Tolerance(ulp=1, atol=2.0 ** -16),
+                   "reduce": Tolerance(0.5, 2.0 ** -14)},
 }
 
 
