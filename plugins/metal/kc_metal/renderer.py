@@ -45,10 +45,7 @@ def metal_tensor_cores(family: GPUFamily) -> list[TensorCore]:
 
 
 class MetalRenderer(CStyleLanguage):
-  device = "METAL"
-  has_local = True
-  has_shared = True
-  supports_float4 = True
+  device = "METAL"  # work-groups, local memory and float4: the Renderer's defaults
   global_max = (INT32_MAX,) * 3
   local_max = LOCAL_MAX
   max_work_group_size = MAX_THREADS_PER_THREADGROUP

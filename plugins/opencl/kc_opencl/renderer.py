@@ -42,10 +42,7 @@ _HALF_BITS = ["static inline ushort __kc_h2u(float x) { ushort b; vstore_half(x,
 
 
 class OpenCLRenderer(CStyleLanguage):
-  device = "OPENCL"
-  has_local = True
-  has_shared = True
-  supports_float4 = True
+  device = "OPENCL"  # work-groups, local memory and float4: the Renderer's defaults
   global_max = (INT32_MAX,) * 3
   local_max = DEFAULT_LOCAL_MAX
   shared_max = DEFAULT_LOCAL_MEM
