@@ -139,7 +139,7 @@ ENVIRONMENT = [
   ("KC_DEVICE", "NOPE", lambda: kc.Device.DEFAULT, UnknownDeviceError, "NOPE"),
   ("KC_EMULATE", "NOPE", lambda: open_emulator(), UnknownDeviceError, "impersonate 'NOPE'.*registered"),
   ("DEBUG", "loud", lambda: kc.run(A.sink(A.store(0, X(4))), {1: np.ones(4, np.float32)}, device="CLANG"), ConfigError, "DEBUG='loud'"),
-  ("KC_TC", "many", lambda: Kernel(A.sink(A.store(0, X(4, 4).sum(1))), kc.Device["EMU"].renderer).apply_opt(Opt(OptOps.TC, 0, 0)), ConfigError, "KC_TC='many'"),
+  ("KC_TC", "many", lambda: kc.compile(A.sink(A.store(0, X(4, 4).sum(1))), device="EMU", opts=[Opt(OptOps.TC, 0, 0)]), ConfigError, "KC_TC='many'"),
   ("KC_TC_OPT", "x", lambda: Kernel(A.sink(A.store(0, X(4, 4).sum(1))), kc.Device["EMU"].renderer).apply_tensor_cores(), ConfigError, "KC_TC_OPT='x'"),
   ("KC_CACHE_MAX_MB", "lots", lambda: kc.Device["CLANG"].compiler.compile("int kc_bad_input_probe(void) { return 1; }"), ConfigError, "KC_CACHE_MAX_MB"),
   ("KC_CLANG_THREADS", "0", lambda: kc.compile(A.sink(A.store(0, X(1024, 1024) * 2.0)), device="CLANG"), ConfigError, "KC_CLANG_THREADS"),

@@ -146,9 +146,9 @@ def test_float_tensor_core_with_unroll_on_emu(level, extra, monkeypatch):
   monkeypatch.setenv("KC_TC", level)
   a, b = rand(4, 8), rand(8, 4, seed=1)
   sink = A.sink(A.store(0, (X(4, 8).reshape(4, 8, 1) * X(8, 4, i=2).reshape(1, 8, 4)).sum(1, keepdims=True)))
-  k = Kernel(sink, kc.Device["EMU"].renderer)
+  k = Kernel(sink, kc.Device["EMU"].renderer, tc_level=int(level))
   k.apply_opt(Opt(OptOps.TC, 0, 0))
-  assert k.tensor_core is not None and k.tensor_core.dtype_in == f32
+  assert k.tensor_core is not None and k.tensor_core.dtype_in == f32 and k.use_tensor_cores == int(level)
   got = run(sink, {1: a, 2: b}, "EMU", [Opt(OptOps.TC, 0, 0)] + extra)
   np.testing.assert_allclose(got.reshape(4, 4), a @ b, rtol=1e-5)
 

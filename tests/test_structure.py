@@ -246,7 +246,8 @@ def test_each_allowed_cycle_edge_is_a_function_level_import_that_still_exists():
 
 # A file may import its own layer or a lower one. `kc.x.*` is the package kc.x and everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-  ("base", ("kc.helpers", "kc.errors")),
+  # kc.config: every environment knob, declared and read in one place (it imports kc.errors only)
+  ("base", ("kc.helpers", "kc.errors", "kc.config")),
   ("ir", ("kc.ir.*",)),
   # what the checkers share (isolated workers, the tolerance table): BEAM's check in the search layer uses it
   ("testing", ("kc.testing.*",)),
@@ -354,6 +355,63 @@ def test_there_are_plugins_to_check(): assert plugin_packages(), f"no plugins/*/
 def test_plugin_imports_only_kc_kc_backend_and_its_dependencies(package):
   found = disallowed_plugin_imports(package, set(core_modules()))
   assert not found, f"{package.name} imports what it may not:\n" + "\n".join(found)
+
+
+# ----------------------------------------------------------------------------------------------- (d) environment knobs
+
+CONFIG_MODULE = CORE / "kc" / "config.py"
+_READS_ENVIRONMENT = re.compile(r"\bos\.environ\b|\bgetenv\b|\bfrom os import [^\n]*\b(environ|getenv)\b")
+
+
+def test_only_the_config_module_reads_the_environment():
+  """Every knob of the core is declared and read in kc.config; nothing else in the core looks at os.environ."""
+  found = [f"  {p.relative_to(REPO)}:{n}: {line.strip()}" for p in python_files(CORE / "kc") if p != CONFIG_MODULE
+           for n, line in enumerate(p.read_text().splitlines(), 1) if _READS_ENVIRONMENT.search(line)]
+  assert not found, "the environment is read outside kc/config.py (declare a knob there and read it with kc.config.read):\n" + \
+    "\n".join(found)
+
+
+def _names_a_knob(node: ast.AST) -> bool:
+  return isinstance(node, ast.Constant) and isinstance(node.value, str) and (node.value.startswith("KC_") or node.value == "DEBUG")
+
+
+def environment_knob_reads(path: Path) -> list[str]:
+  """Where a file reads a kc knob past kc's config: env_value/getenv calls, os.environ["KC_..."] and
+  os.environ.get("KC_...") (passing the whole environment on, or reading CUDA_HOME, is not a knob read)."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    if isinstance(node, ast.Call):
+      func = node.func
+      name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+      on_environ = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "environ"
+      if name in ("env_value", "getenv") or (on_environ and node.args and _names_a_knob(node.args[0])):
+        found.append(f"  {path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "environ" and \
+         _names_a_knob(node.slice):
+      found.append(f"  {path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+  return found
+
+
+@pytest.mark.parametrize("package", plugin_packages(), ids=lambda p: p.name)
+def test_plugins_read_their_knobs_through_kc_config(package):
+  found = [line for path in python_files(package) for line in environment_knob_reads(path)]
+  assert not found, f"{package.name} reads kc knobs past kc.config (declare them with kc.backend.knob):\n" + "\n".join(found)
+
+
+_KNOB_READ = re.compile(r"""\b(?:read|knob_named|read_knob|debug_level)\(\s*(?:"([A-Z][A-Z0-9_]*)")?""")
+
+
+def test_every_knob_read_by_name_is_declared():
+  """A read("NAME") of a knob nobody declared would be a ConfigError the first time that line runs: find them now."""
+  import importlib
+  import kc.config
+  for package in plugin_packages(): importlib.import_module(package.name)  # a plugin declares its knobs when imported
+  declared = {k.name for k in kc.config.knobs()}
+  reads = [(path, m.group(1)) for path in python_files(CORE / "kc") + [p for pkg in plugin_packages() for p in python_files(pkg)]
+           for m in _KNOB_READ.finditer(path.read_text()) if m.group(1)]
+  assert len(reads) >= 10, f"the reads were not found ({len(reads)}): is the pattern out of date?"
+  unknown = sorted({f"  {path.relative_to(REPO)}: {name}" for path, name in reads if name not in declared})
+  assert not unknown, "knobs read by name that no module declares:\n" + "\n".join(unknown)
 
 
 # ---------------------------------------------------------------------------------------------------- test modules

@@ -86,8 +86,8 @@ def test_levels_fold_into_the_ast(tc_gpu, level):
 def test_level_3_staging_must_fit_shared_memory(tc_gpu):
   # 64x64x64: both inputs staged per output position and unrolled K element are 256 KiB, over the 48 KiB declared
   k = Kernel(half_matmul(64, 64, 64), tc_gpu)
-  assert not k.apply_tensor_cores(3) and k.applied_opts == [] and k.tensor_core is None
-  with pytest.raises(KernelOptError, match="shared_max"): k._apply_opt(Opt(OptOps.TC, 0, 0), True, 3)
+  assert not k.apply_tensor_cores(3) and k.applied_opts == [] and k.tensor_core is None and k.tc_level == 1
+  with pytest.raises(KernelOptError, match="shared_max"): Kernel(half_matmul(64, 64, 64), tc_gpu, tc_level=3).apply_opt(Opt(OptOps.TC, 0, 0))
 
 
 def test_hand_coded_tc_follow_ups(tc_gpu):

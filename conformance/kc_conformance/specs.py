@@ -1,10 +1,10 @@
 """The optimization choices a case runs under ("specs"): none, the hand-coded heuristics, each single candidate opt,
-seeded random legal sequences, and tensor cores at use_tensor_cores 1, 2 and 3. A spec that does not apply to a
-kernel (an opt the Kernel refuses) is not applicable there: the test skips and says why."""
+seeded random legal sequences, and tensor cores at tensor-core levels (Kernel's tc_level) 1, 2 and 3. A spec that
+does not apply to a kernel (an opt the Kernel refuses) is not applicable there: the test skips and says why."""
 from __future__ import annotations
-import contextlib, os, random
+import random
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Optional
 from kc.api import optimize as kc_optimize
 from kc import KcError, Kernel, KernelOptError, Opt, OptOps, UOp
 from .case import BASIC, FULL, HAND, TENSOR, Case
@@ -62,17 +62,6 @@ def specs_for(case: Case) -> list[Spec]:
   return [s for s in SPECS.values() if s.kind != "tc" or case.tensor_core is not None]
 
 
-@contextlib.contextmanager
-def tc_level(level: int) -> Iterator[None]:
-  """KC_TC set for the Kernel's tensor-core choice while opts are applied (the level is read when TC applies)."""
-  old = os.environ.get("KC_TC")
-  os.environ["KC_TC"] = str(level)
-  try: yield
-  finally:
-    if old is None: os.environ.pop("KC_TC", None)
-    else: os.environ["KC_TC"] = old
-
-
 def random_opts(sink: UOp, renderer, seed: int, most: int = 3) -> list[Opt]:
   """A seeded random sequence of up to `most` opts that the Kernel accepts one after the other: the candidates in a
   shuffled order (twice over, so an opt may repeat), each kept when it applies."""
@@ -87,16 +76,15 @@ def random_opts(sink: UOp, renderer, seed: int, most: int = 3) -> list[Opt]:
 
 def optimized_kernel(sink: UOp, renderer, spec: Spec) -> Kernel:
   """The case's Kernel with the spec's opts applied; NotApplicable when the Kernel refuses them."""
-  k = Kernel(sink, renderer)
+  k = Kernel(sink, renderer, tc_level=spec.level if spec.kind == "tc" else 1)
   if spec.kind in ("none", "hand"): return kc_optimize(k, spec.kind)  # exactly what kc.compile(opts=...) does
   opts: list[Opt]
   if spec.kind == "random":
     if not (opts := random_opts(sink, renderer, spec.seed)): raise NotApplicable("no candidate opt applies to this kernel")
   elif spec.kind == "single": opts = [spec.opt]
   else: opts = [Opt(O.TC, 0, 2)]
-  with tc_level(spec.level) if spec.kind == "tc" else contextlib.nullcontext():
-    for o in opts:
-      try: k.apply_opt(o)
-      except KernelOptError as e: raise NotApplicable(f"the Kernel refuses {opt_id(o)}: {e}") from None
+  for o in opts:
+    try: k.apply_opt(o)
+    except KernelOptError as e: raise NotApplicable(f"the Kernel refuses {opt_id(o)}: {e}") from None
   return k
 

@@ -14,6 +14,8 @@ from kc.codegen import Kernel  # the kernel layer's Kernel with linearize and to
 from kc.renderer import Renderer, TensorCore, Program
 from kc.api import compile, run, CompiledKernel, SplitCompiledKernel  # noqa: A004
 from kc import ast  # noqa: E402
+from kc import config  # noqa: E402
+from kc.config import Context  # noqa: E402  (kc.Context(KC_BEAM=2): a scoped override of environment knobs)
 
 __version__ = _distribution_version("kc")
 
@@ -22,4 +24,5 @@ __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTEr
            "OptsError", "InvalidOptError", "DeviceLostError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
            "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer",
-           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast"]
+           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast",
+           "config", "Context"]

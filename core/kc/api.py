@@ -6,7 +6,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from kc.runtime.device import Buffer, Device
 from kc.errors import ConfigError, InvalidOptError, KernelOptError, OptsError, SymbolicError
-from kc.helpers import debug_level, env_value
+from kc.config import debug_level, read
 from kc.ir.symbolic import sym_infer
 from kc.codegen import Kernel
 from kc.kernel import Opt, verify_ast
@@ -164,7 +164,7 @@ DEFAULT_BEAM_WIDTH = 2
 
 def beam_width_from_env() -> int:
   """KC_BEAM: the beam width that opts=None (the default) searches with; 0 or unset: hand-coded opts."""
-  width = env_value("KC_BEAM", 0)
+  width = read("KC_BEAM")
   if width < 0: raise ConfigError(f"KC_BEAM={width} is not a beam width: set it to a number of candidates kept per round (> 0), or 0 for hand-coded opts")
   return width
 
@@ -177,7 +177,7 @@ def resolve_opts(opts: OptsArg) -> OptsArg:
 
 def beam_executor():
   """The compile executor KC_BEAM_CLUSTER names (a Dask scheduler address, or 'local'), or None: the local process pool."""
-  if not (address := env_value("KC_BEAM_CLUSTER", "")): return None
+  if not (address := read("KC_BEAM_CLUSTER")): return None
   from kc.search.dask_executor import shared_executor
   return shared_executor(address)
 
@@ -196,17 +196,19 @@ class BeamChoice:
 
 
 def beam_opts(sink: UOp, device: Optional[str] = None, width: Optional[int] = None, *, cache: bool = True, seed: int = 0,
-              executor=None, progress=None) -> BeamChoice:
-  """BEAM search's choice of opts for `sink` on `device` with beam `width` (default KC_BEAM, else 2). With `cache` a
-  stored choice is used when its opts still apply (then nothing is searched); every search's result is stored.
-  `executor` defaults to KC_BEAM_CLUSTER's (else the search's local process pool); `progress` receives the search's
-  kc.search.SearchEvents."""
+              executor=None, progress=None, tc_level: Optional[int] = None) -> BeamChoice:
+  """BEAM search's choice of opts for `sink` on `device` with beam `width` (default KC_BEAM, else 2), its tensor-core
+  opts applied at `tc_level` (default KC_TC). With `cache` a stored choice is used when its opts still apply (then
+  nothing is searched); every search's result is stored. `executor` defaults to KC_BEAM_CLUSTER's (else the search's
+  local process pool); `progress` receives the search's kc.search.SearchEvents."""
   dev = Device[device or Device.DEFAULT]
   if width is None: width = beam_width_from_env() or DEFAULT_BEAM_WIDTH
   if not isinstance(width, int) or isinstance(width, bool) or width < 1:
     raise ConfigError(f"the beam width (kernels kept per round) must be an int >= 1, got {width!r}")
-  base = Kernel(sink, dev.renderer)  # verifies the AST: an invalid one fails here, with the error about its shapes
-  key, store = OptKey.of(sink, dev.renderer, dev.name, width), opt_cache()
+  if tc_level is None: tc_level = read("KC_TC")
+  # verifies the AST: an invalid one fails here, with the error about its shapes
+  base = Kernel(sink, dev.renderer, tc_level=tc_level)
+  key, store = OptKey.of(sink, dev.renderer, dev.name, width, tc_level), opt_cache()
   if cache and (entry := store.get(key)) is not None:
     try: return BeamChoice(entry.opts, optimize(base.copy(), list(entry.opts)), entry)
     except KernelOptError: pass  # stored by a kc whose opts meant something else: a miss, searched again
@@ -224,18 +226,20 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
 
   opts: "hand" (the hand-coded heuristics), "none", "beam" (BEAM search of width KC_BEAM, default 2, on the device;
   its result is kept in the opt cache, so compiling the same kernel again searches nothing), a kc.Opt or a list of
-  them. None (the default) is "beam" when KC_BEAM > 0 is set, else "hand".
+  them. None (the default) is "beam" when KC_BEAM > 0 is set, else "hand". A tensor-core opt applies at the level
+  KC_TC gives (read once per compile; see kc.config).
 
   With the hand-coded opts, a large reduce with few outputs (a full sum) becomes two kernels that use every core
   or compute unit (a SplitCompiledKernel, see kc.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
   one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
   dev = Device[device or Device.DEFAULT]
-  opts = resolve_opts(opts)
+  opts, tc_level = resolve_opts(opts), read("KC_TC")
   if isinstance(opts, str) and opts == "beam":
-    return _compile_kernel(sink, beam_opts(sink, dev.name).kernel, dev)
-  if split_reduce and env_value("KC_SPLIT_REDUCE", 1) and opts == "hand" and (split := _split_plan(sink, dev.renderer)) is not None:
-    return SplitCompiledKernel(sink, _compile_one(split.partial, dev, opts), _compile_one(split.combine, dev, opts), split)
-  return _compile_one(sink, dev, opts)
+    return _compile_kernel(sink, beam_opts(sink, dev.name, tc_level=tc_level).kernel, dev)
+  if split_reduce and read("KC_SPLIT_REDUCE") and opts == "hand" and (split := _split_plan(sink, dev.renderer)) is not None:
+    parts = _compile_one(split.partial, dev, opts, tc_level), _compile_one(split.combine, dev, opts, tc_level)
+    return SplitCompiledKernel(sink, *parts, split)
+  return _compile_one(sink, dev, opts, tc_level)
 
 
 def _split_plan(sink: UOp, renderer) -> Optional[SplitReduce]:
@@ -246,8 +250,8 @@ def _split_plan(sink: UOp, renderer) -> Optional[SplitReduce]:
   return plan_split(sink, renderer)
 
 
-def _compile_one(sink: UOp, dev, opts: OptsArg) -> CompiledKernel:
-  return _compile_kernel(sink, optimize(Kernel(sink, dev.renderer), opts), dev)
+def _compile_one(sink: UOp, dev, opts: OptsArg, tc_level: int) -> CompiledKernel:
+  return _compile_kernel(sink, optimize(Kernel(sink, dev.renderer, tc_level=tc_level), opts), dev)
 
 
 # what compiling one kernel with one set of opts for one device made: its Program and the loaded binary. A kernel is

@@ -58,10 +58,19 @@ declares another version is refused with a kc.PluginError naming the plugin's di
 API versions; the plugin's other devices and the other plugins still load. A plugin's own pyproject.toml should also
 depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.2").
 
+Environment knobs
+-----------------
+A plugin's environment variables are declared, so that kc lists them with its own (`kc config`, docs/CONFIG.md):
+`ARCH = knob("KC_MYDEV_ARCH", str, "", "the arch to compile for", __name__)` at module level in a module the package
+imports, read with `ARCH.get()` or `read_knob(name)` (a scoped kc.Context override wins over the environment; a bad
+value is a ConfigError naming the variable). `env_value(name, default)` is plugin API 1.0's read, kept for plugins
+built for it.
+
 For a device defined inside a program or a test, `register(spec)` adds it to kc.Device without a distribution or
 an entry point, and `unregister(name)` removes it."""
 from kc.errors import AllocationError, CompileError, ConfigError, DeviceLostError, DeviceUnavailable, KcError, PluginError
-from kc.helpers import distribution_version, env_value
+from kc.config import Knob, env_value, knob, read as read_knob
+from kc.helpers import distribution_version
 from kc.ir.dtype import DType, ImageDType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat
 from kc.ir.uop import GroupOp, Ops, UOp
@@ -77,6 +86,8 @@ __all__ = [
   # registering a backend
   "ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "api_compatible", "hookspec", "hookimpl", "BackendHooks", "BackendSpec",
   "register", "unregister", "PluginWarning",
+  # a backend's environment knobs
+  "Knob", "knob", "read_knob",
   # what a backend subclasses or returns
   "Renderer", "TensorCore", "WMMAArg", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",

@@ -4,7 +4,7 @@ import argparse, ast, json, os, shutil, sys, warnings
 from typing import Optional, Sequence
 import kc
 from kc.errors import KcError, SymbolicError
-from kc.helpers import env_value
+from kc.config import read
 from kc.ir.uop import UOp, Variable
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
@@ -96,10 +96,26 @@ def cmd_devices(args) -> int:
   return 0
 
 
+def cmd_config(args) -> int:
+  """Every knob of kc and of the installed plugins (loaded first: a plugin declares its knobs when imported): its
+  value now and where that comes from, or with --markdown the table docs/CONFIG.md holds."""
+  from kc import config
+  errors = _plugin_errors()
+  if args.markdown:
+    print(config.markdown_table())
+    return 0
+  for k in config.knobs():
+    try: value = repr(v) if (v := config.read(k.name)) is not None else k.shown_default
+    except KcError as e: value = f"invalid: {e}"
+    print(f"{k.name:24s} {value:24s} {config.source(k.name):12s} {k.doc}")
+  for name, err in errors.items(): print(f"plugin error {name}: {err}")
+  return 0
+
+
 def _kc_device_problem() -> Optional[str]:
   """What is wrong with $KC_DEVICE (an unknown name), or None."""
   from kc.runtime.device import Device
-  if not (chosen := env_value("KC_DEVICE", "")): return None
+  if not (chosen := read("KC_DEVICE")): return None
   try: Device.spec(chosen)
   except KcError as e: return f"KC_DEVICE={chosen}: {e}"
   return None
@@ -443,7 +459,7 @@ def _beam_command(args) -> int:
   width = args.width if args.width is not None else beam_width_from_env() or DEFAULT_BEAM_WIDTH
   if width < 1: raise UsageError(f"--width is the number of kernels kept per round (>= 1), got {width}")
   executor = None
-  if (address := args.cluster or env_value("KC_BEAM_CLUSTER", "")):
+  if (address := args.cluster or read("KC_BEAM_CLUSTER")):
     from kc.search.dask_executor import DaskCompileExecutor
     executor = DaskCompileExecutor(address)
   progress = BeamProgress()
@@ -492,6 +508,9 @@ def build_parser() -> argparse.ArgumentParser:
   d.set_defaults(fn=cmd_devices)
   sub.add_parser("doctor", help="plugin errors, broken devices, and a smoke test and the backend's self-test per device"
                  ).set_defaults(fn=cmd_doctor)
+  cf = sub.add_parser("config", help="every environment knob of kc and the installed plugins: value, source, meaning")
+  cf.add_argument("--markdown", action="store_true", help="print the table of knobs docs/CONFIG.md holds")
+  cf.set_defaults(fn=cmd_config)
   c = sub.add_parser("conformance", help="run the conformance suite against devices (needs kc-conformance)")
   c.add_argument("--device", action="append", default=[], help="a device to certify (repeatable; default: the default device)")
   c.add_argument("--tier", default="run", choices=CONFORMANCE_TIERS, help="run the tiers up to this one (default: all)")

@@ -1,6 +1,6 @@
 """Small dependency-free helpers shared by every layer."""
 from __future__ import annotations
-import functools, math, operator, os
+import functools, math, operator
 from typing import Iterable, TypeVar
 
 T = TypeVar("T")
@@ -22,30 +22,12 @@ def all_int(xs) -> bool:
   return all(isinstance(x, int) for x in xs)
 
 
-def env_value(key: str, default: T) -> T:
-  """The environment variable `key` read as the type of `default` (unset or blank: `default`), on every call.
-  A value that does not parse raises kc.errors.ConfigError naming the variable, never a bare ValueError."""
-  raw = os.getenv(key)
-  if raw is None or not raw.strip(): return default
-  try: return type(default)(raw.strip())
-  except (TypeError, ValueError):
-    from kc.errors import ConfigError
-    raise ConfigError(f"{key}={raw!r} is not a valid {type(default).__name__}: set it to a number like {default!r}, "
-                      f"or unset it for the default") from None
-
-
 def distribution_version(dist: str) -> str:
   """The installed version of the distribution `dist` ("0.0.0+unknown" when imported from a source tree): the one
   lookup behind kc.__version__, every plugin's __version__ and the cache keys that must change with a release."""
   from importlib.metadata import PackageNotFoundError, version
   try: return version(dist)
   except PackageNotFoundError: return "0.0.0+unknown"
-
-
-def debug_level() -> int:
-  """DEBUG from the environment, read on every call so a test or a notebook can turn it on and off:
-  2 kernel timings, 4 the rendered source, 5 the linear UOps."""
-  return env_value("DEBUG", 0)
 
 
 def c_div(a: int, b: int) -> int:

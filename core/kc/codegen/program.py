@@ -6,7 +6,7 @@ to_program."""
 from __future__ import annotations
 from typing import Optional
 from kc.errors import KernelOptError
-from kc.helpers import debug_level
+from kc.config import debug_level
 from kc.kernel import kernel
 from kc.kernel.naming import to_function_name
 from kc.kernel.verify import st_arg

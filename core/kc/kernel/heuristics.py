@@ -1,12 +1,13 @@
 """The hand-coded optimizations: what a Kernel gets when nobody searches. Each step is tried in order and a
 refused opt simply skips that step. The knobs MV_BLOCKSIZE, MV_THREADS_PER_ROW, MV_ROWS_PER_THREAD, MV=0 and
-NOLOCALS=1 are read from the environment."""
+NOLOCALS=1 are read through kc.config."""
 from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Optional
 from kc.ir.dtype import ImageDType
 from kc.errors import KernelOptError
-from kc.helpers import all_int, env_value, prod
+from kc.config import read
+from kc.helpers import all_int, prod
 from kc.kernel.opt import Opt, OptOps
 from kc.ir.symbolic import resolve
 from kc.ir.uop import Ops
@@ -14,7 +15,7 @@ from kc.ir.uop import Ops
 if TYPE_CHECKING: from kc.kernel.kernel import Kernel
 
 
-def _knob(name: str, default: int) -> int: return env_value(name, default)
+def _knob(name: str) -> int: return read(name)
 
 
 def required_optimizations(k: "Kernel") -> None:
@@ -50,9 +51,9 @@ def hand_coded_optimizations(k: "Kernel") -> None:
 
 def _matvec(k: "Kernel") -> bool:
   """A reduce of LOAD*LOAD whose first input is contiguous along the reduce: threads per row, rows per block."""
-  block, threads, rows = _knob("MV_BLOCKSIZE", 4), _knob("MV_THREADS_PER_ROW", 8), _knob("MV_ROWS_PER_THREAD", 4)
+  block, threads, rows = _knob("MV_BLOCKSIZE"), _knob("MV_THREADS_PER_ROW"), _knob("MV_ROWS_PER_THREAD")
   r = k.reduceop
-  if not (k.opts.has_local and _knob("MV", 1) != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
+  if not (k.opts.has_local and _knob("MV") != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
           and len(k.full_shape) >= 2 and k.first_reduce < k.first_upcast and k.opts.has_shared and (mul := r.src[0]).op is Ops.MUL
           and mul.src[0].op is Ops.LOAD and mul.src[1].op is Ops.LOAD):
     return False
@@ -230,7 +231,7 @@ def _upcast_last_axis(k: "Kernel") -> None:
 def _locals(k: "Kernel") -> None:
   """Up to three global axes become local (at most 128 threads), expanded axes first: their loads are shared."""
   if not k.opts.has_local: return
-  if _knob("NOLOCALS", 0) and k.local_dims == 0 and not k.group_for_reduces:
+  if _knob("NOLOCALS") and k.local_dims == 0 and not k.group_for_reduces:
     k.apply_opt(Opt(OptOps.NOLOCALS))
     return
   ranking = [(any(k.sts[i].views[-1].strides[axis] == 0 for i in range(len(k.sts))), axis) for axis in range(len(k.full_shape[:k.first_reduce]))]

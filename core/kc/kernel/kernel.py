@@ -14,7 +14,8 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 from kc.ir.dtype import ImageDType, dtypes
 from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError
-from kc.helpers import env_value, all_int, all_same, dedup, prod, round_up
+from kc.config import read
+from kc.helpers import all_int, all_same, dedup, prod, round_up
 from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
 from kc.kernel.naming import colored, ansilen
 from kc.kernel.opt import Opt, OptOps, check
@@ -62,7 +63,7 @@ class KernelState:
   local_dims: int = 0
   tensor_core: Optional["TensorCore"] = None
   tensor_core_opts: Optional[TensorCoreOptions] = None
-  use_tensor_cores: int = 0
+  tc_level: int = 1                  # the tensor-core level a TC opt applies at (TC_LEVELS)
   bufs_for_tensor_core: dict[UOp, tuple[int, int]] = dataclasses.field(default_factory=dict)
   dont_use_locals: bool = False
 
@@ -89,6 +90,19 @@ def _state_attribute(name: str) -> property:
 def _whole(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
 
+# 0: tensor cores off (a TC opt is refused); 1: real WMMA; 2: the tensor core's shape opts without WMMA; 3: WMMA's thread
+# addressing emulated through local memory
+TC_LEVELS = (0, 1, 2, 3)
+
+
+def checked_tc_level(level: Any) -> int:
+  """`level` when it is one of TC_LEVELS, else a ConfigError saying what the levels are."""
+  if not _whole(level) or level not in TC_LEVELS:
+    raise ConfigError(f"the tensor-core level must be 0 (off), 1 (WMMA), 2 (the shape opts without WMMA) or 3 (WMMA's "
+                      f"addressing through local memory), got {level!r}")
+  return level
+
+
 def malformed(opt: Any) -> Optional[str]:
   """Why `opt` is an Opt no kernel can take (not an Opt, an op that is not an OptOps, an axis or amount that is not an
   int >= 0), or None. NOLOCALS alone may leave its axis and amount None; SWAP's amount is the other axis."""
@@ -107,10 +121,11 @@ def malformed(opt: Any) -> Optional[str]:
 
 class Kernel:
   """One kernel AST under optimization for one renderer (`opts`). The AST and what is read off it are fixed; what
-  the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel."""
+  the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel. `tc_level` is
+  the tensor-core level its TC opts apply at (TC_LEVELS; kc.compile passes KC_TC's)."""
   state: KernelState
 
-  def __init__(self, ast: UOp, opts: Optional["Renderer"] = None):
+  def __init__(self, ast: UOp, opts: Optional["Renderer"] = None, tc_level: int = 1):
     # the kernel layer sits below the devices: it cannot look up a default device's renderer by itself
     if opts is None: raise KcError("Kernel needs a renderer: pass opts=kc.Device[name].renderer")
     self.opts, self.ast = opts, ast
@@ -131,7 +146,7 @@ class Kernel:
     sts = [st_arg(x) for x in self.bufs]
     for r in self.reduceops: sts += [uop_sts[r], uop_sts[r.src[0]]]  # which axes each reduce reduces
     for b in self.broadcasts: sts.append(b.arg)
-    self.state = KernelState(sts)
+    self.state = KernelState(sts, tc_level=checked_tc_level(tc_level))
 
     # reduce axes go last
     pairs = list(enumerate(zip(self.full_shape, self.output_shape)))
@@ -267,13 +282,10 @@ class Kernel:
 
   def apply_opt(self, opt: Opt, append_opt: bool = True) -> None:
     """Apply one optimization, or raise KernelOptError saying why not and leave the Kernel as it was."""
-    self._apply_opt(opt, append_opt, tc_level=None)
-
-  def _apply_opt(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
     if (why := malformed(opt)) is not None: raise InvalidOptError(why)
     saved = self.state.copy()
     try:
-      self._apply_checked(opt, append_opt, tc_level)
+      self._apply_checked(opt, append_opt)
       if self.use_tensor_cores == 3: self._check_tc_staging()
     except KernelOptError:
       self.state = saved
@@ -285,14 +297,18 @@ class Kernel:
       self.state = saved
       raise KernelOptError(f"{opt} cannot be applied: {e}") from e
 
-  def _apply_checked(self, opt: Opt, append_opt: bool, tc_level: Optional[int]) -> None:
+  @property
+  def use_tensor_cores(self) -> int:
+    """The tensor-core level of the applied tensor core (tc_level), 0 while none is applied."""
+    return self.tc_level if self.tensor_core is not None else 0
+
+  def _apply_checked(self, opt: Opt, append_opt: bool) -> None:
     if self.dont_use_locals: check(opt.op not in (OptOps.LOCAL, OptOps.GROUP, OptOps.GROUPTOP, OptOps.UPCASTMID), "not using locals")
     if opt.op is OptOps.TC:
       check(len(self.applied_opts) == 0, "tensor core opts must be first")
-      level = tc_level if tc_level is not None else env_value("KC_TC", 1)
-      check(level in (1, 2, 3), f"tensor core level must be 1, 2 or 3, got {level}")
+      check(self.tc_level != 0, "tensor cores are off (tc_level 0)")
       check(len(self.opts.tensor_cores) > 0, "the renderer has no tensor cores")
-      check(self._apply_tc_opt(level, opt.axis, opt.amt), "no tensor core available")
+      check(self._apply_tc_opt(opt.axis, opt.amt), "no tensor core available")
       self.applied_opts.append(opt)
       return
     axis = opt.real_axis(self)
@@ -456,38 +472,46 @@ class Kernel:
     self.bufs_for_tensor_core[reduceop] = (buf0, buf1)
     return TensorCoreOptions(axes=(s0, s1, s2), axes_exist=(True, True), axis_pads=axis_pads)
 
-  def _apply_tc_opt(self, use_tensor_cores: int, axis: int, opt_level: int) -> bool:
-    if not (use_tensor_cores and self.reduceop is not None and self.reduceop.arg[0] is Ops.ADD): return False
+  def _apply_tc_opt(self, axis: int, opt_level: int) -> bool:
+    if not (self.reduceop is not None and self.reduceop.arg[0] is Ops.ADD): return False
     for tc in self.opts.tensor_cores:
       options = [self._create_tc_opts(r, tc, axis, opt_level) for r in self.reduceops]
       if not all_same(options) or options[0] is None: continue  # reduces can share a tensor core only with the same options
       self.tensor_core_opts = tc_opts = options[0]
       try:
-        for ax, dim in tc_opts.axis_pads: self._apply_opt(Opt(OptOps.PADTO, ax, dim), False, None)
+        for ax, dim in tc_opts.axis_pads: self.apply_opt(Opt(OptOps.PADTO, ax, dim), False)
       except KernelOptError: continue
-      for _, amt in tc.reduce_axes: self._apply_opt(Opt(OptOps.UNROLL, tc_opts.axes[2] - self.first_reduce, amt), False, None)
+      for _, amt in tc.reduce_axes: self.apply_opt(Opt(OptOps.UNROLL, tc_opts.axes[2] - self.first_reduce, amt), False)
       for step in tc.opts_seq:
         if step == "UP":
-          for d, amt in tc.early_upcast_axes: self._apply_opt(Opt(OptOps.UPCAST, tc_opts.axes[d], amt), False, None)
+          for d, amt in tc.early_upcast_axes: self.apply_opt(Opt(OptOps.UPCAST, tc_opts.axes[d], amt), False)
         else:
-          for d, amt in tc.threads: self._apply_opt(Opt(OptOps.LOCAL, tc_opts.axes[d], amt), False, None)
-      self.tensor_core, self.use_tensor_cores = tc, use_tensor_cores
+          for d, amt in tc.threads: self.apply_opt(Opt(OptOps.LOCAL, tc_opts.axes[d], amt), False)
+      self.tensor_core = tc
       return True
     return False
 
-  def apply_tensor_cores(self, use_tensor_cores: int = 1, extra_opts: Optional[list[Opt]] = None, axis: int = 0,
-                         tc_opt: Optional[int] = None) -> bool:
+  def apply_tensor_cores(self, tc_level: Optional[int] = None, extra_opts: Optional[list[Opt]] = None, axis: int = 0,
+                         tc_opt: Optional[int] = None, *, use_tensor_cores: Optional[int] = None) -> bool:
     """Apply a tensor core (D = A*B + C across a warp) if one fits; True if it did.
 
-    use_tensor_cores: 0 off, 1 real WMMA, 2 the tensor core's shape opts without WMMA, 3 WMMA's thread addressing
-    emulated through local memory. extra_opts: opts to apply afterwards instead of the hand-coded follow-ups.
-    tc_opt: which kernels qualify; 0 one reduce axis over LOADs multiplied directly, 1 also CAST inputs and more
-    reduce axes, 2 also M/N/K that need padding to the tensor core's dims (default: KC_TC_OPT, else 0)."""
-    if tc_opt is None: tc_opt = env_value("KC_TC_OPT", 0)
-    if not use_tensor_cores or not self.opts.tensor_cores: return False
+    tc_level (also accepted as use_tensor_cores=, its older name): 0 off, 1 real WMMA, 2 the tensor core's shape opts
+    without WMMA, 3 WMMA's thread addressing emulated through local memory; default: the Kernel's own tc_level.
+    extra_opts: opts to apply afterwards instead of the hand-coded follow-ups. tc_opt (the TC opt's amount): which
+    kernels qualify; 0 one reduce axis over LOADs multiplied directly, 1 also CAST inputs and more reduce axes, 2 also
+    M/N/K that need padding to the tensor core's dims (default: KC_TC_OPT, else 0)."""
+    if use_tensor_cores is not None:
+      if tc_level is not None and tc_level != use_tensor_cores:
+        raise ConfigError(f"apply_tensor_cores got tc_level={tc_level!r} and use_tensor_cores={use_tensor_cores!r}, two names "
+                          "of one setting: pass tc_level only")
+      tc_level = use_tensor_cores
+    level = self.tc_level if tc_level is None else checked_tc_level(tc_level)
+    if tc_opt is None: tc_opt = read("KC_TC_OPT")
+    if not level or not self.opts.tensor_cores: return False
     saved = self.state.copy()
     try:
-      self._apply_opt(Opt(OptOps.TC, axis, tc_opt), True, use_tensor_cores)
+      self.tc_level = level
+      self.apply_opt(Opt(OptOps.TC, axis, tc_opt))
       if (tc_opts := self.tensor_core_opts) is not None:
         if extra_opts is not None:
           for opt in extra_opts: self.apply_opt(opt)

@@ -11,10 +11,10 @@ writable, a file) gives one warning and compilation goes on without it."""
 from __future__ import annotations
 import hashlib, os, sqlite3, threading, warnings
 from typing import Optional
-from kc.helpers import env_value
+from kc.config import knob_named, read
 from kc.errors import ConfigError
 
-DEFAULT_MAX_MB = 512.0
+DEFAULT_MAX_MB = knob_named("KC_CACHE_MAX_MB").default
 DB_NAME = "compile.db"
 BUSY_TIMEOUT_S = 60.0  # a writer waits this long for another process's transaction before the entry is dropped
 _KEY_LEN = 64          # keys are sha256 hex digests
@@ -31,16 +31,16 @@ class CacheWarning(UserWarning):
 def compile_cache_dir() -> Optional[str]:
   """Where compiled programs are kept: $KC_CACHE_DIR, default ~/.cache/kc. KC_CACHE_DIR set to the empty
   string turns the cache off."""
-  d = os.environ.get("KC_CACHE_DIR")  # not env_value: unset and empty mean different things here
+  d = read("KC_CACHE_DIR")  # unset (None) and empty ("") mean different things here
   if d is None: return os.path.join(os.path.expanduser("~"), ".cache", "kc")
-  return d.strip() or None
+  return d or None
 
 
 def cache_max_bytes() -> int:
   """The size limit from $KC_CACHE_MAX_MB (megabytes, default 512); a bad value raises ConfigError."""
-  mb = env_value("KC_CACHE_MAX_MB", DEFAULT_MAX_MB)
+  mb = read("KC_CACHE_MAX_MB")
   if not mb > 0 or mb == float("inf"):
-    raise ConfigError(f"KC_CACHE_MAX_MB={os.environ.get('KC_CACHE_MAX_MB')!r} is not a size: give a number of megabytes > 0 "
+    raise ConfigError(f"KC_CACHE_MAX_MB={mb!r} is not a size: give a number of megabytes > 0 "
                       "(KC_CACHE_DIR= turns the cache off)")
   return int(mb * 1024 * 1024)
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequen
 import numpy as np
 from kc.runtime.cache import cached
 from kc.ir.dtype import DType, PtrDType
-from kc.helpers import distribution_version, env_value
+from kc.config import read, use_plugin_loader
+from kc.helpers import distribution_version
 from kc.errors import AllocationError, CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
 
 if TYPE_CHECKING:
@@ -410,7 +411,7 @@ class DeviceRegistry:
   @property
   def DEFAULT(self) -> str:
     """$KC_DEVICE if set (or a name assigned here), else the highest-priority available device."""
-    if (chosen := self._default or env_value("KC_DEVICE", "")):
+    if (chosen := self._default or read("KC_DEVICE")):
       return self.spec(chosen).name
     if avail := self.available():
       self._warn_fallback(avail[0])
@@ -443,3 +444,6 @@ class DeviceRegistry:
 
 
 Device = DeviceRegistry()
+# a knob a plugin declares exists once the plugin's module is imported: reading or overriding one before kc.Device was
+# first used loads the plugins (the core names no backend, so it cannot import the declaring module itself)
+use_plugin_loader(lambda: Device.table.load())

@@ -27,7 +27,8 @@ from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, hookimpl
 from kc.ir.codec import decode, encode, round_to, storage_np, value_np
 from kc.ir.dtype import DType, ImageDType, dtypes
 from kc.errors import CompileError, KcError, UnknownDeviceError
-from kc.helpers import distribution_version, env_value, prod
+from kc.config import read
+from kc.helpers import distribution_version, prod
 from kc.renderer import Renderer, TensorCore
 from kc.renderer.cstyle import CStyleLanguage
 from kc.ir.symbolic import sym_infer
@@ -816,7 +817,7 @@ class EmuDevice(CompiledDevice):
   def __repr__(self): return f"<EmuDevice impersonating {self.impersonating or 'nothing (generic renderer)'}>"
 
 
-def open_device() -> EmuDevice: return EmuDevice(env_value("KC_EMULATE", "") or None)
+def open_device() -> EmuDevice: return EmuDevice(read("KC_EMULATE") or None)
 
 
 def backend_spec() -> BackendSpec:

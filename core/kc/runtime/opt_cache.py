@@ -1,8 +1,9 @@
 """The opt cache: the best opts BEAM search found for a kernel, so that a second compile of it does no search.
 
 One sqlite file, opts.sqlite, next to the compile cache in $KC_CACHE_DIR. An entry is keyed by
-(AST key, renderer identity, device name, kc version, beam width) and holds the opts as JSON [[op name, axis, amt], ...]
-with the search's figures (best seconds, hand-coded seconds, search seconds).
+(AST key, renderer identity, device name, kc version, beam width, tensor-core level) and holds the opts as JSON
+[[op name, axis, amt], ...] with the search's figures (best seconds, hand-coded seconds, search seconds). The
+tensor-core level is part of the key because the same TC opt builds another kernel at each level (kc.config KC_TC).
 
 The AST key is a sha256 of a canonical text of the AST graph, not of the UOps themselves: UOps hash by identity, which
 is only stable within one process, while the cache is shared by every process that uses the folder.
@@ -15,14 +16,18 @@ from __future__ import annotations
 import hashlib, json, os, sqlite3, threading, warnings
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
+from kc.helpers import distribution_version
 from kc.ir.uop import UOp
 from kc.kernel import Opt, OptOps
 from kc.runtime.cache import CacheWarning, compile_cache_dir, open_sqlite
 
 DB_NAME = "opts.sqlite"
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS opts (ast_key TEXT NOT NULL, renderer TEXT NOT NULL, device TEXT NOT NULL, "
-           "kc_version TEXT NOT NULL, width INTEGER NOT NULL, opts TEXT NOT NULL, seconds REAL, hand_seconds REAL, "
-           "elapsed REAL, PRIMARY KEY (ast_key, renderer, device, kc_version, width))")
+_TABLE = "opts"
+_KEY_COLUMNS = "ast_key, renderer, device, kc_version, width, tc_level"
+_SCHEMA = (f"CREATE TABLE IF NOT EXISTS {_TABLE} (ast_key TEXT NOT NULL, renderer TEXT NOT NULL, device TEXT NOT NULL, "
+           "kc_version TEXT NOT NULL, width INTEGER NOT NULL, tc_level INTEGER NOT NULL, opts TEXT NOT NULL, seconds REAL, "
+           f"hand_seconds REAL, elapsed REAL, PRIMARY KEY ({_KEY_COLUMNS}))")
+_WHERE_KEY = " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS.split(", "))
 
 
 class OptCacheWarning(CacheWarning):
@@ -57,18 +62,20 @@ def renderer_identity(renderer) -> str:
 
 @dataclass(frozen=True)
 class OptKey:
-  """Where one search result is stored: a search on another renderer, device, kc version or width is another entry."""
+  """Where one search result is stored: a search on another renderer, device, kc version, width or tensor-core level
+  is another entry."""
   ast_key: str
   renderer: str
   device: str
   kc_version: str
   width: int
+  tc_level: int = 1
 
   @staticmethod
-  def of(sink: UOp, renderer, device: str, width: int) -> "OptKey":
-    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc"), int(width))
+  def of(sink: UOp, renderer, device: str, width: int, tc_level: int = 1) -> "OptKey":
+    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc"), int(width), int(tc_level))
 
-  def row(self) -> tuple: return (self.ast_key, self.renderer, self.device, self.kc_version, self.width)
+  def row(self) -> tuple: return (self.ast_key, self.renderer, self.device, self.kc_version, self.width, self.tc_level)
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,21 @@ def opts_from_json(text: str) -> Optional[tuple[Opt, ...]]:
 
 # ----------------------------------------------------------------------------------------------------------- the cache
 
+def _drop_unleveled_table(conn: sqlite3.Connection) -> None:
+  """A table an older kc made is keyed without the tensor-core level, so its entries cannot say which level their
+  opts were searched at: it is dropped and made again (a search each costs, once), in one transaction so that two
+  processes opening the folder at once do it once."""
+  conn.execute("BEGIN IMMEDIATE")
+  try:
+    if "tc_level" not in {row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})")}:
+      conn.execute(f"DROP TABLE {_TABLE}")
+      conn.execute(_SCHEMA)
+    conn.execute("COMMIT")
+  except BaseException:
+    conn.execute("ROLLBACK")
+    raise
+
+
 class OptCache:
   """The opt cache of one folder (None: memory only). Safe to share between threads (one lock) and processes
   (sqlite's locking); a process that forks opens its own connection. Once the folder fails, this cache warns once and
@@ -128,6 +150,7 @@ class OptCache:
     if self._conn is None or self._pid != os.getpid():
       # a connection inherited through fork is never used (nor closed: sqlite forbids both); the child opens its own
       self._conn, self._pid = open_sqlite(self.root, self.path, [_SCHEMA]), os.getpid()
+      _drop_unleveled_table(self._conn)
     return self._conn
 
   def _fail(self, err: BaseException):
@@ -146,8 +169,8 @@ class OptCache:
     with self._lock:
       if self.on_disk:
         try:
-          row = self._connection().execute("SELECT opts, seconds, hand_seconds, elapsed FROM opts WHERE ast_key = ? AND "
-                                           "renderer = ? AND device = ? AND kc_version = ? AND width = ?", key.row()).fetchone()
+          row = self._connection().execute(f"SELECT opts, seconds, hand_seconds, elapsed FROM {_TABLE} WHERE {_WHERE_KEY}",
+                                           key.row()).fetchone()
         except (OSError, sqlite3.Error) as e:
           self._fail(e)
         else:
@@ -163,11 +186,10 @@ class OptCache:
       try:
         conn = self._connection()
         # one statement is one transaction: a concurrent writer waits on the busy timeout, then replaces or is replaced
-        conn.execute("INSERT INTO opts (ast_key, renderer, device, kc_version, width, opts, seconds, hand_seconds, elapsed) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (ast_key, renderer, device, kc_version, width) DO UPDATE "
-                     "SET opts = excluded.opts, seconds = excluded.seconds, hand_seconds = excluded.hand_seconds, "
-                     "elapsed = excluded.elapsed", (*key.row(), opts_to_json(entry.opts), entry.seconds, entry.hand_seconds,
-                                                    entry.elapsed))
+        conn.execute(f"INSERT INTO {_TABLE} ({_KEY_COLUMNS}, opts, seconds, hand_seconds, elapsed) VALUES "
+                     f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ({_KEY_COLUMNS}) DO UPDATE SET opts = excluded.opts, "
+                     "seconds = excluded.seconds, hand_seconds = excluded.hand_seconds, elapsed = excluded.elapsed",
+                     (*key.row(), opts_to_json(entry.opts), entry.seconds, entry.hand_seconds, entry.elapsed))
       except (OSError, sqlite3.Error) as e:
         self._fail(e)
 
@@ -176,14 +198,13 @@ class OptCache:
     with self._lock:
       self._memory.pop(key, None)
       if not self.on_disk: return
-      try: self._connection().execute("DELETE FROM opts WHERE ast_key = ? AND renderer = ? AND device = ? AND kc_version = ? "
-                                      "AND width = ?", key.row())
+      try: self._connection().execute(f"DELETE FROM {_TABLE} WHERE {_WHERE_KEY}", key.row())
       except (OSError, sqlite3.Error) as e: self._fail(e)
 
   def __len__(self) -> int:
     with self._lock:
       if self.on_disk:
-        try: return self._connection().execute("SELECT COUNT(*) FROM opts").fetchone()[0]
+        try: return self._connection().execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0]
         except (OSError, sqlite3.Error) as e: self._fail(e)
       return len(self._memory)
 

@@ -24,8 +24,8 @@ import dataclasses, re, threading, warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 import pluggy
+from kc import config
 from kc.errors import PluginError
-from kc.helpers import env_value
 from kc.renderer import Renderer
 
 PROJECT = "kc"
@@ -112,7 +112,7 @@ class BackendHooks:
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
 
-def _strict() -> bool: return env_value("KC_STRICT_PLUGINS", 0) != 0
+def _strict() -> bool: return config.read("KC_STRICT_PLUGINS")
 
 
 def installed_entry_points() -> list:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from kc.codegen import Kernel
 from kc.errors import ConfigError, KcError
-from kc.helpers import debug_level
+from kc.config import debug_level
 from kc.kernel.opt import Opt
 from kc.renderer import Program
 from kc.search.actions import DEFAULT_LIMITS, SearchLimits, action_list, expand

@@ -3,13 +3,16 @@ from __future__ import annotations
 import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from typing import Optional
-from kc.backend import CompileError, Compiler, ConfigError, env_value
+from kc.backend import CompileError, Compiler, ConfigError, knob
 from kc_clang import host, known_bugs
+
+CC = knob("KC_CC", str, "", "the C compiler command CLANG runs, with any arguments (split as a shell would)", __name__,
+          default_doc="cc")
 
 
 def compiler_command() -> list[str]:
   """$KC_CC split like a shell would (it may carry arguments), else `cc`."""
-  return shlex.split(env_value("KC_CC", "") or "cc")
+  return shlex.split(CC.get() or "cc")
 
 
 def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None, isa: Optional[str] = None) -> list[str]:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import functools, platform, re, subprocess
 from dataclasses import dataclass
 from typing import Optional
-from kc.backend import ConfigError, env_value
+from kc.backend import ConfigError, knob
+
+# CLANG's environment knobs (kc config lists them), declared here: every import of kc_clang imports this module
+ISA = knob("KC_CLANG_ISA", str, "", "an x86 ISA level to build kernels for instead of this CPU: avx512f, avx2 or sse2", __name__,
+           default_doc="this CPU's")
+PORTABLE = knob("KC_CLANG_PORTABLE", bool, False, "1: build for any CPU of this architecture, not -march=native", __name__)
+MARCH_NATIVE = knob("KC_CLANG_MARCH_NATIVE", bool, True, "the older spelling of KC_CLANG_PORTABLE: 0 is portable", __name__)
+THREADS = knob("KC_CLANG_THREADS", int, None, "threads a big kernel's outermost output loop is split across (1 to 4 per core, "
+               "at least 256)", "kc_clang.renderer", default_doc="every core")
 
 # x86 flags that name instruction-set extensions a compiler may emit with -march=native (cpuinfo also lists
 # features of the platform such as "constant_tsc" or "hypervisor"; those do not change the code and stay out of the key)
@@ -73,7 +81,7 @@ def chosen_isa() -> Optional[IsaLevel]:
   """The level KC_CLANG_ISA names, checked (isa_level), or None when it is unset: then native_code() decides. Set
   together with KC_CLANG_PORTABLE=1 (or KC_CLANG_MARCH_NATIVE=0) it is a ConfigError: the two ask for different
   code, and taking either silently would build what the user did not ask for."""
-  name = env_value("KC_CLANG_ISA", "").strip()
+  name = ISA.get()
   if not name: return None
   if not native_code():
     raise ConfigError(f"KC_CLANG_ISA={name} and KC_CLANG_PORTABLE=1 (or KC_CLANG_MARCH_NATIVE=0) ask for different code: "
@@ -84,8 +92,8 @@ def chosen_isa() -> Optional[IsaLevel]:
 def native_code() -> bool:
   """Whether kernels are built for this CPU (-march=native, the default) rather than for any CPU of its architecture.
   KC_CLANG_PORTABLE=1 asks for portable code; KC_CLANG_MARCH_NATIVE, the older spelling, still works: 0 is portable."""
-  if env_value("KC_CLANG_PORTABLE", 0) != 0: return False
-  return env_value("KC_CLANG_MARCH_NATIVE", 1) != 0
+  if PORTABLE.get(): return False
+  return MARCH_NATIVE.get()
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,9 @@ int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_pa
 from __future__ import annotations
 import os, platform, re
 from typing import Optional
-from kc.backend import (CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, env_value,
-                        estimate_ops)
+from kc.backend import CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, estimate_ops
 from kc_clang.compiler import compile_flags, compiler_command, has_float16
-from kc_clang.host import chosen_isa, host_cpu, isa_level, native_code
+from kc_clang.host import THREADS, chosen_isa, host_cpu, isa_level, native_code
 
 # below this many operations a kernel runs on one thread: starting the others costs more than it saves
 PARALLEL_MIN_OPS = 1 << 17
@@ -43,7 +42,8 @@ def max_threads() -> int:
 
 def threads() -> int:
   """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across this many threads."""
-  n, most = env_value("KC_CLANG_THREADS", os.cpu_count() or 1), max_threads()
+  n, most = THREADS.get(), max_threads()
+  if n is None: n = os.cpu_count() or 1
   if not 1 <= n <= most:
     raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count CLANG runs: give an int from 1 to {most} (4 per "
                       f"core, at least 256: each part is an OS thread, and this machine has {os.cpu_count() or 1} "

@@ -5,6 +5,7 @@ The renderer and the NVRTC compiler work with no GPU (BackendSpec.renderer and .
 KC_CUDA_ARCH (default sm_90): source renders and compiles to cubin anywhere; running needs an NVIDIA GPU and driver."""
 from __future__ import annotations
 from kc.backend import PLUGIN_API_VERSION, BackendSpec, distribution_version, hookimpl
+from kc_cuda import arch, driver  # noqa: F401  (both cheap to import: they declare the KC_CUDA_* knobs)
 
 __version__ = distribution_version("kc-cuda")
 

@@ -2,10 +2,11 @@
 one, else KC_CUDA_ARCH (default sm_90), so that source renders and compiles to cubin on machines with no GPU."""
 from __future__ import annotations
 import re
-from kc.backend import ConfigError, env_value
+from kc.backend import ConfigError, knob
 
 ENV_ARCH = "KC_CUDA_ARCH"
 DEFAULT_ARCH = "sm_90"
+ARCH = knob(ENV_ARCH, str, DEFAULT_ARCH, "the CUDA arch (sm_XX) to render and compile for where no GPU can open", __name__)
 _ARCH_RE = re.compile(r"(?:sm_|compute_)?(\d{2,3})\Z")
 
 
@@ -26,4 +27,4 @@ def selected_arch() -> str:
   """The arch of the GPU kc opens (KC_CUDA_DEVICE), where one can open; else KC_CUDA_ARCH, else sm_90."""
   from kc_cuda.driver import device_props, selected_ordinal, unavailable_reason
   if unavailable_reason() is None: return device_props(selected_ordinal()).arch
-  return parse_arch(env_value(ENV_ARCH, DEFAULT_ARCH))
+  return parse_arch(ARCH.get())

@@ -11,9 +11,11 @@ from __future__ import annotations
 import ctypes, functools, importlib.util, math, sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
-from kc.backend import ConfigError, DeviceLostError, DeviceUnavailable, KcError, env_value
+from kc.backend import ConfigError, DeviceLostError, DeviceUnavailable, KcError, knob
 
 ENV_DEVICE = "KC_CUDA_DEVICE"
+ORDINAL = knob(ENV_DEVICE, int, 0, "the ordinal of the GPU the CUDA device opens (as the driver counts, CUDA_VISIBLE_DEVICES "
+               "applied)", __name__)
 INSTALL_HINT = "pip install kc-cuda"
 # the shared memory any kernel may use; more needs the kernel's own opt-in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -126,7 +128,7 @@ def device_count() -> int:
 
 def selected_ordinal() -> int:
   """The device ordinal kc opens: KC_CUDA_DEVICE (default 0), counted as the driver counts (CUDA_VISIBLE_DEVICES applied)."""
-  ordinal = env_value(ENV_DEVICE, 0)
+  ordinal = ORDINAL.get()
   if ordinal < 0: raise ConfigError(f"{ENV_DEVICE}={ordinal} is not a device ordinal: set it to 0, 1, ... or unset it for 0")
   return ordinal
 

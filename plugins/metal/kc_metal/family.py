@@ -5,7 +5,7 @@ bfloat simdgroup matrices from Apple9 (A17 Pro, M3) on. A Mac family (Intel or A
 SIMD width is not always 32, and the 8x8 fragment layout kc relies on is only known for Apple GPUs."""
 from __future__ import annotations
 from dataclasses import dataclass
-from kc.backend import ConfigError, env_value
+from kc.backend import ConfigError, knob
 
 ENV_FAMILY = "KC_METAL_FAMILY"
 
@@ -29,6 +29,7 @@ APPLE_FAMILIES = tuple(GPUFamily(f"apple{n}", 1000 + n, n) for n in range(1, 10)
 MAC_FAMILIES = (GPUFamily("mac2", 2002),)
 FAMILIES = {f.name: f for f in APPLE_FAMILIES + MAC_FAMILIES}
 NEWEST = APPLE_FAMILIES[-1]
+FAMILY = knob(ENV_FAMILY, str, NEWEST.name, "the Metal GPU family rendered for without a device (apple7, apple8, ...)", __name__)
 
 
 def family_named(name: str) -> GPUFamily:
@@ -42,7 +43,7 @@ def family_named(name: str) -> GPUFamily:
 
 def family_from_env() -> GPUFamily:
   """The family a renderer without a device renders for: KC_METAL_FAMILY, else the newest Apple family."""
-  return family_named(env_value(ENV_FAMILY, NEWEST.name))
+  return family_named(FAMILY.get())
 
 
 def newest_supported(supports) -> GPUFamily:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import functools, importlib.util
 from dataclasses import dataclass
 from typing import Any, Optional
-from kc.backend import DeviceUnavailable, env_value
+from kc.backend import DeviceUnavailable, knob
 
 ENV_DEVICE = "KC_OPENCL_DEVICE"
+CHOICE = knob(ENV_DEVICE, str, "", "the OpenCL device as platform:device (indices into pyopencl's lists)", __name__,
+              default_doc="the first GPU or accelerator, else the first device")
 INSTALL_HINT = "pip install 'kc-opencl[pocl]' for PoCL's CPU device, or install your GPU vendor's OpenCL driver"
 
 
@@ -49,7 +51,7 @@ def select_device() -> Any:
   import pyopencl as cl
   platforms = list_platforms()
   if not platforms: raise DeviceUnavailable(f"no OpenCL platform is installed (the ICD loader found none): {INSTALL_HINT}")
-  if (choice := env_value(ENV_DEVICE, "")):
+  if (choice := CHOICE.get()):
     p, d = _parse_choice(choice)
     devices = _devices_of(platforms[p]) if 0 <= p < len(platforms) else []
     if not 0 <= d < len(devices):
@@ -109,4 +111,4 @@ def _info_for(choice: str) -> DeviceInfo:
 
 def selected_info() -> DeviceInfo:
   """The DeviceInfo of the selected device (queried once per KC_OPENCL_DEVICE value); DeviceUnavailable if none."""
-  return _info_for(env_value(ENV_DEVICE, ""))
+  return _info_for(CHOICE.get())
