@@ -83,7 +83,8 @@ def test_a_raw_value_is_parsed_once(monkeypatch):
 
 def test_the_cache_dir_tells_unset_from_empty(monkeypatch):
   monkeypatch.delenv("KC_CACHE_DIR", raising=False)
-  assert config.read("KC_CACHE_DIR") is None and compile_cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "kc")
+  assert config.read("KC_CACHE_DIR") is None
+  assert compile_cache_dir() == os.path.join(os.path.expanduser("~"), ".cache", "kc")
   monkeypatch.setenv("KC_CACHE_DIR", "")
   assert config.read("KC_CACHE_DIR") == "" and compile_cache_dir() is None
   monkeypatch.setenv("KC_CACHE_DIR", "  ")
@@ -214,7 +215,7 @@ def test_the_committed_table_is_the_generated_one(monkeypatch):
   text = CONFIG_DOC.read_text()
   committed = text[text.index(config.TABLE_BEGIN):text.index(config.TABLE_END) + len(config.TABLE_END)]
   assert committed == generated, "docs/CONFIG.md's table is stale: paste in the output of `kc config --markdown`"
-  for name in ("DEBUG", "KC_TC", "KC_CC", "KC_CLANG_THREADS", "KC_OPENCL_DEVICE", "KC_CUDA_ARCH",
+  for name in ("DEBUG", "KC_TC", "KC_DISABLE_PLUGINS", "KC_CC", "KC_CLANG_THREADS", "KC_OPENCL_DEVICE", "KC_CUDA_ARCH",
                "KC_METAL_FAMILY"):
     assert f"| `{name}` |" in committed
 
@@ -226,11 +227,12 @@ def test_kc_config_lists_values_and_where_they_come_from(capsys, monkeypatch):
   with config.override(KC_TC=2): assert main(["config"]) == 0
   out = capsys.readouterr().out
   assert re.search(r"^KC_BEAM +3 +environment ", out, re.M) and re.search(r"^KC_TC +2 +override ", out, re.M)
-  assert re.search(r"^DEBUG +invalid: DEBUG='loud'", out, re.M) and re.search(r"^KC_CACHE_DIR +~/.cache/kc +", out, re.M)
+  assert re.search(r"^DEBUG +invalid: DEBUG='loud'", out, re.M)
+  assert re.search(r"^KC_CACHE_DIR +~/.cache/kc +", out, re.M)
   assert re.search(r"^KC_CC +", out, re.M)
 
 
-# ------------------------------------------------------------------------------------------------- the tensor-core level
+# ---------------------------------------------------------------------------------------------- the tensor-core level
 
 def _float_matmul():
   x, y = A.arg(1, f32, (4, 8)), A.arg(2, f32, (8, 4))
@@ -253,9 +255,11 @@ def test_a_kernel_takes_its_level_as_a_parameter_not_from_the_environment(monkey
     k = kc.Kernel(_float_matmul(), renderer, tc_level=level)
     k.apply_opt(Opt(OptOps.TC, 0, 0))
     assert k.use_tensor_cores == level and k.copy().use_tensor_cores == level
-  with pytest.raises(KernelOptError, match="tensor cores are off"): kc.Kernel(_float_matmul(), renderer, tc_level=0).apply_opt(Opt(OptOps.TC, 0, 0))
+  off = kc.Kernel(_float_matmul(), renderer, tc_level=0)
+  with pytest.raises(KernelOptError, match="tensor cores are off"): off.apply_opt(Opt(OptOps.TC, 0, 0))
   for bad in (4, -1, "2", True, None):
-    with pytest.raises(ConfigError, match="tensor-core level must be 0 .off., 1"): kc.Kernel(_float_matmul(), renderer, tc_level=bad)
+    with pytest.raises(ConfigError, match="tensor-core level must be 0 .off., 1"):
+      kc.Kernel(_float_matmul(), renderer, tc_level=bad)
 
 
 def test_apply_tensor_cores_takes_the_level_by_its_name_or_its_old_name():
@@ -265,13 +269,15 @@ def test_apply_tensor_cores_takes_the_level_by_its_name_or_its_old_name():
   assert kc.Kernel(_float_matmul(), renderer).apply_tensor_cores(tc_level=3, extra_opts=[])
   assert kc.Kernel(_float_matmul(), renderer, tc_level=3).apply_tensor_cores(extra_opts=[])  # the kernel's own level
   assert not kc.Kernel(_float_matmul(), renderer).apply_tensor_cores(0)
-  with pytest.raises(ConfigError, match="two names of one setting"): kc.Kernel(_float_matmul(), renderer).apply_tensor_cores(1, use_tensor_cores=2)
+  with pytest.raises(ConfigError, match="two names of one setting"):
+    kc.Kernel(_float_matmul(), renderer).apply_tensor_cores(1, use_tensor_cores=2)
   with pytest.raises(ConfigError, match="got 7"): kc.Kernel(_float_matmul(), renderer).apply_tensor_cores(7)
 
 
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_kc_compile_reads_kc_tc_once_and_passes_it_down(monkeypatch, level):
-  a, b = np.random.default_rng(level).standard_normal((4, 8), np.float32), np.random.default_rng(9).standard_normal((8, 4), np.float32)
+  rng = np.random.default_rng(level)
+  a, b = rng.standard_normal((4, 8), np.float32), rng.standard_normal((8, 4), np.float32)
   monkeypatch.setenv("KC_TC", str(level))
   ck = kc.compile(_float_matmul(), "EMU", opts=[Opt(OptOps.TC, 0, 0)])
   assert ck.kernel.use_tensor_cores == level
@@ -319,9 +325,9 @@ def test_two_tensor_core_levels_are_two_opt_cache_entries(cache_dir, monkeypatch
 def test_an_opt_cache_made_without_the_level_is_made_again(tmp_path):
   import sqlite3
   with sqlite3.connect(tmp_path / "opts.sqlite") as db:
-    db.execute("CREATE TABLE opts (ast_key TEXT NOT NULL, renderer TEXT NOT NULL, device TEXT NOT NULL, kc_version TEXT NOT "
-               "NULL, width INTEGER NOT NULL, opts TEXT NOT NULL, seconds REAL, hand_seconds REAL, elapsed REAL, PRIMARY KEY "
-               "(ast_key, renderer, device, kc_version, width))")
+    db.execute("CREATE TABLE opts (ast_key TEXT NOT NULL, renderer TEXT NOT NULL, device TEXT NOT NULL, "
+               "kc_version TEXT NOT NULL, width INTEGER NOT NULL, opts TEXT NOT NULL, seconds REAL, hand_seconds REAL, "
+               "elapsed REAL, PRIMARY KEY (ast_key, renderer, device, kc_version, width))")
     db.execute("INSERT INTO opts VALUES ('a', 'r', 'EMU', '0.1', 2, '[]', 1.0, 1.0, 1.0)")
   cache = OptCache(str(tmp_path))
   key = OptKey("a", "r", "EMU", "0.1", 2, 3)

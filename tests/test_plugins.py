@@ -7,7 +7,7 @@ import pytest
 import kc
 from kc.runtime.device import Compiler, CompiledDevice, DeviceRegistry, HostAllocator
 from kc.errors import DeviceUnavailable, KcError, PluginError
-from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, PluginTable, hookimpl
+from kc.runtime.plugins import PLUGIN_API_VERSION, ApiVersion, BackendSpec, PluginTable, hookimpl
 from kc.renderer import Renderer
 
 
@@ -98,12 +98,13 @@ def test_a_plugin_whose_hook_raises_or_is_missing_is_recorded():
 
 
 def test_wrong_api_version_names_the_distribution_and_both_versions():
-  reg = registry(FakeEntryPoint("future", plugin(spec("FUTURE", api=PLUGIN_API_VERSION + 1)), dist=FakeDist("kc-future", "9.0")),
+  future = ApiVersion(PLUGIN_API_VERSION.major + 1)
+  reg = registry(FakeEntryPoint("future", plugin(spec("FUTURE", api=future)), dist=FakeDist("kc-future", "9.0")),
                  FakeEntryPoint("ok", plugin(spec("OK"))))
   msg = reg.errors()["future"]
-  assert "kc-future 9.0" in msg and f"API {PLUGIN_API_VERSION + 1}" in msg and f"API {PLUGIN_API_VERSION}" in msg
+  assert "kc-future 9.0" in msg and f"API {future}" in msg and f"API {PLUGIN_API_VERSION}" in msg
   assert reg.names() == ["OK"]
-  with pytest.raises(PluginError, match=f"kc-future 9.0 speaks kc plugin API 0 .* this kc speaks plugin API {PLUGIN_API_VERSION}"):
+  with pytest.raises(PluginError, match=f"kc-future 9.0 speaks kc plugin API 0.0 .* this kc speaks plugin API {PLUGIN_API_VERSION}"):
     kc.runtime.plugins.validate_spec(spec("FUTURE", api=0), "kc-future 9.0")
 
 
@@ -280,11 +281,12 @@ def test_kc_backend_exports_the_whole_contract_and_the_core_objects_themselves()
   assert "kc_backends" in (kc.backend.__doc__ or "") and "PLUGIN_API_VERSION" in (kc.backend.__doc__ or "")
 
 
-def test_api_compatible_is_equality_with_this_kcs_version():
+def test_api_compatible_is_this_major_up_to_this_minor():
   from kc.backend import api_compatible
-  assert api_compatible(PLUGIN_API_VERSION)
-  assert not api_compatible(PLUGIN_API_VERSION + 1) and not api_compatible(PLUGIN_API_VERSION - 1)
-  assert not api_compatible(str(PLUGIN_API_VERSION)) and not api_compatible(None)
+  major, minor = PLUGIN_API_VERSION.major, PLUGIN_API_VERSION.minor
+  assert api_compatible(PLUGIN_API_VERSION) and api_compatible(ApiVersion(major, 0)) and api_compatible(major)
+  assert not api_compatible(ApiVersion(major, minor + 1)) and not api_compatible(ApiVersion(major + 1))
+  assert not api_compatible(major - 1) and not api_compatible(str(PLUGIN_API_VERSION)) and not api_compatible(None)
 
 
 def test_a_plugin_written_against_kc_backend_alone_loads():

@@ -367,12 +367,16 @@ def test_only_the_config_module_reads_the_environment():
   """Every knob of the core is declared and read in kc.config; nothing else in the core looks at os.environ."""
   found = [f"  {p.relative_to(REPO)}:{n}: {line.strip()}" for p in python_files(CORE / "kc") if p != CONFIG_MODULE
            for n, line in enumerate(p.read_text().splitlines(), 1) if _READS_ENVIRONMENT.search(line)]
-  assert not found, "the environment is read outside kc/config.py (declare a knob there and read it with kc.config.read):\n" + \
-    "\n".join(found)
+  assert not found, "the environment is read outside kc/config.py (declare a knob there and read it with " \
+                    "kc.config.read):\n" + "\n".join(found)
 
 
 def _names_a_knob(node: ast.AST) -> bool:
-  return isinstance(node, ast.Constant) and isinstance(node.value, str) and (node.value.startswith("KC_") or node.value == "DEBUG")
+  return isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+    (node.value.startswith("KC_") or node.value == "DEBUG")
+
+
+def _is_environ(node: ast.AST) -> bool: return isinstance(node, ast.Attribute) and node.attr == "environ"
 
 
 def environment_knob_reads(path: Path) -> list[str]:
@@ -383,11 +387,10 @@ def environment_knob_reads(path: Path) -> list[str]:
     if isinstance(node, ast.Call):
       func = node.func
       name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-      on_environ = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == "environ"
+      on_environ = isinstance(func, ast.Attribute) and _is_environ(func.value)
       if name in ("env_value", "getenv") or (on_environ and node.args and _names_a_knob(node.args[0])):
         found.append(f"  {path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
-    elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "environ" and \
-         _names_a_knob(node.slice):
+    elif isinstance(node, ast.Subscript) and _is_environ(node.value) and _names_a_knob(node.slice):
       found.append(f"  {path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
   return found
 
@@ -395,7 +398,8 @@ def environment_knob_reads(path: Path) -> list[str]:
 @pytest.mark.parametrize("package", plugin_packages(), ids=lambda p: p.name)
 def test_plugins_read_their_knobs_through_kc_config(package):
   found = [line for path in python_files(package) for line in environment_knob_reads(path)]
-  assert not found, f"{package.name} reads kc knobs past kc.config (declare them with kc.backend.knob):\n" + "\n".join(found)
+  assert not found, f"{package.name} reads kc knobs past kc.config (declare them with kc.backend.knob):\n" + \
+                    "\n".join(found)
 
 
 _KNOB_READ = re.compile(r"""\b(?:read|knob_named|read_knob|debug_level)\(\s*(?:"([A-Z][A-Z0-9_]*)")?""")
@@ -407,8 +411,8 @@ def test_every_knob_read_by_name_is_declared():
   import kc.config
   for package in plugin_packages(): importlib.import_module(package.name)  # a plugin declares its knobs when imported
   declared = {k.name for k in kc.config.knobs()}
-  reads = [(path, m.group(1)) for path in python_files(CORE / "kc") + [p for pkg in plugin_packages() for p in python_files(pkg)]
-           for m in _KNOB_READ.finditer(path.read_text()) if m.group(1)]
+  files = python_files(CORE / "kc") + [p for pkg in plugin_packages() for p in python_files(pkg)]
+  reads = [(path, m.group(1)) for path in files for m in _KNOB_READ.finditer(path.read_text()) if m.group(1)]
   assert len(reads) >= 10, f"the reads were not found ({len(reads)}): is the pattern out of date?"
   unknown = sorted({f"  {path.relative_to(REPO)}: {name}" for path, name in reads if name not in declared})
   assert not unknown, "knobs read by name that no module declares:\n" + "\n".join(unknown)

@@ -236,7 +236,8 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   opts, tc_level = resolve_opts(opts), read("KC_TC")
   if isinstance(opts, str) and opts == "beam":
     return _compile_kernel(sink, beam_opts(sink, dev.name, tc_level=tc_level).kernel, dev)
-  if split_reduce and read("KC_SPLIT_REDUCE") and opts == "hand" and (split := _split_plan(sink, dev.renderer)) is not None:
+  split = _split_plan(sink, dev.renderer) if split_reduce and read("KC_SPLIT_REDUCE") and opts == "hand" else None
+  if split is not None:
     parts = _compile_one(split.partial, dev, opts, tc_level), _compile_one(split.combine, dev, opts, tc_level)
     return SplitCompiledKernel(sink, *parts, split)
   return _compile_one(sink, dev, opts, tc_level)

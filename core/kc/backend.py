@@ -52,11 +52,13 @@ which is what a plugin's own CI should set. `kc devices` and `kc doctor` show wh
 
 Plugin API versions
 -------------------
-Every BackendSpec declares the plugin API it was written for: pass PLUGIN_API_VERSION as imported from this module.
-`api_compatible(version)` is the rule kc applies: the version must equal this kc's PLUGIN_API_VERSION. A spec that
-declares another version is refused with a kc.PluginError naming the plugin's distribution, its version and both
-API versions; the plugin's other devices and the other plugins still load. A plugin's own pyproject.toml should also
-depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.2").
+Every BackendSpec declares the plugin API it was written for: pass PLUGIN_API_VERSION (an ApiVersion, MAJOR.MINOR)
+as imported from this module. `api_compatible(version)` is the rule kc applies: the same major as this kc's
+PLUGIN_API_VERSION and a minor no newer than its minor, so a plugin built for an older minor (which adds to the API
+only) keeps loading. A spec outside that range is refused with a kc.PluginError naming the plugin's distribution, its
+version, both API versions and the range; the plugin's other devices and the other plugins still load. A plugin's own
+pyproject.toml should also depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.2").
+`KC_DISABLE_PLUGINS=name,...` leaves plugins unloaded without uninstalling them.
 
 Environment knobs
 -----------------
@@ -79,13 +81,13 @@ from kc.renderer.cstyle import CStyleLanguage
 from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
-from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, BackendHooks, BackendSpec, PluginWarning, api_compatible,
-                                hookimpl, hookspec, register, unregister)
+from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, ApiVersion, BackendHooks, BackendSpec,
+                                PluginWarning, api_compatible, hookimpl, hookspec, register, unregister)
 
 __all__ = [
   # registering a backend
-  "ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "api_compatible", "hookspec", "hookimpl", "BackendHooks", "BackendSpec",
-  "register", "unregister", "PluginWarning",
+  "ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "ApiVersion", "api_compatible", "hookspec", "hookimpl", "BackendHooks",
+  "BackendSpec", "register", "unregister", "PluginWarning",
   # a backend's environment knobs
   "Knob", "knob", "read_knob",
   # what a backend subclasses or returns

@@ -81,7 +81,8 @@ def cmd_devices(args) -> int:
     except KcError as e: row["renderer"] = f"unavailable: {e}"
     rows.append(row)
   if args.json:
-    print(json.dumps({"devices": rows, "errors": Device.errors(), "default": _default_or_none()}, indent=2, default=str))
+    shown = {"devices": rows, "errors": Device.errors(), "disabled": Device.table.disabled(), "default": _default_or_none()}
+    print(json.dumps(shown, indent=2, default=str))
     return 0
   for row in rows:
     state = "available" if row["available"] else f"unavailable: {row['reason']}"
@@ -91,6 +92,7 @@ def cmd_devices(args) -> int:
       print(f"         global_max={r['global_max']} local_max={r['local_max']} shared_max={r['shared_max']} float4={r['float4']} "
             f"locals={r['locals']} tensor_cores={r['tensor_cores'] or 'none'}")
   for name, err in Device.errors().items(): print(f"plugin error {name}: {err}")
+  for name, origin in Device.table.disabled().items(): print(f"disabled plugin {name}: {origin} (KC_DISABLE_PLUGINS)")
   print(f"default device: {_default_or_none()}")
   if (problem := _kc_device_problem()) is not None: print(problem)
   return 0

@@ -19,13 +19,16 @@ Declaring. The core's knobs are declared below. A backend plugin declares its ow
 module is imported (the core names no backend). `kc config --markdown` prints the table of every knob of kc and of the
 installed plugins; docs/CONFIG.md holds it."""
 from __future__ import annotations
-import contextlib, contextvars, difflib, os, re, threading
+import contextlib, contextvars, difflib, os, re, threading, types
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 from kc.errors import ConfigError
 
 TYPES = (bool, int, float, str)
 _TYPE_HELP = {bool: "0 or 1", int: "an integer", float: "a number", str: "text"}
+
+
+def _type_help(t: type) -> str: return _TYPE_HELP.get(t, t.__name__)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class Knob:
     if not text and self.blank_is_unset: return self.default
     try: value = text if self.type is str else int(text) != 0 if self.type is bool else self.type(text)
     except ValueError:
-      raise ConfigError(f"{self.name}={raw!r} is not {_TYPE_HELP.get(self.type, self.type.__name__)}: {self._valid()}") from None
+      raise ConfigError(f"{self.name}={raw!r} is not {_type_help(self.type)}: {self._valid()}") from None
     if self.choices and value not in self.choices: raise ConfigError(f"{self.name}={raw!r}: {self._valid()}")
     return value
 
@@ -58,7 +61,8 @@ class Knob:
     fits = isinstance(value, self.type) and (self.type is bool or not isinstance(value, bool))
     if self.type is float and isinstance(value, int) and not isinstance(value, bool): value, fits = float(value), True
     if not fits:
-      raise ConfigError(f"{self.name} takes {_TYPE_HELP[self.type]} ({self.type.__name__}), got {type(value).__name__} {value!r}")
+      raise ConfigError(f"{self.name} takes {_type_help(self.type)} ({self.type.__name__}), got "
+                        f"{type(value).__name__} {value!r}")
     if self.choices and value not in self.choices: raise ConfigError(f"{self.name}={value!r}: {self._valid()}")
     return value
 
@@ -73,14 +77,15 @@ class Knob:
     return "(empty)" if self.default == "" else str(self.default)
 
   def _valid(self) -> str:
-    what = f"one of {', '.join(map(str, self.choices))}" if self.choices else _TYPE_HELP.get(self.type, self.type.__name__)
+    what = f"one of {', '.join(map(str, self.choices))}" if self.choices else _type_help(self.type)
     return f"set it to {what}, or unset it for the default ({self.shown_default})"
 
 
 _KNOBS: dict[str, Knob] = {}
 _declare_lock = threading.Lock()
 _parsed: dict[tuple[Knob, str], Any] = {}
-_overrides: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar("kc_config_overrides", default={})
+_NONE: Mapping[str, Any] = types.MappingProxyType({})
+_overrides: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("kc_config_overrides", default=_NONE)
 _plugin_loader: Optional[Callable[[], None]] = None
 _NAME_RE = re.compile(r"[A-Z][A-Z0-9_]*\Z")
 
@@ -90,22 +95,26 @@ def declare(knob: Knob) -> Knob:
   imported again); from another reader it is a ConfigError: one variable has one meaning."""
   if not isinstance(knob.name, str) or not _NAME_RE.match(knob.name):
     raise ConfigError(f"a knob's name is upper-case letters, digits and _, starting with a letter: got {knob.name!r}")
-  if knob.type not in TYPES: raise ConfigError(f"knob {knob.name}: its type must be one of bool, int, float, str, got {knob.type!r}")
+  if knob.type not in TYPES:
+    raise ConfigError(f"knob {knob.name}: its type must be one of bool, int, float, str, got {knob.type!r}")
   knob.check(knob.default)
   with _declare_lock:
     if (have := _KNOBS.get(knob.name)) is not None and have.reader != knob.reader:
-      raise ConfigError(f"{knob.name} is declared by {have.reader} and again by {knob.reader}: a variable has one meaning "
-                        "and one reader, so pick another name")
+      raise ConfigError(f"{knob.name} is declared by {have.reader} and again by {knob.reader}: a variable has one "
+                        "meaning and one reader, so pick another name")
     _KNOBS[knob.name] = knob
   return knob
 
 
-def knob(name: str, type: type, default: Any, doc: str, reader: str, *, choices: tuple = (), default_doc: str = "") -> Knob:  # noqa: A002
+def knob(name: str, type: type, default: Any, doc: str, reader: str, *,  # noqa: A002
+         choices: tuple = (), default_doc: str = "") -> Knob:
   """Declare a backend plugin's knob (kc.backend.knob): call it at module level in a module the plugin's package
   imports, so that the knob exists once the plugin is loaded. The name starts with KC_ and is not one of kc's own;
   `reader` is the module that reads it (pass __name__). Read it with .get() or kc.backend.read_knob(name)."""
-  if not isinstance(name, str) or not name.startswith("KC_"): raise ConfigError(f"a plugin's knob is named KC_<something>, got {name!r}")
-  if name in CORE_KNOBS: raise ConfigError(f"{name} is one of kc's own knobs (read by {_KNOBS[name].reader}): a plugin cannot declare it")
+  if not isinstance(name, str) or not name.startswith("KC_"):
+    raise ConfigError(f"a plugin's knob is named KC_<something>, got {name!r}")
+  if name in CORE_KNOBS:
+    raise ConfigError(f"{name} is one of kc's own knobs (read by {_KNOBS[name].reader}): a plugin cannot declare it")
   return declare(Knob(name, type, default, doc, reader, tuple(choices), default_doc))
 
 
@@ -115,8 +124,8 @@ def knobs() -> list[Knob]:
 
 
 def use_plugin_loader(loader: Callable[[], None]) -> None:
-  """How to import the installed plugins (kc.runtime.plugins registers its discovery here): called once when a name
-  no declared knob has is read or overridden, since a plugin's knobs exist only once its module is imported."""
+  """How to import the installed plugins (kc.runtime.device registers its plugin table's load): called once when a
+  name no declared knob has is read or overridden, since a plugin's knobs exist only once its module is imported."""
   global _plugin_loader
   _plugin_loader = loader
 
@@ -131,8 +140,8 @@ def knob_named(name: str) -> Knob:
     if (found := _KNOBS.get(name)) is not None: return found
   near = difflib.get_close_matches(str(name), list(_KNOBS), n=3)
   hint = f" (did you mean {', '.join(near)}?)" if near else ""
-  raise ConfigError(f"no kc knob is named {name!r}{hint}: the knobs are {', '.join(sorted(_KNOBS))} (a plugin's exist once "
-                    "it is installed and loads)")
+  raise ConfigError(f"no kc knob is named {name!r}{hint}: the knobs are {', '.join(sorted(_KNOBS))} (a plugin's exist "
+                    "once it is installed and loads)")
 
 
 def read(name: str) -> Any:
@@ -195,33 +204,36 @@ def _core(name: str, type: type, default: Any, doc: str, reader: str, **extra: A
   return declare(Knob(name, type, default, doc, reader, **extra))
 
 
-_core("DEBUG", int, 0, "how much kc prints: 2 kernel timings and BEAM's rounds, 3 BEAM's candidates, 4 the rendered source, "
-      "5 the linear UOps",
+_core("DEBUG", int, 0, "how much kc prints: 2 kernel timings and BEAM's rounds, 3 BEAM's candidates, 4 the rendered "
+      "source, 5 the linear UOps",
       "kc.api, kc.search.beam, kc.codegen.program")
-_core("KC_DEVICE", str, "", "the default device (kc.Device.DEFAULT); unset: the highest-priority device that opens here",
-      "kc.runtime.device", default_doc="(highest priority available)")
+_core("KC_DEVICE", str, "", "the default device (kc.Device.DEFAULT); unset: the highest-priority device that opens "
+      "here", "kc.runtime.device", default_doc="(highest priority available)")
 _core("KC_BEAM", int, 0, "the BEAM width that opts=None searches with; 0: the hand-coded opts", "kc.api")
-_core("KC_BEAM_CLUSTER", str, "", "a Dask scheduler address, or `local`, that BEAM's compiles fan out to; unset: a local "
-      "process pool", "kc.api")
+_core("KC_BEAM_CLUSTER", str, "", "a Dask scheduler address, or `local`, that BEAM's compiles fan out to; unset: a "
+      "local process pool", "kc.api")
 _core("KC_CACHE_DIR", str, None, "the folder of the compile cache and the opt cache; set empty: no disk cache",
       "kc.runtime.cache", default_doc="~/.cache/kc", blank_is_unset=False)
 _core("KC_CACHE_MAX_MB", float, 512.0, "the compile cache's size limit in megabytes (least recently used entries go)",
       "kc.runtime.cache")
-_core("KC_SPLIT_REDUCE", bool, True, "0: a large reduce with few outputs stays one kernel instead of a partial and a combine "
-      "kernel", "kc.api")
-_core("KC_STRICT_PLUGINS", bool, False, "1: a plugin that fails to load is a kc.PluginError, not a warning", "kc.runtime.plugins")
+_core("KC_SPLIT_REDUCE", bool, True, "0: a large reduce with few outputs stays one kernel instead of a partial and a "
+      "combine kernel", "kc.api")
+_core("KC_STRICT_PLUGINS", bool, False, "1: a plugin that fails to load is a kc.PluginError, not a warning",
+      "kc.runtime.plugins")
+_core("KC_DISABLE_PLUGINS", str, "", "plugins to leave unloaded, by distribution or entry-point name, comma-separated",
+      "kc.runtime.plugins")
 _core("KC_EMULATE", str, "", "the registered device whose renderer the EMU device lowers as; unset: EMU's own",
       "kc.runtime.emulator")
 _core("KC_TC", int, 1, "the tensor-core level of kc.compile's kernels: 0 off, 1 WMMA, 2 the shape opts without WMMA, 3 "
       "WMMA's addressing emulated through local memory", "kc.api", choices=(0, 1, 2, 3))
-_core("KC_TC_OPT", int, 0, "which kernels apply_tensor_cores takes when not told: 0 LOADs multiplied directly, 1 also CAST "
-      "inputs, 2 also sizes that need padding", "kc.kernel.kernel", choices=(0, 1, 2))
+_core("KC_TC_OPT", int, 0, "which kernels apply_tensor_cores takes when not told: 0 LOADs multiplied directly, 1 also "
+      "CAST inputs, 2 also sizes that need padding", "kc.kernel.kernel", choices=(0, 1, 2))
 _core("MV", int, 1, "0: the hand-coded opts skip the matrix-vector heuristic", "kc.kernel.heuristics")
 _core("MV_BLOCKSIZE", int, 4, "the matrix-vector heuristic's block size", "kc.kernel.heuristics")
 _core("MV_THREADS_PER_ROW", int, 8, "the matrix-vector heuristic's threads per output row", "kc.kernel.heuristics")
 _core("MV_ROWS_PER_THREAD", int, 4, "the matrix-vector heuristic's output rows per thread", "kc.kernel.heuristics")
-_core("NOLOCALS", int, 0, "1: the hand-coded opts give a kernel without local dims NOLOCALS instead of choosing local dims",
-      "kc.kernel.heuristics")
+_core("NOLOCALS", int, 0, "1: the hand-coded opts give a kernel without local dims NOLOCALS instead of choosing local "
+      "dims", "kc.kernel.heuristics")
 CORE_KNOBS = frozenset(_KNOBS)
 
 
@@ -240,7 +252,8 @@ def markdown_table(every: Optional[list[Knob]] = None) -> str:
   rows = sorted(knobs() if every is None else every, key=lambda k: (k.name not in CORE_KNOBS, k.name))
   lines = [TABLE_BEGIN, "", "| knob | type | default | read by | what it does |", "|---|---|---|---|---|"]
   for k in rows:
-    kind = k.type.__name__ + (f" ({', '.join(map(str, k.choices))})" if k.choices else " (0/1)" if k.type is bool else "")
+    values = f" ({', '.join(map(str, k.choices))})" if k.choices else " (0/1)" if k.type is bool else ""
+    kind = k.type.__name__ + values
     lines.append(f"| `{k.name}` | {kind} | {_cell(k.shown_default)} | {_cell(k.reader)} | {_cell(k.doc)} |")
   return "\n".join(lines + ["", TABLE_END])
 

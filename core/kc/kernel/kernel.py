@@ -90,8 +90,8 @@ def _state_attribute(name: str) -> property:
 def _whole(x: Any) -> bool: return isinstance(x, int) and not isinstance(x, bool)
 
 
-# 0: tensor cores off (a TC opt is refused); 1: real WMMA; 2: the tensor core's shape opts without WMMA; 3: WMMA's thread
-# addressing emulated through local memory
+# 0: tensor cores off (a TC opt is refused); 1: real WMMA; 2: the tensor core's shape opts without WMMA; 3: WMMA's
+# thread addressing emulated through local memory
 TC_LEVELS = (0, 1, 2, 3)
 
 
@@ -502,8 +502,8 @@ class Kernel:
     M/N/K that need padding to the tensor core's dims (default: KC_TC_OPT, else 0)."""
     if use_tensor_cores is not None:
       if tc_level is not None and tc_level != use_tensor_cores:
-        raise ConfigError(f"apply_tensor_cores got tc_level={tc_level!r} and use_tensor_cores={use_tensor_cores!r}, two names "
-                          "of one setting: pass tc_level only")
+        raise ConfigError(f"apply_tensor_cores got tc_level={tc_level!r} and use_tensor_cores={use_tensor_cores!r}, two "
+                          "names of one setting: pass tc_level only")
       tc_level = use_tensor_cores
     level = self.tc_level if tc_level is None else checked_tc_level(tc_level)
     if tc_opt is None: tc_opt = read("KC_TC_OPT")

@@ -25,8 +25,8 @@ DB_NAME = "opts.sqlite"
 _TABLE = "opts"
 _KEY_COLUMNS = "ast_key, renderer, device, kc_version, width, tc_level"
 _SCHEMA = (f"CREATE TABLE IF NOT EXISTS {_TABLE} (ast_key TEXT NOT NULL, renderer TEXT NOT NULL, device TEXT NOT NULL, "
-           "kc_version TEXT NOT NULL, width INTEGER NOT NULL, tc_level INTEGER NOT NULL, opts TEXT NOT NULL, seconds REAL, "
-           f"hand_seconds REAL, elapsed REAL, PRIMARY KEY ({_KEY_COLUMNS}))")
+           "kc_version TEXT NOT NULL, width INTEGER NOT NULL, tc_level INTEGER NOT NULL, opts TEXT NOT NULL, "
+           f"seconds REAL, hand_seconds REAL, elapsed REAL, PRIMARY KEY ({_KEY_COLUMNS}))")
 _WHERE_KEY = " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS.split(", "))
 
 
@@ -73,7 +73,8 @@ class OptKey:
 
   @staticmethod
   def of(sink: UOp, renderer, device: str, width: int, tc_level: int = 1) -> "OptKey":
-    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc"), int(width), int(tc_level))
+    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc"), int(width),
+                  int(tc_level))
 
   def row(self) -> tuple: return (self.ast_key, self.renderer, self.device, self.kc_version, self.width, self.tc_level)
 
@@ -169,8 +170,8 @@ class OptCache:
     with self._lock:
       if self.on_disk:
         try:
-          row = self._connection().execute(f"SELECT opts, seconds, hand_seconds, elapsed FROM {_TABLE} WHERE {_WHERE_KEY}",
-                                           key.row()).fetchone()
+          query = f"SELECT opts, seconds, hand_seconds, elapsed FROM {_TABLE} WHERE {_WHERE_KEY}"
+          row = self._connection().execute(query, key.row()).fetchone()
         except (OSError, sqlite3.Error) as e:
           self._fail(e)
         else:

@@ -9,10 +9,11 @@ registers its own EMU device the same way, through the `kc` distribution's entry
 The load loop runs on first use of `kc.Device`, never at `import kc`. It keeps one pluggy PluginManager per load:
 every entry point object is loaded and registered with it (pluggy checks the hook signatures), then each registered
 plugin's own `kc_backends` is called through the manager, so that whatever one plugin gets wrong (an import error,
-another plugin API version, a duplicate device name) is recorded against it in `kc.Device.errors()` and the others
-load regardless. `KC_STRICT_PLUGINS=1` makes the first such failure raise `kc.PluginError` instead, for CI and for
-plugin authors. Otherwise each failure is also reported once per process, as a PluginWarning naming the
-distribution and why, when discovery runs.
+an incompatible plugin API version, a duplicate device name) is recorded against it in `kc.Device.errors()` and the
+others load regardless. `KC_STRICT_PLUGINS=1` makes the first such failure raise `kc.PluginError` instead, for CI and
+for plugin authors. Otherwise each failure is also reported once per process, as a PluginWarning naming the
+distribution and why, when discovery runs. `KC_DISABLE_PLUGINS=name,...` leaves the plugins it names (by
+distribution or entry-point name) unloaded: their modules are not even imported, and `disabled()` lists them.
 
 Error keys say where the problem is: a plugin's entry-point name (lower case) when the plugin failed, a device
 name (upper case) when one device of an otherwise loaded plugin was rejected or its availability check broke.
@@ -20,9 +21,9 @@ name (upper case) when one device of an otherwise loaded plugin was rejected or 
 This module imports nothing from the rest of the runtime: `kc.runtime.device` (the registry) and
 `kc.runtime.emulator` (a backend) import it, so an import back would be a cycle."""
 from __future__ import annotations
-import dataclasses, re, threading, warnings
+import dataclasses, functools, re, threading, warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 import pluggy
 from kc import config
 from kc.errors import PluginError
@@ -30,16 +31,66 @@ from kc.renderer import Renderer
 
 PROJECT = "kc"
 ENTRY_POINT_GROUP = "kc.backends"
-PLUGIN_API_VERSION = 1  # bump when BackendSpec or the runtime protocol changes in a way old plugins cannot follow
 
 
-def api_compatible(version: int) -> bool:
-  """Whether a plugin that declares plugin API `version` (BackendSpec.api_version) can be loaded by this kc.
+@functools.total_ordering
+@dataclass(frozen=True, eq=False)
+class ApiVersion:
+  """A plugin API version, MAJOR.MINOR. The minor goes up when kc.backend gains something a plugin may use (an old
+  plugin, which does not use it, still works); the major when something a plugin may use changes or goes (an old
+  plugin may break). A plugin built for MAJOR.m loads in a kc that speaks MAJOR.n for every n >= m.
 
-  The rule is equality: each API version is one exact contract (the BackendSpec fields and the runtime protocol a
-  device implements), and a change either side cannot follow bumps it. A spec whose version differs is refused with
-  a kc.PluginError that names the plugin's distribution and both versions."""
-  return isinstance(version, int) and not isinstance(version, bool) and version == PLUGIN_API_VERSION
+  Plugins built for plugin API 1 declared it as the int 1: an int N means N.0, and compares (==, <) as N.0 does."""
+  major: int
+  minor: int = 0
+
+  def __post_init__(self):
+    for part in (self.major, self.minor):
+      if not isinstance(part, int) or isinstance(part, bool) or part < 0:
+        raise PluginError(f"a plugin API version is two ints >= 0 (MAJOR.MINOR), got "
+                          f"ApiVersion({self.major!r}, {self.minor!r})")
+
+  @staticmethod
+  def of(version: Any) -> Optional["ApiVersion"]:
+    """`version` as declared in a BackendSpec (an ApiVersion, or an int N meaning N.0), or None when it is neither."""
+    if isinstance(version, ApiVersion): return version
+    if isinstance(version, int) and not isinstance(version, bool) and version >= 0: return ApiVersion(version)
+    return None
+
+  def _pair(self) -> tuple[int, int]: return (self.major, self.minor)
+
+  def __eq__(self, other: Any) -> bool:
+    return (them := ApiVersion.of(other)) is not None and self._pair() == them._pair()
+
+  def __lt__(self, other: Any) -> bool:
+    if (them := ApiVersion.of(other)) is None: return NotImplemented
+    return self._pair() < them._pair()
+
+  # equal to the int N when it is N.0, so it hashes as N does then
+  def __hash__(self) -> int: return hash(self.major) if self.minor == 0 else hash(self._pair())
+
+  def __str__(self) -> str: return f"{self.major}.{self.minor}"
+
+
+# the plugin API this kc speaks. 1.1 added kc.backend.knob/read_knob (a plugin's environment knobs, declared) and
+# ApiVersion; 1.0 is the API plugins declared as the int 1. Bump the minor for additions, the major for changes.
+PLUGIN_API_VERSION = ApiVersion(1, 1)
+
+
+def accepted_range() -> str:
+  """The plugin API versions this kc loads, as a person reads them ("1.0 to 1.1")."""
+  return f"{PLUGIN_API_VERSION.major}.0 to {PLUGIN_API_VERSION}"
+
+
+def api_compatible(version: Union[ApiVersion, int]) -> bool:
+  """Whether a plugin that declares plugin API `version` (BackendSpec.api_version) can be loaded by this kc: the same
+  major as PLUGIN_API_VERSION and a minor no newer than its minor (accepted_range()). A plugin built for an older
+  minor uses nothing that changed since, so it loads; a newer minor may use what this kc lacks, and another major
+  what it changed. A spec that is refused gets a kc.PluginError naming the plugin's distribution, both versions and
+  the range."""
+  declared = ApiVersion.of(version)
+  ours = PLUGIN_API_VERSION
+  return declared is not None and declared.major == ours.major and declared.minor <= ours.minor
 
 
 class PluginWarning(UserWarning):
@@ -57,7 +108,8 @@ class BackendSpec:
   name: the device name users type (`kc.Device["CLANG"]`); letters, digits and _, starting with a letter. Names are
     case-insensitive and stored upper case. Use the entry point's name, upper case.
   api_version: the plugin API the backend was written for: always pass PLUGIN_API_VERSION as imported from
-    kc.backend when the plugin was built (see api_compatible for what happens when it differs).
+    kc.backend when the plugin was built (an ApiVersion; plugins built for API 1 pass the int 1, read as 1.0). See
+    api_compatible for which versions load.
   priority: orders kc.Device.names(); the highest-priority device that can open here is kc.Device.DEFAULT.
     CPU backends sit low (CLANG is 10), accelerators high; EMU is -1000 so it is never the default by accident.
   available: a cheap check, run once per process: None when the device can open here, else the reason it cannot,
@@ -81,7 +133,7 @@ class BackendSpec:
     installation: `kc doctor` reports it as a problem and kc.Device.DEFAULT warns once when it falls back past it.
     False (default): a device that cannot open is simply absent here, as CUDA is without a GPU."""
   name: str
-  api_version: int
+  api_version: Union[ApiVersion, int]
   priority: int
   available: Callable[[], Optional[str]]
   open: Callable[[], Any]  # -> kc.backend.CompiledDevice (declared by kc.runtime.device, which imports this module)
@@ -115,6 +167,16 @@ _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 def _strict() -> bool: return config.read("KC_STRICT_PLUGINS")
 
 
+def _normalized(name: str) -> str:
+  """A distribution or entry-point name compared as packaging compares distribution names (PEP 503)."""
+  return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def disabled_by_config() -> frozenset[str]:
+  """The plugin names KC_DISABLE_PLUGINS lists (comma-separated distribution or entry-point names), normalized."""
+  return frozenset(_normalized(n) for n in config.read("KC_DISABLE_PLUGINS").split(",") if n.strip())
+
+
 def installed_entry_points() -> list:
   from importlib.metadata import entry_points
   return list(entry_points(group=ENTRY_POINT_GROUP))
@@ -131,10 +193,14 @@ def validate_spec(spec: Any, origin: str) -> BackendSpec:
   if not isinstance(spec, BackendSpec):
     raise PluginError(f"{origin} returned {type(spec).__name__} from kc_backends, not a kc.runtime.plugins.BackendSpec "
                       "(import BackendSpec from kc.backend)")
-  if not api_compatible(spec.api_version):
-    raise PluginError(f"{origin} speaks kc plugin API {spec.api_version} (device {spec.name}), but this kc speaks plugin API "
-                      f"{PLUGIN_API_VERSION}: install a release of the plugin made for plugin API {PLUGIN_API_VERSION}, or a kc that speaks "
-                      f"API {spec.api_version}")
+  if (declared := ApiVersion.of(spec.api_version)) is None:
+    raise PluginError(f"{origin}: device {spec.name} declares the plugin API version {spec.api_version!r}, which is not "
+                      "one: pass kc.backend.PLUGIN_API_VERSION as BackendSpec.api_version")
+  if not api_compatible(declared):
+    raise PluginError(f"{origin} speaks kc plugin API {declared} (device {spec.name}), but this kc speaks plugin API "
+                      f"{PLUGIN_API_VERSION} and loads plugins built for {accepted_range()}: install a release of the "
+                      f"plugin made for one of those, or a kc whose plugin API is {declared} or a later "
+                      f"{declared.major}.x")
   if not isinstance(spec.name, str) or not _NAME_RE.match(spec.name):
     raise PluginError(f"{origin} offers a device named {spec.name!r}: a device name is letters, digits and _ and starts with a letter")
   if not isinstance(spec.priority, int): raise PluginError(f"{origin}: device {spec.name} has a priority of {spec.priority!r}, not an int")
@@ -158,6 +224,7 @@ class PluginTable:
     self._registered: dict[str, BackendSpec] = {}   # register(): kept across reload()
     self._discovered: dict[str, BackendSpec] = {}
     self._load_errors: dict[str, str] = {}
+    self._disabled: dict[str, str] = {}      # entry-point name -> "distribution version", left unloaded
     self._check_errors: dict[str, str] = {}
     self._reasons: dict[str, Optional[str]] = {}
     self._loaded = False
@@ -171,6 +238,11 @@ class PluginTable:
   def errors(self) -> dict[str, str]:
     self.load()
     return {**self._load_errors, **self._check_errors}
+
+  def disabled(self) -> dict[str, str]:
+    """The plugins KC_DISABLE_PLUGINS left unloaded at discovery: entry-point name -> distribution and version."""
+    self.load()
+    return dict(self._disabled)
 
   def unavailable_reason(self, name: str) -> Optional[str]:
     """None when device `name` can open here, else why not. The check runs once per process."""
@@ -210,7 +282,7 @@ class PluginTable:
   def reload(self):
     """Forget what discovery found (and the availability checks) so the next query discovers again."""
     with self._lock:
-      self._discovered, self._load_errors, self._check_errors, self._reasons = {}, {}, {}, {}
+      self._discovered, self._load_errors, self._check_errors, self._reasons, self._disabled = {}, {}, {}, {}, {}
       self._loaded = False
 
   # -- the load loop --------------------------------------------------------------------------------------------------
@@ -218,16 +290,22 @@ class PluginTable:
     if self._loaded: return
     with self._lock:
       if self._loaded: return
-      discovered, errors = self._discover(strict=_strict())
-      self._discovered, self._load_errors, self._loaded = discovered, errors, True
+      found = self._discover(strict=_strict())
+      self._discovered, self._load_errors, self._disabled = found.specs, found.errors, found.disabled
+      self._loaded = True
     # outside the lock: a warning filter set to "error" raises here, and must not leave the table half loaded
-    for msg in errors.values():
+    for msg in found.errors.values():
       warnings.warn(f"kc skipped a backend plugin: {msg} (kc devices lists it; KC_STRICT_PLUGINS=1 makes this an error)",
                     PluginWarning, stacklevel=3)
+    if found.unknown_disabled:
+      warnings.warn(f"KC_DISABLE_PLUGINS names {', '.join(found.unknown_disabled)}, which no installed plugin is called "
+                    f"(by distribution or entry-point name); the plugins are {', '.join(found.names) or 'none'}",
+                    PluginWarning, stacklevel=3)
 
-  def _discover(self, strict: bool) -> tuple[dict[str, BackendSpec], dict[str, str]]:
+  def _discover(self, strict: bool) -> "_Discovery":
     found: dict[str, BackendSpec] = {}
     errors: dict[str, str] = {}
+    off, disabled, names = disabled_by_config(), {}, []
 
     def fail(key: str, msg: str, cause: Optional[BaseException] = None):
       if strict: raise PluginError(msg + " (KC_STRICT_PLUGINS=1 makes this an error; unset it to skip the plugin)") from cause
@@ -244,6 +322,11 @@ class PluginTable:
     registered: list[tuple[Any, Any, str, str]] = []  # (entry point, plugin object, distribution, version)
     for ep in sorted(eps, key=lambda ep: ep.name):
       dist, version = _distribution_of(ep)
+      names += [ep.name, dist]
+      # not even imported: a broken plugin's import may be what breaks
+      if {_normalized(ep.name), _normalized(dist)} & off:
+        disabled[ep.name] = f"{dist} {version}"
+        continue
       try: registered.append((ep, register_entry_point(manager, ep, f"{dist} {version}"), dist, version))
       except Exception as e:
         fail(ep.name, str(e) if isinstance(e, PluginError) else
@@ -267,7 +350,19 @@ class PluginTable:
           fail(spec.name, f"device {spec.name} from {spec.origin} is ignored: {taken.origin} registered it first; uninstall one of them")
           continue
         found[spec.name] = spec
-    return found, errors
+    unknown = sorted(off - {_normalized(n) for n in names})
+    return _Discovery(found, errors, disabled, unknown, sorted(set(names)))
+
+
+@dataclass(frozen=True)
+class _Discovery:
+  """What one discovery found: the specs, the errors (by entry-point or device name), the plugins KC_DISABLE_PLUGINS
+  left unloaded, the names it lists that no plugin has, and every plugin's entry-point and distribution names."""
+  specs: dict[str, BackendSpec]
+  errors: dict[str, str]
+  disabled: dict[str, str]
+  unknown_disabled: list[str]
+  names: list[str]
 
 
 def new_plugin_manager() -> pluggy.PluginManager:
@@ -313,6 +408,7 @@ def register(spec: BackendSpec, replace: bool = False) -> BackendSpec:
 def unregister(name: str): BACKENDS.unregister(name)
 
 
-__all__ = ["PLUGIN_API_VERSION", "ENTRY_POINT_GROUP", "BackendSpec", "BackendHooks", "PluginTable", "PluginWarning", "BACKENDS",
+__all__ = ["PLUGIN_API_VERSION", "ApiVersion", "accepted_range", "disabled_by_config",
+           "ENTRY_POINT_GROUP", "BackendSpec", "BackendHooks", "PluginTable", "PluginWarning", "BACKENDS",
            "api_compatible", "hookimpl", "hookspec", "register", "unregister", "installed_entry_points", "validate_spec",
            "new_plugin_manager", "register_entry_point", "backends_of"]

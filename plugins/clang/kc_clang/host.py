@@ -9,12 +9,14 @@ from typing import Optional
 from kc.backend import ConfigError, knob
 
 # CLANG's environment knobs (kc config lists them), declared here: every import of kc_clang imports this module
-ISA = knob("KC_CLANG_ISA", str, "", "an x86 ISA level to build kernels for instead of this CPU: avx512f, avx2 or sse2", __name__,
-           default_doc="this CPU's")
-PORTABLE = knob("KC_CLANG_PORTABLE", bool, False, "1: build for any CPU of this architecture, not -march=native", __name__)
-MARCH_NATIVE = knob("KC_CLANG_MARCH_NATIVE", bool, True, "the older spelling of KC_CLANG_PORTABLE: 0 is portable", __name__)
-THREADS = knob("KC_CLANG_THREADS", int, None, "threads a big kernel's outermost output loop is split across (1 to 4 per core, "
-               "at least 256)", "kc_clang.renderer", default_doc="every core")
+ISA = knob("KC_CLANG_ISA", str, "", "an x86 ISA level to build kernels for instead of this CPU: avx512f, avx2 or sse2",
+           __name__, default_doc="this CPU's")
+PORTABLE = knob("KC_CLANG_PORTABLE", bool, False, "1: build for any CPU of this architecture, not -march=native",
+                __name__)
+MARCH_NATIVE = knob("KC_CLANG_MARCH_NATIVE", bool, True, "the older spelling of KC_CLANG_PORTABLE: 0 is portable",
+                    __name__)
+THREADS = knob("KC_CLANG_THREADS", int, None, "threads a big kernel's outermost output loop is split across (1 to 4 "
+               "per core, at least 256)", "kc_clang.renderer", default_doc="every core")
 
 # x86 flags that name instruction-set extensions a compiler may emit with -march=native (cpuinfo also lists
 # features of the platform such as "constant_tsc" or "hypervisor"; those do not change the code and stay out of the key)

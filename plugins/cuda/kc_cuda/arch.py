@@ -6,7 +6,8 @@ from kc.backend import ConfigError, knob
 
 ENV_ARCH = "KC_CUDA_ARCH"
 DEFAULT_ARCH = "sm_90"
-ARCH = knob(ENV_ARCH, str, DEFAULT_ARCH, "the CUDA arch (sm_XX) to render and compile for where no GPU can open", __name__)
+ARCH = knob(ENV_ARCH, str, DEFAULT_ARCH, "the CUDA arch (sm_XX) to render and compile for where no GPU can open",
+            __name__)
 _ARCH_RE = re.compile(r"(?:sm_|compute_)?(\d{2,3})\Z")
 
 

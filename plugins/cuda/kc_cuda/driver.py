@@ -14,8 +14,8 @@ from typing import Any, Optional, Sequence
 from kc.backend import ConfigError, DeviceLostError, DeviceUnavailable, KcError, knob
 
 ENV_DEVICE = "KC_CUDA_DEVICE"
-ORDINAL = knob(ENV_DEVICE, int, 0, "the ordinal of the GPU the CUDA device opens (as the driver counts, CUDA_VISIBLE_DEVICES "
-               "applied)", __name__)
+ORDINAL = knob(ENV_DEVICE, int, 0, "the ordinal of the GPU the CUDA device opens (as the driver counts, "
+               "CUDA_VISIBLE_DEVICES applied)", __name__)
 INSTALL_HINT = "pip install kc-cuda"
 # the shared memory any kernel may use; more needs the kernel's own opt-in (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
 STATIC_SHARED_LIMIT = 48 * 1024

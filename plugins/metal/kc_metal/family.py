@@ -29,7 +29,8 @@ APPLE_FAMILIES = tuple(GPUFamily(f"apple{n}", 1000 + n, n) for n in range(1, 10)
 MAC_FAMILIES = (GPUFamily("mac2", 2002),)
 FAMILIES = {f.name: f for f in APPLE_FAMILIES + MAC_FAMILIES}
 NEWEST = APPLE_FAMILIES[-1]
-FAMILY = knob(ENV_FAMILY, str, NEWEST.name, "the Metal GPU family rendered for without a device (apple7, apple8, ...)", __name__)
+FAMILY = knob(ENV_FAMILY, str, NEWEST.name, "the Metal GPU family rendered for without a device (apple7, apple8, ...)",
+              __name__)
 
 
 def family_named(name: str) -> GPUFamily:
