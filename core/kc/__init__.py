@@ -9,6 +9,7 @@ from kc.ir.rewrite import UPat, PatternMatcher, graph_rewrite
 from kc.ir.symbolic import resolve, sym_infer, ssimplify, smax, smin
 from kc.shape import ShapeTracker, View
 from kc.runtime.device import Device, Buffer
+from_dlpack = Buffer.from_dlpack  # kc.from_dlpack(x, device=None, copy=False): a Buffer over any DLPack producer's memory
 from kc.kernel import Opt, OptOps
 from kc.codegen import Kernel  # the kernel layer's Kernel with linearize and to_program
 from kc.renderer import Renderer, TensorCore, Program
@@ -23,6 +24,6 @@ __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTEr
            "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "AllocationError",
            "OptsError", "InvalidOptError", "DeviceLostError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
-           "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer",
+           "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer", "from_dlpack",
            "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast",
            "config", "Context"]

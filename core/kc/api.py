@@ -10,7 +10,7 @@ from kc.config import debug_level, read
 from kc.ir.symbolic import sym_infer
 from kc.codegen import Kernel
 from kc.kernel import Opt, verify_ast
-from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs
+from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs, import_producers, overlaps
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
@@ -46,10 +46,16 @@ class CompiledKernel:
 
   def __repr__(self): return f"<CompiledKernel {self.name} on {self.device}>"
 
-  def __call__(self, *args, **var_vals) -> float:
+  def __call__(self, *args, stream=None, **var_vals) -> float:
+    """Run the kernel on `args` (numpy arrays, kc.Buffers or any DLPack producer: torch, cupy, jax arrays) with its
+    Variables' values. `stream` (devices with streams: CUDA) is the stream to launch on, ordered after the work a
+    framework queued there (a torch.cuda.Stream, a cupy stream, a raw handle, or "torch" for torch's current stream);
+    None: the device's own. The call returns when the kernel finished, either way."""
     specs = self.specs
     if len(args) != len(specs):
       raise ArgumentError(f"{self.name} takes {len(specs)} buffers (indices 0..{len(specs) - 1}), got {len(args)}")
+    launch_stream = None if stream is None else self._allocator.dlpack_stream(stream)
+    args = import_producers(args, specs, self.device, self._allocator, launch_stream)
     if self._static:
       if var_vals: self._var_values(var_vals)  # raises: the kernel takes no Variables
       vals, empty, (global_size, local_size) = {}, self._empty, self._dims
@@ -62,20 +68,22 @@ class CompiledKernel:
       return 0.0
     bufs, copies = [], []
     for i, (spec, arg) in enumerate(zip(specs, args)):
-      handle, back = spec.handle(arg, vals, self.device, self._allocator, not (spec.output and _overlaps(i, args)))
+      handle, back = spec.handle(arg, vals, self.device, self._allocator, not (spec.output and overlaps(i, args)))
       bufs.append(handle)
-      if back is not None: copies.append((arg, back))
+      if back is not None: copies.append(back)
     # `args` holds every array a handle borrows until the launch returns
-    seconds = self._launch(bufs, vals, global_size, local_size)
-    for arr, buf in copies: buf.copyout(arr.reshape(-1).view(np.uint8).data)
+    seconds = self._launch(bufs, vals, global_size, local_size, launch_stream)
+    for copy_back in copies: copy_back()
     if debug_level() >= 2: self._report(seconds, vals)
     return seconds
 
-  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size) -> float:
-    """Run the program on `bufs` (in buffer-index order) and wait for it; its run time in seconds."""
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
+    """Run the program on `bufs` (in buffer-index order) and wait for it; its run time in seconds. A `stream` (the
+    allocator's handle for one) is passed to the program only when given: runtimes without streams never see it."""
     ordered = [vals[v.arg[0]] for v in self.program.vars] if vals else []
     if self._order is not None: bufs = [bufs[g] for g in self._order]
-    return float(self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=True) or 0.0)
+    on = {} if stream is None else {"stream": stream}
+    return float(self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=True, **on) or 0.0)
 
   def _report(self, seconds: float, vals: dict[str, int]):
     ops, mem = (sym_infer(x, vals) for x in (self.program.op_estimate, self.program.mem_estimate))
@@ -112,21 +120,14 @@ class SplitCompiledKernel(CompiledKernel):
 
   def __repr__(self): return f"<SplitCompiledKernel {self.name} + {self.combine.name} on {self.device}>"
 
-  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size) -> float:
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
     pick = lambda order: [self._temp if i == TEMP else bufs[i] for i in order]
-    seconds = self.partial._launch(pick(self.split.partial_buffers), vals, *self.partial._dims)
-    return seconds + self.combine._launch(pick(self.split.combine_buffers), vals, *self.combine._dims)
+    seconds = self.partial._launch(pick(self.split.partial_buffers), vals, *self.partial._dims, stream)
+    return seconds + self.combine._launch(pick(self.split.combine_buffers), vals, *self.combine._dims, stream)
 
   def _report(self, seconds: float, vals: dict[str, int]):
     print(f"{self.device:8s} split into {self.name} and {self.combine.name} ({self.split.parts} parts)")
     super()._report(seconds, vals)
-
-
-def _overlaps(i: int, args: tuple) -> bool:
-  """Whether the array given for output `i` shares memory with another argument (the same array included). Such an output is written to a copy
-  and copied back after the launch: written in place, the kernel could read what it already overwrote."""
-  out = args[i]
-  return isinstance(out, np.ndarray) and any(j != i and isinstance(a, np.ndarray) and np.may_share_memory(a, out) for j, a in enumerate(args))
 
 
 OPTS_CHOICES = "'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt"

@@ -10,12 +10,20 @@ A numpy argument must have the declared shape, ignoring size-1 dims (a reduce ke
 output takes an (M, N) array), or be 1-D with as many elements (frameworks that hold flat buffers). Its dtype must
 be the buffer's; for the dtypes numpy lacks (bfloat16, fp8e4m3, fp8e5m2) either ml_dtypes' array type of that name or the
 raw bits in the unsigned int of the same size (uint16, uint8). A non-contiguous input is copied, which is correct and only slower; an output is written in
-place, so it must be C-contiguous and writeable."""
+place, so it must be C-contiguous and writeable.
+
+Any other DLPack producer (a torch, cupy or jax array) is read through its capsule (`import_producers`) and follows the
+same rules: host memory becomes a numpy array over the producer's memory (so CLANG and EMU use it in place, and a GPU
+device copies it in and back, as it does numpy's), memory of the kernel's own device is wrapped in place, and memory
+the device cannot read is an ArgumentError. A device-memory input that is not C-contiguous, or whose address does not
+suit the kernel's vector accesses, is copied (through the host); such an output is written to an aligned copy and
+copied back, and a non-contiguous or read-only output is an ArgumentError."""
 from __future__ import annotations
 from math import prod
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 import numpy as np
-from kc.runtime.device import Allocator, Buffer
+from kc.runtime.device import Allocator, Buffer, Device
+from kc.runtime.dlpack import HOST_READABLE, DLPackError, ForeignTensor, device_name, import_tensor, producer_device, readable_by
 from kc.ir.dtype import DType, dtypes
 from kc.errors import ArgumentError, KcError
 from kc.kernel.verify import st_arg
@@ -137,18 +145,7 @@ class BufferSpec:
       if self.np_dtype is None:
         raise ArgumentError(f"{self._name()} is {self.dtype.name}, which numpy has no dtype for: pass a kc.Buffer")
       raise ArgumentError(f"{self._name()} must be {self.np_dtype}, got an array of {arr.dtype}; convert it with .astype(np.{self.np_dtype})")
-    if self.shape is None:
-      if self.declared != -1 and arr.size != self.declared:
-        raise ArgumentError(f"{self._name()} is declared with {self.declared} elements, got an array of shape {arr.shape} ({arr.size} elements)")
-      if arr.size < (n := self.elements_at(vals)):
-        raise ArgumentError(f"{self._name()} needs {n} elements, got an array of shape {arr.shape} ({arr.size} elements)")
-    else:
-      want = self.shape if not self.symbolic else _at(self.shape, vals)
-      given = arr.shape
-      if given != want and _squeezed(given) != (self.squeezed if not self.symbolic else _squeezed(want)) and \
-         not (len(given) == 1 and given[0] == prod(want)):
-        raise ArgumentError(f"{self._name()} must have shape {want} (size-1 dims aside, or 1-D with {prod(want)} elements), "
-                            f"got an array of shape {given}")
+    self._check_extent(arr.shape, arr.size, vals, "an array")
     if self.output:
       flags = arr.flags
       if not flags.writeable: raise ArgumentError(f"{self._name()} is written in place, but the array given is read-only")
@@ -156,34 +153,130 @@ class BufferSpec:
         raise ArgumentError(f"{self._name()} is written in place, but the array given is not C-contiguous (strides {arr.strides}): "
                             "pass a contiguous array (np.ascontiguousarray) and copy it back")
 
+  def _check_extent(self, given: tuple[int, ...], size: int, vals: dict[str, int], what: str) -> None:
+    """Raise ArgumentError unless an argument of shape `given` (`what` it is, for the message) fits the declared shape."""
+    if self.shape is None:
+      if self.declared != -1 and size != self.declared:
+        raise ArgumentError(f"{self._name()} is declared with {self.declared} elements, got {what} of shape {given} ({size} elements)")
+      if size < (n := self.elements_at(vals)):
+        raise ArgumentError(f"{self._name()} needs {n} elements, got {what} of shape {given} ({size} elements)")
+    else:
+      want = self.shape if not self.symbolic else _at(self.shape, vals)
+      if given != want and _squeezed(given) != (self.squeezed if not self.symbolic else _squeezed(want)) and \
+         not (len(given) == 1 and given[0] == prod(want)):
+        raise ArgumentError(f"{self._name()} must have shape {want} (size-1 dims aside, or 1-D with {prod(want)} elements), "
+                            f"got {what} of shape {given}")
+
+  def adopt(self, arg, device: str, allocator: Allocator, stream: Optional[int]) -> Union[np.ndarray, ForeignTensor]:
+    """A DLPack producer's tensor as this buffer takes it: a numpy array over host memory, or the ForeignTensor of memory
+    the device reads in place. Its device and dtype are checked here, and, for an output, that it can be written in
+    place; its shape by `check`. `stream`: the stream the call runs on (None: the device's own)."""
+    if not hasattr(arg, "__dlpack__"):
+      raise ArgumentError(f"{self._name()} must be a numpy array or a kc.Buffer, got {type(arg).__name__}, which is no DLPack "
+                          "producer (a torch, cupy or jax array) either")
+    try:
+      where = producer_device(arg)
+      host = where[0] in HOST_READABLE
+      if not host and not readable_by(where, allocator.dlpack_device):
+        raise ArgumentError(f"{self._name()} is a {type(arg).__name__} on {device_name(where)}, which {device} kernels cannot "
+                            f"read: move it to {device}'s memory (for torch: tensor.to(...)), or to the host, first")
+      tensor = import_tensor(arg, stream=None if host else allocator.dlpack_stream(stream))
+    except DLPackError as e: raise DLPackError(f"{self._name()}: {e}") from e.__cause__
+    bits = bits_dtype(self.dtype)
+    if tensor.dtype != self.dtype and (bits is None or tensor.dtype.np != bits):
+      raw = f", or its raw bits as {np.dtype(bits).name}" if bits is not None else ""
+      raise ArgumentError(f"{self._name()} must be {self.dtype.name}{raw}, got {tensor.describe()}")
+    if self.output and tensor.size:
+      if tensor.readonly: raise ArgumentError(f"{self._name()} is written in place, but {tensor.describe()} is read-only")
+      if not tensor.contiguous:
+        raise ArgumentError(f"{self._name()} is written in place, but {tensor.describe()} is not C-contiguous (strides "
+                            f"{tensor.strides} elements): pass a contiguous one (tensor.contiguous()) and copy the result back")
+    return tensor.numpy() if host else tensor
+
+  def check_foreign(self, tensor: ForeignTensor, vals: dict[str, int]) -> None:
+    self._check_extent(tensor.shape, tensor.size, vals, f"a {tensor.producer}")
+
   def check_buffer(self, buf: Buffer, device: str, vals: dict[str, int]) -> None:
     if buf.dtype != self.dtype: raise ArgumentError(f"{self._name()} must be {self.dtype.name}, got a Buffer of {buf.dtype.name}")
     if buf.device != device: raise ArgumentError(f"{self._name()} is on {buf.device}, the kernel runs on {device}")
     if buf.size < (n := self.elements_at(vals)): raise ArgumentError(f"{self._name()} needs {n} elements, the Buffer has {buf.size}")
-    # device allocations start aligned for any vector: a view's byte offset decides (a GPU faults on a misaligned float4)
+    # device allocations start aligned for any vector: a view's byte offset decides (a GPU faults on a misaligned float4);
+    # memory wrapped by kc.from_dlpack starts where its producer put it
+    if getattr(buf.base, "_foreign", False) and not self.aligned(address := buf.allocator.pointer(buf.allocate()._buf)):
+      raise ArgumentError(f"{self._name()} is a Buffer over another framework's memory at address {address:#x}, but the kernel "
+                          f"accesses it as {self.alignment}-byte vectors, which {device} needs at a multiple of {self.alignment} "
+                          "bytes: pass the tensor itself (kc copies it), or a copy (kc.from_dlpack(x, copy=True))")
     if not self.aligned(buf.offset):
       raise ArgumentError(f"{self._name()} is a view at byte offset {buf.offset}, but the kernel accesses it as {self.alignment}-byte "
                           f"vectors, which {device} needs at a multiple of {self.alignment} bytes: use a view at such an offset, "
                           "or compile the kernel without upcasting this buffer's contiguous axis (opts='none')")
 
   def check(self, arg, device: str, vals: dict[str, int]) -> None:
-    """Raise ArgumentError unless `arg` is a numpy array or a kc.Buffer that fits this buffer."""
+    """Raise ArgumentError unless `arg` (a numpy array, a kc.Buffer, or what `adopt` made of a DLPack producer) fits
+    this buffer."""
     if isinstance(arg, np.ndarray): self.check_array(arg, vals)
     elif isinstance(arg, Buffer): self.check_buffer(arg, device, vals)
-    else: raise ArgumentError(f"{self._name()} must be a numpy array or a kc.Buffer, got {type(arg).__name__}")
+    elif isinstance(arg, ForeignTensor): self.check_foreign(arg, vals)
+    else: self.check(self.adopt(arg, device, Device[device].allocator, None), device, vals)
 
-  def handle(self, arg: Union[np.ndarray, Buffer], vals: dict[str, int], device: str, allocator: Allocator, in_place: bool = True):
-    """Check `arg` and return what the program is launched with, and the Buffer to copy back into `arg` (None
-    when the array is used in place or is only read). `in_place=False` copies even where the device could use
-    the array itself."""
+  def handle(self, arg: Union[np.ndarray, Buffer, ForeignTensor], vals: dict[str, int], device: str, allocator: Allocator,
+             in_place: bool = True) -> tuple[object, Optional[Callable[[], None]]]:
+    """Check `arg` and return what the program is launched with, and what copies the result back into `arg` after the
+    launch (None when the memory is used in place or is only read). `in_place=False` copies even where the device
+    could use the memory itself."""
     self.check(arg, device, vals)
     if isinstance(arg, Buffer): return arg.allocate(), None
+    if isinstance(arg, ForeignTensor): return self._foreign_handle(arg, device, allocator, in_place)
     arg = as_bits(arg, self.dtype)  # ml_dtypes' types are opaque to the allocators: they move the bits
     # a host device lends the array itself, where its address suits the kernel's vector accesses; else it is copied
     if in_place and self.aligned(arg.ctypes.data) and (opaque := allocator.from_numpy(arg)) is not None: return opaque, None
     data = np.ascontiguousarray(arg)
     buf = Buffer(device, arg.size, self.dtype).allocate().copyin(data if self.np_dtype is not None else memoryview(data.reshape(-1).view(np.uint8)))
-    return buf, (buf if self.output else None)
+    return buf, (_copy_back(buf, arg) if self.output else None)
+
+  def _foreign_handle(self, tensor: ForeignTensor, device: str, allocator: Allocator, in_place: bool):
+    """Device memory of the kernel's device: wrapped in place where it is contiguous and suitably aligned, else copied
+    by way of the host (after waiting for the device, whose streams may still be writing it)."""
+    if in_place and tensor.contiguous and self.aligned(tensor.address) and \
+       (opaque := allocator.from_pointer(tensor.address, tensor.nbytes, tensor.capsule)) is not None: return opaque, None
+    Device[device].synchronize()
+    low, high = tensor.span()
+    raw = np.empty(high - low, np.uint8)
+    if high > low: allocator.copyout(memoryview(raw), allocator.from_pointer(tensor.address + low, high - low, tensor.capsule))
+    item = tensor.dtype.itemsize
+    elements = np.lib.stride_tricks.as_strided(raw[-low:], tensor.shape + (item,), tuple(s * item for s in tensor.strides) + (1,))
+    buf = Buffer(device, tensor.size, self.dtype).copyin(memoryview(np.ascontiguousarray(elements).reshape(-1)))
+    if not self.output: return buf, None
+    # only contiguous outputs get here (adopt refused the others): the whole span is the output, written back at once
+    return buf, lambda: allocator.copyin(allocator.from_pointer(tensor.address, tensor.nbytes, tensor.capsule),
+                                         memoryview(buf._host_bytes()))
+
+
+def _copy_back(buf: Buffer, arr: np.ndarray) -> Callable[[], None]:
+  return lambda: buf.copyout(arr.reshape(-1).view(np.uint8).data)
+
+
+def import_producers(args: tuple, specs: list[BufferSpec], device: str, allocator: Allocator, stream: Optional[int]) -> tuple:
+  """A call's arguments with every DLPack producer other than numpy arrays and kc.Buffers read through its capsule
+  (BufferSpec.adopt): numpy arrays over host memory, ForeignTensors of the device's own memory. `args` itself when
+  there is none, which is the common case and costs one pass."""
+  if all(isinstance(a, (np.ndarray, Buffer)) for a in args): return args
+  return tuple(a if isinstance(a, (np.ndarray, Buffer)) else spec.adopt(a, device, allocator, stream) for spec, a in zip(specs, args))
+
+
+def overlaps(i: int, args: tuple) -> bool:
+  """Whether the memory given for output `i` is shared with another argument (the same array included). Such an output
+  is written to a copy and copied back after the launch: written in place, the kernel could read what it already
+  overwrote."""
+  out = args[i]
+  if isinstance(out, np.ndarray):
+    return any(j != i and isinstance(a, np.ndarray) and np.may_share_memory(a, out) for j, a in enumerate(args))
+  if isinstance(out, ForeignTensor):
+    low, high = out.span()
+    return any(j != i and isinstance(a, ForeignTensor) and a.device == out.device and a.size and
+               a.address + a.span()[0] < out.address + high and out.address + low < a.address + a.span()[1]
+               for j, a in enumerate(args))
+  return False
 
 
 def _load_shape(load: UOp, st: ShapeTracker) -> Optional[tuple[sint, ...]]:

@@ -16,6 +16,9 @@ from kc.ir.dtype import DType, PtrDType
 from kc.config import read, use_plugin_loader
 from kc.helpers import distribution_version
 from kc.errors import AllocationError, CompileError, DeviceUnavailable, DTypeError, KcError, UnknownDeviceError
+from kc.errors import ArgumentError
+from kc.runtime.dlpack import (HOST_READABLE, VERSION as DLPACK_VERSION, DLPackError, device_name, export_capsule, host_bytes,
+                               import_tensor, kDLCPU, kDLCUDA, producer_device, readable_by)
 
 if TYPE_CHECKING:
   from kc.runtime.plugins import BackendSpec, PluginTable
@@ -68,6 +71,34 @@ class Allocator(ABC):
     Only devices whose kernels read host memory can say yes; the default is no. A handle made here borrows the
     array: the caller keeps the array alive for as long as the handle is used."""
     return None
+
+  # DLPack: a device whose memory other frameworks can address sets dlpack_device and implements pointer and
+  # from_pointer; one with streams implements dlpack_stream and export_ready. The defaults share nothing.
+  dlpack_device: Optional[tuple[int, int]] = None
+  """Where this allocator's memory lives in DLPack's terms, (DLDeviceType, device id): (1, 0) for host memory, (2, n) for
+  CUDA device n. None: its memory cannot be shared (kc.Buffer.__dlpack__ refuses, from_dlpack copies or refuses)."""
+
+  def pointer(self, opaque) -> int:
+    """The address of the first byte of a handle's memory, as other frameworks address it."""
+    raise DLPackError(f"{type(self).__name__} memory has no address other frameworks can use")
+
+  def from_pointer(self, address: int, nbytes: int, owner: object):
+    """A handle over `nbytes` of memory at `address` that another framework allocated on this device (in place, never
+    freed by kc), keeping `owner` referenced for as long as the handle lives; None where the device cannot."""
+    return None
+
+  def dlpack_stream(self, stream=None) -> Optional[int]:
+    """The stream handle (an int) that work on this device's memory is ordered on for a call given `stream=` (None: the
+    device's own), passed to a producer's `__dlpack__(stream=...)`. Devices without streams take only None."""
+    if stream is None: return None
+    raise ArgumentError(f"stream={stream!r}: {type(self).__name__} has no streams (its kernels finish before the call "
+                        "returns); pass stream=None")
+
+  def export_ready(self, stream: int) -> None:
+    """Make this device's pending work visible to a consumer that reads its memory on `stream` (DLPack's
+    `__dlpack__(stream=...)`; -1: the consumer synchronizes itself). Devices without streams: only -1 or None."""
+    if stream not in (None, -1):
+      raise DLPackError(f"stream={stream!r}: {type(self).__name__} memory is host memory, which takes no stream")
 
 
 class LRUAllocator(Allocator):
@@ -143,6 +174,11 @@ class HostAllocator(LRUAllocator):
 
   def offset(self, opaque: HostMemory, nbytes: int, offset: int) -> HostMemory:
     return HostMemory(opaque.array[offset:offset + nbytes], opaque.addr + offset)
+
+  dlpack_device = (kDLCPU, 0)
+  def pointer(self, opaque: HostMemory) -> int: return opaque.addr
+  def from_pointer(self, address: int, nbytes: int, owner: object) -> HostMemory:
+    return HostMemory(host_bytes(address, nbytes, owner), address)
 
   def from_numpy(self, arr: np.ndarray) -> Optional[HostMemory]:
     # kernels address host memory directly, so any C-contiguous array works whose address suits its element type
@@ -254,6 +290,83 @@ class Buffer:
     out = np.empty(self.size, dtype=self.dtype.np)
     self.copyout(memoryview(out))
     return out
+
+  # ---- DLPack (kc.runtime.dlpack): numpy, torch, cupy and jax read and write a Buffer's memory in place, and wrap theirs
+
+  def __dlpack_device__(self) -> tuple[int, int]:
+    if (where := self.allocator.dlpack_device) is None:
+      raise DLPackError(f"{self.device} memory cannot be shared through DLPack: copy it out with .numpy() instead")
+    return where
+
+  def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack capsule of the buffer as a 1-D tensor: the versioned (1.x) one when `max_version` allows it, else the
+    legacy one. The consumer shares the memory (copy=True: a copy of it; dl_device=(1, 0) for a device buffer: a host
+    copy), and the capsule keeps this Buffer, so its memory, alive until the consumer lets go. `stream` is the
+    consumer's (CUDA): kc's pending work is made visible on it."""
+    where = self.__dlpack_device__()
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    version = DLPACK_VERSION if versioned and tuple(max_version) >= DLPACK_VERSION else (1, 0)
+    if dl_device is not None and tuple(dl_device) != where:
+      if tuple(dl_device) != (kDLCPU, 0) or copy is False:
+        raise DLPackError(f"cannot export {self!r} to {device_name(tuple(dl_device))}: it lives on {device_name(where)}"
+                          f"{', and copy=False forbids the copy to the host' if tuple(dl_device) == (kDLCPU, 0) else ''}")
+      host = self._host_bytes()
+      return export_capsule(host.ctypes.data, (self.size,), self.dtype, (kDLCPU, 0), host, versioned, copied=True, version=version)
+    self.allocator.export_ready(stream)
+    src = self.allocate()
+    if copy: src = Buffer(self.device, self.size, self.dtype).copyin(memoryview(self._host_bytes()))
+    return export_capsule(self.allocator.pointer(src._buf), (self.size,), self.dtype, where, src, versioned, copied=bool(copy),
+                          version=version)
+
+  @property
+  def __cuda_array_interface__(self) -> dict:
+    """Version 3 of the CUDA Array Interface (cupy, numba and torch read it), for buffers in CUDA memory; other
+    buffers have none (an AttributeError, so that hasattr says no). `stream` is kc's, which consumers order after."""
+    allocator = self.allocator
+    if allocator.dlpack_device is None or allocator.dlpack_device[0] != kDLCUDA:
+      raise AttributeError(f"{self.device} buffers are not CUDA memory: they have no __cuda_array_interface__")
+    typestr = self.dtype.np.str if self.dtype.np is not None else f"|V{self.dtype.itemsize}"  # bfloat16, fp8: opaque
+    data = allocator.pointer(self.allocate()._buf) if self.size else 0
+    return {"version": 3, "shape": (self.size,), "typestr": typestr, "data": (data, False), "strides": None,
+            "descr": [("", typestr)], "stream": allocator.dlpack_stream(None)}
+
+  def _host_bytes(self) -> np.ndarray:
+    host = np.empty(self.nbytes, np.uint8)
+    if self.nbytes: self.copyout(memoryview(host))
+    return host
+
+  @classmethod
+  def from_dlpack(cls, obj, device: Optional[str] = None, copy: Optional[bool] = False) -> Buffer:
+    """A Buffer over a DLPack producer's tensor (a numpy, torch, cupy or jax array, a kc.Buffer), flat in C order, on
+    `device` (default kc.Device.DEFAULT). copy=False (the default) never copies: the memory must be C-contiguous, writable
+    and readable in place by `device`'s kernels (host memory for CLANG and EMU, the same GPU's memory for CUDA), else a
+    DLPackError says why and that copy=None would copy. copy=None copies only where it must; copy=True always does. A
+    shared Buffer keeps the producer's memory alive, and writes through either side are seen by the other."""
+    if copy not in (None, True, False): raise DLPackError(f"copy must be None, True or False, got {copy!r}")
+    name = Device.canonical(device) if device is not None else Device.DEFAULT
+    if isinstance(obj, Buffer) and obj.device == name and copy is not True: return obj
+    allocator = Device[name].allocator
+    where = producer_device(obj)
+    in_place = readable_by(where, allocator.dlpack_device)
+    hint = f"pass copy=None to copy it into {name} memory" + ("" if device is not None else ", or device= a device that reads it")
+    if not in_place and copy is False:
+      raise DLPackError(f"a {type(obj).__name__} on {device_name(where)} is not memory {name} kernels read in place: {hint}")
+    # memory the device cannot read and the host cannot either (a GPU's, for CLANG): the producer copies it to the host
+    host_copy = {"dl_device": (kDLCPU, 0), "copy": True} if not in_place and where[0] not in HOST_READABLE else {}
+    tensor = import_tensor(obj, stream=allocator.dlpack_stream(None) if in_place else None, **host_copy)
+    if tensor.size == 0: return cls(name, 0, tensor.dtype).allocate()  # no memory to share
+    if in_place and copy is not True and tensor.contiguous and not tensor.readonly:
+      if (handle := allocator.from_pointer(tensor.address, tensor.nbytes, tensor.capsule)) is not None:
+        buf = cls(name, tensor.size, tensor.dtype).allocate(handle)
+        buf._foreign = True  # its address is the producer's: a kernel call checks its alignment
+        return buf
+    why = ("copy=True" if copy else f"it is not C-contiguous (strides {tensor.strides})" if not tensor.contiguous else
+           "it is read-only" if tensor.readonly else f"{type(allocator).__name__} cannot wrap foreign memory")
+    if copy is False: raise DLPackError(f"cannot use {tensor.describe()} in place on {name}: {why}; {hint}")
+    if tensor.device[0] not in HOST_READABLE:  # device memory that must be rearranged: by way of a host copy
+      tensor = import_tensor(obj, dl_device=(kDLCPU, 0), copy=True)
+    host = np.ascontiguousarray(tensor.numpy()).reshape(-1)
+    return cls(name, tensor.size, tensor.dtype).copyin(memoryview(host.view(np.uint8)))
 
 
 # ---------------------------------------------------------------------------------------------------------- compilers

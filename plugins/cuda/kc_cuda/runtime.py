@@ -6,10 +6,11 @@ kc may call in from several threads, and a CUDA context is current per thread, s
 the device's context current first. The primary context is the one torch and cupy use too, so buffers and kernels
 can be shared with them in one process."""
 from __future__ import annotations
-import functools, weakref
+import functools, sys, weakref
 from typing import Hashable, Optional, Sequence
 import numpy as np
 from cuda.bindings import driver as cu
+from kc import ArgumentError
 from kc.backend import CompiledDevice, KcError, LRUAllocator, int32_values, raw_buffers
 from kc_cuda.compiler import NVRTCCompiler, unpack_library
 from kc_cuda.driver import (STATIC_SHARED_LIMIT, CUDADeviceLost, CUDAError, CUDAOutOfMemory, KernelParams, check, device_props,
@@ -19,11 +20,12 @@ from kc_cuda.renderer import CUDARenderer
 
 class CUDAMemory:
   """A range of device memory: `ptr` is its CUdeviceptr as an int. A view shares its base's allocation and keeps the
-  base alive; only a base (`base` None) is ever freed."""
-  __slots__ = ("ptr", "nbytes", "device", "base")
+  base alive; only a base (`base` None) is ever freed. Memory another framework allocated (from_pointer) holds its
+  `owner`, which keeps it allocated, and is never freed by kc."""
+  __slots__ = ("ptr", "nbytes", "device", "base", "owner")
 
-  def __init__(self, ptr: int, nbytes: int, device: CUDADevice, base: Optional[CUDAMemory] = None):
-    self.ptr, self.nbytes, self.device, self.base = ptr, nbytes, device, base
+  def __init__(self, ptr: int, nbytes: int, device: CUDADevice, base: Optional[CUDAMemory] = None, owner: object = None):
+    self.ptr, self.nbytes, self.device, self.base, self.owner = ptr, nbytes, device, base, owner
 
   def __repr__(self): return f"<CUDAMemory {self.nbytes} bytes at {self.ptr:#x} on {self.device.props.name}>"
 
@@ -54,6 +56,46 @@ class CUDAAllocator(LRUAllocator):
   def _free(self, opaque: CUDAMemory, nbytes: int, options: Optional[Hashable]):
     self.device.activate()
     check(cu.cuMemFree(opaque.ptr), f"cuMemFree({opaque.ptr:#x})")
+
+  # DLPack: torch, cupy and jax tensors on this GPU are used in place, and kc's buffers by them. The DLPack device type
+  # of CUDA memory is 2 (kDLCUDA); the id is the GPU's ordinal
+  @property
+  def dlpack_device(self) -> tuple[int, int]: return (2, self.device.ordinal)
+
+  def pointer(self, opaque: CUDAMemory) -> int: return self._checked(opaque, 0, "pointer").ptr
+
+  def from_pointer(self, address: int, nbytes: int, owner: object) -> CUDAMemory:
+    return CUDAMemory(int(address), nbytes, self.device, owner=owner)
+
+  def dlpack_stream(self, stream=None) -> int:
+    """A call's `stream=` as a CUstream handle: None is kc's own stream; an int is a handle (0, the legacy default
+    stream, is passed on as 1, DLPack's name for it); a torch.cuda.Stream (`cuda_stream`) or a cupy stream (`ptr`)
+    gives its handle; "torch" is torch's current stream on this GPU."""
+    if stream is None: return int(self.device.stream)
+    if isinstance(stream, str) and stream == "torch":
+      # torch's tensors are what make a caller ask for its stream, so torch is imported already; kc never imports it
+      if (torch := sys.modules.get("torch")) is None: raise ArgumentError('stream="torch": torch is not imported')
+      stream = torch.cuda.current_stream(self.device.ordinal)
+    for attr in ("cuda_stream", "ptr"):
+      if not isinstance(stream, int) and isinstance(getattr(stream, attr, None), int): stream = getattr(stream, attr)
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+      raise ArgumentError(f"stream={stream!r} is no CUDA stream: pass a torch.cuda.Stream, a cupy stream, a CUstream handle "
+                          '(an int), "torch" (torch\'s current stream) or None (kc\'s own)')
+    return stream or 1
+
+  def export_ready(self, stream: Optional[int]) -> None:
+    """Order a consumer's `stream` after kc's work: an event on kc's stream that `stream` waits for. None (the legacy
+    default stream, which waits for kc's blocking stream by itself) and -1 (the consumer synchronizes) need nothing."""
+    if stream is None or stream == -1: return
+    stream = self.dlpack_stream(stream)
+    dev = self.device
+    dev.activate()
+    if stream == int(dev.stream): return
+    event = dev.new_event()
+    try:
+      check(cu.cuEventRecord(event, dev.stream), "cuEventRecord for a DLPack consumer")
+      check(cu.cuStreamWaitEvent(stream, event, 0), f"cuStreamWaitEvent({stream:#x}) for a DLPack consumer")
+    finally: cu.cuEventDestroy(event)
 
   def _checked(self, mem, nbytes: int, what: str) -> CUDAMemory:
     if not isinstance(mem, CUDAMemory) or mem.device is not self.device:
@@ -133,7 +175,8 @@ class CUDAProgram:
             f"cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={self.dynamic_shared})")
 
   def __call__(self, *bufs, global_size: Optional[Sequence[int]] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
-               vals: Sequence[int] = (), wait: bool = False) -> Optional[float]:
+               vals: Sequence[int] = (), wait: bool = False, stream: Optional[int] = None) -> Optional[float]:
+    """Launch on `stream` (a CUstream handle: a framework's, see CUDAAllocator.dlpack_stream), default the device's."""
     grid, block = launch_config(self.name, global_size, local_size, self.device.props)
     pointers = []
     for i, b in enumerate(raw_buffers(bufs)):
@@ -144,15 +187,16 @@ class CUDAProgram:
     if 0 in grid or 0 in block: return 0.0 if wait else None  # an empty launch runs nothing; CUDA would reject it
     dev = self.device
     dev.activate()
+    on = dev.stream if stream is None else stream
     what = f"cuLaunchKernel({self.name}, grid {list(grid)}, block {list(block)}, {self.dynamic_shared} bytes of dynamic shared memory)"
     if not wait:
-      check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, dev.stream, params.address, 0), what)
+      check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, on, params.address, 0), what)
       return None
     start, end = dev.new_event(), dev.new_event()
     try:
-      check(cu.cuEventRecord(start, dev.stream), "cuEventRecord")
-      check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, dev.stream, params.address, 0), what)
-      check(cu.cuEventRecord(end, dev.stream), "cuEventRecord")
+      check(cu.cuEventRecord(start, on), "cuEventRecord")
+      check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, on, params.address, 0), what)
+      check(cu.cuEventRecord(end, on), "cuEventRecord")
       check(cu.cuEventSynchronize(end), f"running {self.name} (cuEventSynchronize)")
       ms = check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime")
     finally:
