@@ -16,7 +16,7 @@ broadcasts their logical shapes as numpy does and lines their hidden axes up in 
 """
 from __future__ import annotations
 import builtins, math
-from typing import Optional, Union
+from typing import Optional
 import numpy as np
 import kc.ast_promotion as P
 from kc.ast_movement import Move, extents, move
@@ -705,7 +705,8 @@ def _compare(cmp: str, a, b) -> Expr:
     # numpy 2 compares an int array with an out-of-range Python int by value: the answer is the same everywhere
     above = b > dtypes.max(a.dtype)
     value = {"<": above, "<=": above, ">": not above, ">=": not above, "==": False, "!=": True}[cmp]
-    return _unary_uop(a, lambda u: u.alu(Ops.CMPNE, u)) if value is False else _unary_uop(a, lambda u: u.alu(Ops.CMPNE, u).alu(Ops.CMPNE, UOp.const(dtypes.bool, True)))
+    if value is False: return _unary_uop(a, lambda u: u.alu(Ops.CMPNE, u))
+    return _unary_uop(a, lambda u: u.alu(Ops.CMPNE, u).alu(Ops.CMPNE, UOp.const(dtypes.bool, True)))
   dt = _result_dtype((a, b))
   def fn(x: UOp, y: UOp) -> UOp:
     if cmp == "<": return x.alu(Ops.CMPLT, y)

@@ -98,7 +98,8 @@ def _vector_store(run: list[UOp], memo: dict[UOp, UOp]) -> UOp:
   """One store of the (rebuilt) values of a run of scalar stores: the loaded vector itself when they are its lanes."""
   values = [memo[g.src[1]] for g in run]
   whole = values[0].src[0] if values[0].op is Ops.GEP else None
-  if whole is None or whole.dtype.count != len(values) or any(v.op is not Ops.GEP or v.src[0] is not whole or v.arg != (i,) for i, v in enumerate(values)):
+  if whole is None or whole.dtype.count != len(values) or \
+     any(v.op is not Ops.GEP or v.src[0] is not whole or v.arg != (i,) for i, v in enumerate(values)):
     whole = UOp(Ops.VECTORIZE, values[0].dtype.vec(len(run)), tuple(values))
   return UOp(Ops.STORE, dtypes.void, (memo[run[0].src[0]], whole))
 

@@ -65,7 +65,7 @@ def _closure(inside: dict[UOp, set[UOp]]) -> dict[UOp, set[UOp]]:
   changed = True
   while changed:
     changed = False
-    for r, a in out.items():
+    for a in out.values():
       more = set().union(*(out.get(x, ()) for x in a)) - a
       if more:
         a |= more
@@ -95,7 +95,8 @@ def linearize(sink: UOp) -> list[UOp]:
   # each UOp's loops from the outermost in: a block `depth` loops deep opens the next loop of its nodes' chains
   chains: dict[frozenset, tuple] = {}
   depth = {r: len(a) for r, a in around.items()}  # every two loops open together nest: the outer one is inside fewer
-  chain = {u: chains[n] if n in chains else chains.setdefault(n, tuple(sorted(n, key=lambda r: (depth.get(r, 0), _nesting_key(r))))) for u, n in need.items()}
+  outer_first = lambda r: (depth.get(r, 0), _nesting_key(r))
+  chain = {u: chains[n] if n in chains else chains.setdefault(n, tuple(sorted(n, key=outer_first))) for u, n in need.items()}
   order = {u: i for i, u in enumerate(sink.toposort)}
   nodes = [u for u in sink.toposort if u is not sink and u.op is not Ops.RANGE]
   out: list[UOp] = []

@@ -181,7 +181,8 @@ def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tu
       d, _, stride = axes[i][0]
       if not isinstance(size, int): raise KernelOptError(f"{prefix}: the symbolic dim {size.render()} may exceed the launch limit {max_sizes[i]}")
       if i + 1 >= len(max_sizes):
-        raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: {size} has no axis left to spill into")
+        raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}: "
+                             f"{size} has no axis left to spill into")
       # the largest factor that fits stays on this axis and the rest moves on to the next one (it may split again);
       # with no factor that fits, the axis takes its limit and the next one the rounded-up rest
       low = next((f for f in range(max_sizes[i], 1, -1) if size % f == 0), None) or max_sizes[i]
@@ -465,7 +466,8 @@ class Lowering:
   def view_facts(self, st: ShapeTracker) -> tuple[tuple, set[int]]:
     """The strides a view walks its axes with (where valid) and the axes its mask depends on, once per view."""
     if (facts := self.memo.get(("facts", st))) is None:
-      facts = self.memo[("facts", st)] = (st.real_strides(ignore_valid=True), {a for a in range(self.first_upcast, len(self.full_shape)) if st.axis_is_masked(a)})
+      masked = {a for a in range(self.first_upcast, len(self.full_shape)) if st.axis_is_masked(a)}
+      facts = self.memo[("facts", st)] = (st.real_strides(ignore_valid=True), masked)
     return facts
 
   def lower_load(self, u: UOp, env: Env) -> UOp:

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 from kc import ast as A
 from kc.ir.dtype import dtypes, least_upper_dtype
-from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, eval_node, input_node, is_exact, value_dtype
+from kc.fuzz.recipe import Node, Recipe, eval_node, input_node, is_exact, value_dtype
 
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64", "uint64")   # the 64-bit ones come from int sums
 FLOAT_DTYPES = ("float16", "float32")
@@ -207,7 +207,8 @@ class Generator:
       b, a = self.values[y], self.values[x]
       if not _isint(self.dt(y)): return None
       if np.any(b == 0) and not self.chance(0.15): return None   # division by zero: numpy gives 0, rarely tried
-      if self.dt(x) in ("int8", "int16", "int32") and np.any(np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape)) == np.iinfo(a.dtype).min): return None
+      if self.dt(x) in ("int8", "int16", "int32"):
+        if np.any(np.broadcast_to(a, np.broadcast_shapes(a.shape, b.shape)) == np.iinfo(a.dtype).min): return None
     if op == "div":
       with np.errstate(all="ignore"):
         if not np.all(np.abs(self.values[y]) >= 0.25): return None

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import numpy as np
 from kc import ast as A, dtypes
 from kc.errors import KcError
-from kc.fuzz.classic import INT_DTYPES, Generator, _broadcasts
+from kc.fuzz.classic import Generator, _broadcasts
 from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
 
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface

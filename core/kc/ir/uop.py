@@ -154,7 +154,8 @@ def _check_typing(op, dtype, src, arg):
     sdt = [s.dtype for s in src]
     if op is Ops.WHERE:
       if sdt[0].scalar() != dtypes.bool: raise UOpError(f"{op}: the condition must be bool, got {sdt[0]}")
-      if not (sdt[1] == sdt[2] == dtype): raise UOpError(f"{op}: both branches and the result must share one dtype, got {sdt[1]}, {sdt[2]} -> {dtype}")
+      if not (sdt[1] == sdt[2] == dtype):
+        raise UOpError(f"{op}: both branches and the result must share one dtype, got {sdt[1]}, {sdt[2]} -> {dtype}")
       return
     if op in GroupOp.Comparison:
       if dtype.scalar() != dtypes.bool or dtype.count != sdt[0].count: raise UOpError(f"{op} yields bool of the operands' width, got {dtype}")
@@ -166,11 +167,13 @@ def _check_typing(op, dtype, src, arg):
       return
     if any(d != dtype for d in sdt): raise UOpError(f"{op}: every operand must have the result dtype {dtype}, got {sdt}")
     if op in GroupOp.IntOnly and not dtypes.is_int(dtype): raise UOpError(f"{op} is defined on ints only, got {dtype}")
-    if op in GroupOp.IntOrBool and not (dtypes.is_int(dtype) or dtypes.is_bool(dtype)): raise UOpError(f"{op} is defined on ints and bools only, got {dtype}")
+    if op in GroupOp.IntOrBool and not (dtypes.is_int(dtype) or dtypes.is_bool(dtype)):
+      raise UOpError(f"{op} is defined on ints and bools only, got {dtype}")
     if op in GroupOp.FloatOnly and not dtypes.is_float(dtype): raise UOpError(f"{op} is defined on floats only, got {dtype}")
     if op is Ops.NEG and dtypes.is_bool(dtype): raise UOpError("NEG is not defined on bool: negate a condition with x.logical_not()")
   elif op is Ops.CONST:
-    if len(src) > 1 or (src and src[0].op is not Ops.VIEW): raise UOpError(f"CONST takes no sources (or one VIEW in an AST), got {[s.op for s in src]}")
+    if len(src) > 1 or (src and src[0].op is not Ops.VIEW):
+      raise UOpError(f"CONST takes no sources (or one VIEW in an AST), got {[s.op for s in src]}")
     scalar = dtype.scalar()
     want = bool if scalar == dtypes.bool else int if dtypes.is_int(scalar) else float if dtypes.is_float(scalar) else None
     if want is None: raise UOpError(f"CONST cannot have dtype {dtype}")
@@ -178,7 +181,8 @@ def _check_typing(op, dtype, src, arg):
   elif op is Ops.DEFINE_VAR:
     if not (isinstance(arg, tuple) and len(arg) == 3 and isinstance(arg[0], str)): raise UOpError(f"DEFINE_VAR arg is (name, min, max), got {arg!r}")
     if not dtypes.is_int(dtype): raise UOpError(f"a Variable is an integer, got {dtype}")
-    if not (isinstance(arg[1], int) and isinstance(arg[2], int)): raise SymbolicError(f"Variable {arg[0]!r} needs int bounds, got {arg[1]!r}..{arg[2]!r}")
+    if not (isinstance(arg[1], int) and isinstance(arg[2], int)):
+      raise SymbolicError(f"Variable {arg[0]!r} needs int bounds, got {arg[1]!r}..{arg[2]!r}")
     if arg[1] > arg[2]: raise SymbolicError(f"Variable {arg[0]!r} has min {arg[1]} > max {arg[2]}")
   elif op is Ops.CAST or op is Ops.BITCAST:
     if len(src) != 1: raise UOpError(f"{op} takes one source, got {len(src)}")
@@ -469,7 +473,8 @@ def _min_max(root: UOp) -> tuple:
 
 _DTYPE_RANGE = {dt: (dtypes.min(dt), dtypes.max(dt)) for dt in dtypes.all}
 _INT_RANGE = {dt: r for dt, r in _DTYPE_RANGE.items() if dtypes.is_int(dt)}
-_BOOL, _INTS, _FLOATS = dtypes.bool, frozenset(dt for dt in dtypes.all if dtypes.is_int(dt)), frozenset(dt for dt in dtypes.all if dtypes.is_float(dt))
+_BOOL = dtypes.bool
+_INTS, _FLOATS = frozenset(dt for dt in dtypes.all if dtypes.is_int(dt)), frozenset(dt for dt in dtypes.all if dtypes.is_float(dt))
 
 
 def _mm(u: UOp) -> tuple:

@@ -71,10 +71,12 @@ def _optimized_reduce(k: "Kernel", op: UOp, ret: UOp) -> UOp:
   if not (k.group_for_reduces and grouped_axes): return ret
   # each thread reduces its part, the parts meet in local memory, and one more reduce combines them
   local_shape = (1,) * k.global_dims + k.full_shape[k.global_dims:k.global_dims + k.local_dims] + \
-    tuple(k.full_shape[i] if resolve(out_st.shape[i] != in_st.shape[i]) else 1 for i in range(k.first_reduce, k.first_reduce + k.group_for_reduces)) + \
+    tuple(k.full_shape[i] if resolve(out_st.shape[i] != in_st.shape[i]) else 1
+          for i in range(k.first_reduce, k.first_reduce + k.group_for_reduces)) + \
     (1,) * (k.shape_len - k.upcasted - k.group_for_reduces - k.first_reduce) + tuple(x[0] for x in k.upcasted_axis(0))
   local_st = ShapeTracker.from_shape(local_shape)
-  local_buffer = UOp(Ops.DEFINE_LOCAL, op.dtype.ptr(local=True, size=local_st.real_size()), (), (f"temp{k.reduceops.index(op) + 1}", local_st.real_size()))
+  local_buffer = UOp(Ops.DEFINE_LOCAL, op.dtype.ptr(local=True, size=local_st.real_size()), (),
+                     (f"temp{k.reduceops.index(op) + 1}", local_st.real_size()))
   local_load = UOp(Ops.LOAD, op.dtype, (local_buffer, local_st.to_uop(), UOp(Ops.STORE, dtypes.void, (local_buffer, local_st.to_uop(), ret))))
   grouped = UOp(Ops.REDUCE_AXIS, op.dtype, (local_load,), (op.arg[0], grouped_axes))
   if op is k.reduceops[-1]: return grouped

@@ -80,7 +80,8 @@ def _check_buffers(ast: UOp, optimized: bool) -> None:
       ld = st_arg(u)
       if ld != st and ld.simplify() != st.simplify():
         raise InvalidASTError(f"LOAD: buffer {u.src[0].arg} is written through the view {fmt_shape(st.shape)} and read through a different one "
-                              f"{fmt_shape(ld.shape)}; threads would race on its elements (read it through the view it is stored with, or use another buffer)")
+                              f"{fmt_shape(ld.shape)}; threads would race on its elements "
+                              "(read it through the view it is stored with, or use another buffer)")
 
 
 def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:

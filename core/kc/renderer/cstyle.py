@@ -215,7 +215,8 @@ class CStyleLanguage(Renderer):
     # decode: e5m2's all-ones exponent is inf or NaN; e4m3's only NaN is S.1111.111; subnormals are m * 2^(1-bias-man_bits)
     special = f"e == {top}u" if f.has_inf else f"e == {top}u && m == {man_mask}u"
     special_bits = "s | 0x7f800000u | (m ? 0x400000u : 0u)" if f.has_inf else "s | 0x7fc00000u"
-    decode = (f"static inline {f32} __kc_{dt.name}_to_f({u8} b) {{ {u32} s = (({u32})(b & {sign:#x}u)) << {32 - width}, e = (b >> {f.man_bits}) & {top}u, "
+    decode = (f"static inline {f32} __kc_{dt.name}_to_f({u8} b) {{ "
+              f"{u32} s = (({u32})(b & {sign:#x}u)) << {32 - width}, e = (b >> {f.man_bits}) & {top}u, "
               f"m = b & {man_mask}u, u; if ({special}) u = {special_bits}; "
               f"else if (e == 0u) {{ {f32} v = ({f32})m * {2.0 ** (1 - f.bias - f.man_bits)!r}f; return s ? -v : v; }} "
               f"else u = s | ((e + {rebias}u) << 23) | (m << {drop}); return {from_bits}; }}")

@@ -38,6 +38,7 @@ DEVICE = "EMU"
 PRIORITY = -1000  # below every real device: EMU is never the default while anything else can run
 FORMAT = "kc-emu-1"  # the tag of the serialized program line; bump when the payload changes shape
 LANES_PER_BATCH = 1 << 14  # whole work-groups are batched up to this many threads, to bound memory
+_INDEX_NP = np.dtype(np.int32)  # a launch index's dtype, unless the kernel has wide (int64) indices
 
 
 # ---------------------------------------------------------------------------------------------------------- errors
@@ -307,7 +308,8 @@ class _Plan:
     seen: dict[UOp, int] = {}  # where each UOp's value lives: a UOp may appear more than once (an IF per gated store)
     opened: list[int] = []
     for pc, u in enumerate(uops):
-      if u.op not in _KNOWN: raise UnsupportedOpError(self.where(pc, f"EMU cannot run {u.op.name}: it interprets {', '.join(sorted(o.name for o in _KNOWN))}"))
+      if u.op not in _KNOWN:
+        raise UnsupportedOpError(self.where(pc, f"EMU cannot run {u.op.name}: it interprets {', '.join(sorted(o.name for o in _KNOWN))}"))
       if isinstance(u.dtype, ImageDType): raise UnsupportedOpError(self.where(pc, "EMU does not emulate images"))
       self.srcs.append(self._sources(pc, u, seen))
       if u.op in (Ops.RANGE, Ops.IF): opened.append(pc)
@@ -405,7 +407,7 @@ class _Batch:
     self.group_of_lane = np.repeat(np.arange(self.num_groups), self.threads)
     self.thread_of_lane = np.tile(tid, self.num_groups)
 
-  def special(self, name: str, dtype: np.dtype = np.dtype(np.int32)) -> np.ndarray:
+  def special(self, name: str, dtype: np.dtype = _INDEX_NP) -> np.ndarray:
     """The launch index `name` of every lane, in the SPECIAL's dtype (int32, or int64 in a kernel with wide indices)."""
     axis = int(name[-1])
     gid = np.repeat(self.groups[:, axis], self.threads).astype(dtype)
@@ -549,7 +551,8 @@ class _Run:
     tc = next((t for t in self.tensor_cores if str(t) == name), None)
     if tc is None: raise self.error(UnsupportedOpError, pc, f"{name} is not a tensor core of the renderer this program was lowered for")
     lay = fragment_layout(tc)
-    if self.batch.threads % threads: raise self.error(LaunchError, pc, f"a work-group of {self.batch.threads} threads is not whole warps of {threads}")
+    if self.batch.threads % threads:
+      raise self.error(LaunchError, pc, f"a work-group of {self.batch.threads} threads is not whole warps of {threads}")
     if mask is not None and not np.all(np.asarray(mask).reshape(-1, threads).all(1) | ~np.asarray(mask).reshape(-1, threads).any(1)):
       raise self.error(BarrierError, pc, "WMMA runs with only some threads of a warp")
     lanes = self.batch.lanes
@@ -756,7 +759,8 @@ class EmuProgram:
   def _var_values(self, vals: Sequence[int]) -> list[int]:
     plan = self.plan
     if len(vals) != len(plan.vars):
-      raise LaunchError(f"kernel {self.name} takes {len(plan.vars)} variable values ({', '.join(plan.uops[pc].arg[0] for pc in plan.vars)}), got {len(vals)}")
+      raise LaunchError(f"kernel {self.name} takes {len(plan.vars)} variable values "
+                        f"({', '.join(plan.uops[pc].arg[0] for pc in plan.vars)}), got {len(vals)}")
     for pc, v in zip(plan.vars, vals):
       name, lo, hi = plan.uops[pc].arg
       if not lo <= int(v) <= hi: raise LaunchError(f"kernel {self.name}: variable {name}={v} is outside its range {lo}..{hi}")
@@ -778,7 +782,8 @@ class EmuProgram:
     for dims, given, limit, what in ((gdims, global_size, self.limits.global_max, "global"), (ldims, local_size, self.limits.local_max, "local")):
       if given is None or limit is None: continue
       if any(d > m for d, m in zip(dims, limit)):
-        raise LaunchError(f"kernel {self.name}: {what} size {list(dims)} exceeds the {what}_max {tuple(limit)} of the {self.limits.renderer} renderer")
+        raise LaunchError(f"kernel {self.name}: {what} size {list(dims)} exceeds the {what}_max {tuple(limit)} "
+                          f"of the {self.limits.renderer} renderer")
 
 
 # ---------------------------------------------------------------------------------------------------------- the device
@@ -834,4 +839,5 @@ def kc_backends() -> list[BackendSpec]: return [backend_spec()]
 
 
 __all__ = ["EmuDevice", "EmuRenderer", "EmuCompiler", "EmuProgram", "EmulatorError", "OutOfBoundsError", "BarrierError",
-           "DataRaceError", "MisalignedAccessError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program", "DEVICE", "PRIORITY"]
+           "DataRaceError", "MisalignedAccessError", "LaunchError", "UnsupportedOpError", "impersonating", "serialize", "load_program",
+           "DEVICE", "PRIORITY"]

@@ -31,8 +31,9 @@ _PAD_AMTS = (32,)
 class SearchLimits:
   """What a candidate may not exceed to be compiled at all. upcast_max: lanes of all upcast axes together (registers
   and code size grow with it), counted in float4s: a renderer that computes on wider vectors (vector_alu) holds
-  that many more lanes in the same registers, and its cap grows by the same factor (upcast_cap); uops_max: linear UOps of the rendered kernel (a body that large compiles for long and
-  runs no faster). The local product and shared memory limits are the renderer's own."""
+  that many more lanes in the same registers, and its cap grows by the same factor (upcast_cap); uops_max: linear UOps
+  of the rendered kernel (a body that large compiles for long and runs no faster). The local product and shared
+  memory limits are the renderer's own."""
   upcast_max: int = 256
   uops_max: int = 3000
 

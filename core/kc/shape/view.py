@@ -292,7 +292,8 @@ class View:
       raise ShapeError(f"expand: shape {fmt_shape(self.shape)} cannot expand to {fmt_shape(new_shape)}, which has another number of dims")
     for s, ns in zip(self.shape, new_shape):
       if not (_is1(s) or provably_equal(s, ns)):
-        raise ShapeError(f"expand: shape {fmt_shape(self.shape)} cannot expand to {fmt_shape(new_shape)}: only size-1 dims expand, {fmt_shape(s)} is not 1")
+        raise ShapeError(f"expand: shape {fmt_shape(self.shape)} cannot expand to {fmt_shape(new_shape)}: "
+                         f"only size-1 dims expand, {fmt_shape(s)} is not 1")
     if any(_is0(s) for s in self.shape): return View.create(new_shape)
     if self.is_void: return View.void(new_shape)  # its (0, 0) masks must stay empty, not grow to (0, new size)
     # an expanded size-1 dim has stride 0 already; its mask (0, 1) grows to the new size
@@ -315,7 +316,8 @@ class View:
     if not all(isinstance(m, int) and not isinstance(m, bool) and m != 0 for m in mul):
       raise ShapeError(f"stride: {mul!r} of shape {fmt_shape(self.shape)} must be non-zero ints")
     for s, m, mk in zip(self.shape, mul, self.mask or [(0, 0)] * len(mul)):
-      if abs(m) != 1 and not all_int((s,) + tuple(mk)): raise ShapeError(f"stride: {mul!r} needs concrete sizes, shape {fmt_shape(self.shape)} is symbolic")
+      if abs(m) != 1 and not all_int((s,) + tuple(mk)):
+        raise ShapeError(f"stride: {mul!r} needs concrete sizes, shape {fmt_shape(self.shape)} is symbolic")
     shape = tuple(s if abs(m) == 1 else ceildiv(s, abs(m)) for s, m in zip(self.shape, mul))
     offset = self.offset + sum((s - 1) * st for s, st, m in zip(self.shape, self.strides, mul) if m < 0)
     mask = None
