@@ -48,7 +48,8 @@ def limit_violations(prg: Program, renderer) -> list[str]:
     if what == "local" and not renderer.has_local and any(d != 1 for d in worst):
       out.append(f"local size {worst} on a renderer that declares no locals")
     if limit is None: continue
-    if len(worst) > len(limit) and any(d != 1 for d in worst[len(limit):]): out.append(f"{what} size {worst} has more dims than {what}_max {tuple(limit)}")
+    if len(worst) > len(limit) and any(d != 1 for d in worst[len(limit):]):
+      out.append(f"{what} size {worst} has more dims than {what}_max {tuple(limit)}")
     over = [i for i, (d, m) in enumerate(zip(worst, limit)) if d > m]
     if over: out.append(f"{what} size {worst} exceeds the declared {what}_max {tuple(limit)} in dim {over[0]}")
   local_bytes = sum(u.dtype.size * u.dtype.base.itemsize for u in prg.uops if u.op is Ops.DEFINE_LOCAL)

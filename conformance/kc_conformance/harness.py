@@ -6,7 +6,7 @@ element the kernel never writes fails the comparison instead of passing by luck.
 from __future__ import annotations
 import numpy as np
 import kc
-from kc import Buffer, DType, Program, dtypes
+from kc import Buffer, DType, Program
 from kc.ir.codec import decode, encode
 from .case import Setup
 

@@ -261,8 +261,9 @@ def to_html(doc: dict) -> str:
          f"arch <code>{_e(dev.get('arch'))}</code>{', impersonating ' + _e(dev['impersonates']) if dev.get('impersonates') else ''}; "
          f"tiers {', '.join(doc['tiers'])}; {_e(doc['started'])} to {_e(doc['finished'])}</p>"]
   if doc["setup_error"]: out.append(f"<p class=error>setup failed: {_e(doc['setup_error'])}</p>")
-  out.append("<h2>Summary</h2><table><tr>" + "".join(f"<th>{k}</th>" for k in ("total", "passed", "failed", "crashed", "errors", "skipped", "xfailed", "xpassed")) + "</tr><tr>"
-             + "".join(f"<td>{s[k]}</td>" for k in ("total", "passed", "failed", "crashed", "errors", "skipped", "xfailed", "xpassed")) + "</tr></table>")
+  totals = ("total", "passed", "failed", "crashed", "errors", "skipped", "xfailed", "xpassed")
+  out.append("<h2>Summary</h2><table><tr>" + "".join(f"<th>{k}</th>" for k in totals) + "</tr><tr>"
+             + "".join(f"<td>{s[k]}</td>" for k in totals) + "</tr></table>")
   if s.get("certified"): out.append(f"<p>{_e(s['certified'])}</p>")
   out.append("<p>skipped by reason: " + (", ".join(f"{_e(k)} {v}" for k, v in sorted(s["skipped_by_reason"].items())) or "none") + "</p>")
   out.append("<table><tr><th>tier</th>" + "".join(f"<th>{o}</th>" for o in OUTCOMES) + "</tr>")
@@ -285,7 +286,8 @@ def to_html(doc: dict) -> str:
   xf = [t for t in doc["tests"] if t["outcome"] == "xfail"]
   if xf:
     out.append(f"<h2>Expected failures ({len(xf)})</h2><table><tr><th>test</th><th>reason</th><th>link</th></tr>")
-    out += [f"<tr><td><code>{_e(t['id'])}</code></td><td>{_e(t['reason'])}</td><td><a href='{_e(t.get('link'))}'>{_e(t.get('link'))}</a></td></tr>" for t in xf]
+    out += [f"<tr><td><code>{_e(t['id'])}</code></td><td>{_e(t['reason'])}</td>"
+            f"<td><a href='{_e(t.get('link'))}'>{_e(t.get('link'))}</a></td></tr>" for t in xf]
     out.append("</table>")
   out.append("</body></html>\n")
   return "\n".join(out)

@@ -156,7 +156,8 @@ class CUDARenderer(CStyleLanguage):
     if n <= 4:
       fields = ", ".join("xyzw"[:n])
       return [f"struct __align__({align}) {name} {{ {scalar} {fields}; }};",
-              f"__device__ __forceinline__ {name} make_{name}({args}) {{ {name} r; {' '.join(f'r.{c} = a{i};' for i, c in enumerate('xyzw'[:n]))} return r; }}"]
+              f"__device__ __forceinline__ {name} make_{name}({args}) {{ {name} r; "
+              f"{' '.join(f'r.{c} = a{i};' for i, c in enumerate('xyzw'[:n]))} return r; }}"]
     return [f"struct __align__({align}) {name} {{ {scalar} v[{n}]; }};",
             f"__device__ __forceinline__ {name} make_{name}({args}) {{ {name} r; {' '.join(f'r.v[{i}] = a{i};' for i in range(n))} return r; }}"]
 
@@ -164,9 +165,11 @@ class CUDARenderer(CStyleLanguage):
     """__WMMA_...(a, b, c): one warp-wide mma.sync. Each lane's fragments are its registers in slot order (the
     TensorCore's layout is the instruction's), reinterpreted as the 32-bit registers PTX takes."""
     mma = next((m for m in self.mmas if str(m.tc) == name), None)
-    if mma is None: raise CompileError(f"{name} is not a tensor core of the CUDA renderer for {self.arch}: the kernel was optimized for another renderer")
+    if mma is None:
+      raise CompileError(f"{name} is not a tensor core of the CUDA renderer for {self.arch}: the kernel was optimized for another renderer")
     tc = mma.tc
-    va, vb, vc = (self.render_dtype(dt.vec(n)) for dt, n in ((tc.dtype_in, _slots(tc, 0)), (tc.dtype_in, _slots(tc, 1)), (tc.dtype_out, _slots(tc, 2))))
+    fragments = ((tc.dtype_in, _slots(tc, 0)), (tc.dtype_in, _slots(tc, 1)), (tc.dtype_out, _slots(tc, 2)))
+    va, vb, vc = (self.render_dtype(dt.vec(n)) for dt, n in fragments)
     ra, rb, rc = mma.a_regs, mma.b_regs, mma.c_regs
     c_float = tc.dtype_out == dtypes.float32
     operands = [f"%{i}" for i in range(rc + ra + rb)]

@@ -95,7 +95,8 @@ def mmas_for(capability: int) -> list[MMA]:
 # PTX ISA, "Matrix Fragments for mma.m16n8k16 / mma.m16n8k8 / mma.m16n8k32": (row, col) of each register slot of a
 # lane. A is M x K, B is K x N, C and D are M x N.
 
-def _layout(a: Callable[[int, int], Coord], b: Callable[[int, int], Coord], c: Callable[[int, int], Coord], slots: tuple[int, int, int]) -> FragmentLayout:
+def _layout(a: Callable[[int, int], Coord], b: Callable[[int, int], Coord], c: Callable[[int, int], Coord],
+            slots: tuple[int, int, int]) -> FragmentLayout:
   frag = lambda f, n: tuple(tuple(f(lane, i) for i in range(n)) for lane in range(WARP))
   return FragmentLayout(a=frag(a, slots[0]), b=frag(b, slots[1]), c=frag(c, slots[2]))
 

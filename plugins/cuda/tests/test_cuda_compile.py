@@ -10,7 +10,6 @@ from kc.codegen.program import Kernel
 from kc_cuda.arch import parse_arch
 from kc_cuda.compiler import NVRTCCompiler, nvrtc_major, pack_library, unpack_library
 from kc_cuda.renderer import DYNAMIC_SHARED_MARKER, STATIC_SHARED_MAX, CUDARenderer
-from kc_cuda.tensor_cores import fp8_dtypes
 
 ARCHS = ("sm_80", "sm_89", "sm_90")
 

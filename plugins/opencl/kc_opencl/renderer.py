@@ -192,13 +192,16 @@ class OpenCLRenderer(CStyleLanguage):
       if dt.count == 1: return f"vstore_half({value}, {offset}, {buf});"
       return f"vstore_half{dt.count}({value}, 0, {buf}+{offset});"
     if not isinstance(img := index.src[0].dtype, ImageDType): return super().render_store(dt, index, buf, offset, value)
-    if dt.count != 4: raise CompileError(f"an image is written a whole texel (4 values) at a time; kernel writes {dt} to {buf}")
-    return f"write_image{'h' if img.base == dtypes.half and not self.half_in_float else 'f'}({buf}, {self._texel(img, index.src[1], offset)}, {value});"
+    if dt.count != 4:
+      raise CompileError(f"an image is written a whole texel (4 values) at a time; kernel writes {dt} to {buf}")
+    return (f"write_image{'h' if img.base == dtypes.half and not self.half_in_float else 'f'}"
+            f"({buf}, {self._texel(img, index.src[1], offset)}, {value});")
 
   # ***** the kernel *****
 
   def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
-    used = {u.dtype.scalar() for u in uops if not isinstance(u.dtype, PtrDType)} | {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
+    used = {u.dtype.scalar() for u in uops if not isinstance(u.dtype, PtrDType)} | \
+           {u.dtype.base.scalar() for u in uops if isinstance(u.dtype, PtrDType)}
     images = [u for u in uops if isinstance(u.dtype, ImageDType)]
     lines: list[str] = []
     if dtypes.half in used and not self.half_in_float: lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
