@@ -52,7 +52,7 @@ def measure(n: int, repeats: int, number: int) -> dict[str, tuple[float, float]]
     if way.endswith("copied"): allocator.from_numpy = lambda arr: None  # as a device whose memory is not the host's
     try:
       kernel_s: list[float] = []
-      wall = median_time(lambda: kernel_s.append(call()), repeats=repeats, number=number)
+      wall = median_time(lambda kernel_s=kernel_s, call=call: kernel_s.append(call()), repeats=repeats, number=number)
       results[way] = (wall, float(np.median(kernel_s)))
     finally: allocator.__dict__.pop("from_numpy", None)
   return results

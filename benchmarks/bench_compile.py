@@ -101,7 +101,8 @@ def main():
     rows.append(f"| {key} | {k['median_s'] * 1e3:.1f} | {t['median_s'] * 1e3:.1f} | {t['kernels']} | {ratios[-1]:.2f}x |" if t else
                 f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - |")
   lines = [f"## Compile speed: AST to rendered source (`python benchmarks/bench_compile.py --repeats {args.repeats}`)", "",
-           f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides); hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
+           f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides); "
+           f"hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
            "venv on the same math (its conv2d AST comes from its own Tensor.conv2d, and counts every kernel it schedules).", "", *rows, ""]
   if ratios:
     geo = statistics.geometric_mean(ratios)

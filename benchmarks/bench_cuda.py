@@ -220,7 +220,7 @@ def main() -> int:
     data = (np.ascontiguousarray(a_all[:n, :n]), np.ascontiguousarray(b_all[:n, :n]))
     for kind in MATMULS:
       row = guarded(f"{kind} {n}", {"n": n, "kind": kind},
-                    lambda: bench_matmul(dev, n, kind, data, repeats, check_rows=min(n, 64)))
+                    lambda n=n, kind=kind, data=data: bench_matmul(dev, n, kind, data, repeats, check_rows=min(n, 64)))
       if "error" not in row:
         if (t := torch_matmul(n, kind, data, row["tensor_cores"], repeats)) is not None:
           row["torch_TFLOPs"], row["ratio_to_torch"] = t, row["kc_TFLOPs"] / t

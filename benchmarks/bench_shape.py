@@ -5,7 +5,7 @@ the chain a framework lowers conv2d to, which keeps two views because the validi
 im2col flattening, a pad of the patch axis and a transpose, which stack two more views that do not collapse.
 Run: python benchmarks/bench_shape.py"""
 from __future__ import annotations
-import math, pathlib, sys
+import itertools, math, pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from results import median_time, write_section  # noqa: E402
 from kc import ShapeTracker, UOp, dtypes  # noqa: E402
@@ -30,10 +30,13 @@ def four_view_tracker(B=2, C=4, H=8, W=8, k=3) -> ShapeTracker:
   return t.permute((0, 2, 1, 3)).reshape((B * (patch + 4) // 4, o * o * 4)).simplify()  # transposed: a fourth
 
 
-def fresh_indices(t: ShapeTracker, counter=iter(range(1, 1 << 30))):
+RANGE_IDS = itertools.count(1)  # one counter for the whole run: no two builds share a RANGE
+
+
+def fresh_indices(t: ShapeTracker):
   """RANGE placeholders never used before: every node of the expression is new, so the build and its simplify run
   cold (the hash-consed UOps and their simplify memos of earlier runs cannot be reused)."""
-  n = next(counter)
+  n = next(RANGE_IDS)
   return [UOp.range(dtypes.int32, 0, s, n * 100 + i) for i, s in enumerate(t.shape)]
 
 

@@ -24,8 +24,10 @@ def main() -> int:
   args = ap.parse_args()
   env = dict(os.environ, KC_CACHE_DIR=tempfile.mkdtemp(prefix="kc-cache-"))  # empty, as on a fresh clone
   rows = []
-  steps = ([] if args.skip_tests else [("tests (`python -m pytest -q -n auto`)", [sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider"])])
-  steps += [(f"`kc conformance --device {d} -n auto`", [sys.executable, "-m", "kc.cli", "conformance", "--device", d, "-n", "auto"]) for d in args.devices.split(",")]
+  steps = ([] if args.skip_tests else
+           [("tests (`python -m pytest -q -n auto`)", [sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider"])])
+  steps += [(f"`kc conformance --device {d} -n auto`", [sys.executable, "-m", "kc.cli", "conformance", "--device", d, "-n", "auto"])
+            for d in args.devices.split(",")]
   for name, cmd in steps:
     seconds, rc, summary = timed(cmd, env)
     rows.append((name, seconds, rc, summary))

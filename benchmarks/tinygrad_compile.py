@@ -1,4 +1,5 @@
-"""Times tinygrad 0.10.0's Kernel -> Program (every kernel its scheduler makes for the case: softmax is several) (hand-coded opts, CLANG and OpenCL renderers) on benchmarks/compile_cases.py.
+"""Times tinygrad 0.10.0's Kernel -> Program (every kernel its scheduler makes for the case: softmax is several)
+(hand-coded opts, CLANG and OpenCL renderers) on benchmarks/compile_cases.py.
 Runs inside the benchmark's own venv; prints JSON. kc never imports tinygrad."""
 import json, os, statistics, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -124,8 +124,9 @@ def test_elementwise_ops(device, name, build, ref, lo, hi):
 def test_int_ops(device):
   a = np.random.default_rng(1).integers(-50, 50, (3, 4)).astype(np.int8)
   x = A.arg(1, dtypes.int8, (3, 4))
-  with np.errstate(over="ignore"): cases = [(x ** 2, a ** 2), (abs(x), np.abs(a)), (~x, ~a), (x.exp2(), np.exp2(a)), (x / 3, a / 3), (x.sum(1), a.sum(1)),
-                  (x.min(1), a.min(1)), (x.mean(0), a.mean(0)), (x @ x.T, a @ a.T), (x + 1.5, a + 1.5)]
+  with np.errstate(over="ignore"):
+    cases = [(x ** 2, a ** 2), (abs(x), np.abs(a)), (~x, ~a), (x.exp2(), np.exp2(a)), (x / 3, a / 3), (x.sum(1), a.sum(1)),
+             (x.min(1), a.min(1)), (x.mean(0), a.mean(0)), (x @ x.T, a @ a.T), (x + 1.5, a + 1.5)]
   for e, want in cases: same(run(e, {1: a}, device), want, rtol=1e-3, atol=1e-3)
   b = a > 0
   xb = A.arg(1, dtypes.bool, (3, 4))
@@ -226,7 +227,8 @@ def test_typed_errors():
   x, b = A.arg(1, dtypes.float32, (3, 4)), A.arg(2, dtypes.bool, (3, 4))
   i = A.arg(3, dtypes.int32, (3, 4))
   for fn, err in [(lambda: -b, DTypeError), (lambda: b - b, DTypeError), (lambda: x & 1, DTypeError), (lambda: ~x, DTypeError),
-                  (lambda: i ** -1, InvalidASTError), (lambda: i ** i, InvalidASTError), (lambda: x + A.arg(4, dtypes.float32, (2, 4)), InvalidASTError),
+                  (lambda: i ** -1, InvalidASTError), (lambda: i ** i, InvalidASTError),
+                  (lambda: x + A.arg(4, dtypes.float32, (2, 4)), InvalidASTError),
                   (lambda: x.sum(2), InvalidASTError), (lambda: x.sum((0, 0)), InvalidASTError), (lambda: x + "a", DTypeError),
                   (lambda: x.permute(0, 0), InvalidASTError), (lambda: x.reshape(-1, -1), InvalidASTError), (lambda: A.clip(x), InvalidASTError),
                   (lambda: A.arg(1, "float", (3,)), InvalidASTError), (lambda: x.pad(((1, 1),)), InvalidASTError)]:

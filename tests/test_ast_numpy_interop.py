@@ -3,7 +3,6 @@ numpy's ufuncs and functions on an Expr are kc.ast's ops (reversed operands incl
 (an ndarray operand, np.asarray, out=, a ufunc it lacks, len() of a 0-d value) is a TypeError naming what to write."""
 import numpy as np
 import pytest
-import kc
 from kc import ast as A, dtypes, DTypeError
 from ast_run import DEVICES, device, run  # noqa: F401 (device is a fixture)
 
@@ -36,7 +35,8 @@ def test_numpy_scalars_compute_as_numpy(device):
                             (lambda: b + np.int8(100), i + np.int8(100), i), (lambda: b - np.int16(300), i - np.int16(300), i),
                             (lambda: x ** np.float32(2), f ** np.float32(2), f), (lambda: b ** np.int64(2), i ** np.int64(2), i),
                             (lambda: x < np.float32(0.25), f < np.float32(0.25), f), (lambda: b + np.True_, i + np.True_, i),
-                            (lambda: np.float32(1) / x, np.float32(1) / f, f), (lambda: A.clip(x, np.float32(0), 1), np.clip(f, np.float32(0), 1), f)]:
+                            (lambda: np.float32(1) / x, np.float32(1) / f, f),
+                            (lambda: A.clip(x, np.float32(0), 1), np.clip(f, np.float32(0), 1), f)]:
       same(run(build(), {1: arr}, device), ref)
   assert (x + np.array(2.0)).dtype == dtypes.float64  # a 0-d array handed over by numpy is its scalar, strong
 

@@ -128,7 +128,9 @@ def op_move(draw, c: Chain):
   if kind == "flip": return c.set(c.x.flip(nd - 1), np.flip(c.a, nd - 1))
   if kind == "T": return c.set(c.x.T, c.a.T)
   if kind == "newaxis": return c.set(c.x[:, None], c.a[:, None])
-  if kind == "reshape": return c.set(c.x.reshape(-1) if not c.reduced else c.x.reshape(c.a.shape + (1,)), c.a.reshape(-1) if not c.reduced else c.a.reshape(c.a.shape + (1,)))
+  if kind == "reshape":
+    if c.reduced: return c.set(c.x.reshape(c.a.shape + (1,)), c.a.reshape(c.a.shape + (1,)))
+    return c.set(c.x.reshape(-1), c.a.reshape(-1))
   if kind == "pad":
     return c.set(c.x.pad(((1, 0),) + ((0, 0),) * (nd - 1)), np.pad(c.a, ((1, 0),) + ((0, 0),) * (nd - 1)))
   n = c.a.shape[0]

@@ -95,8 +95,8 @@ def test_a_reshaped_input_takes_its_declared_shape(build):
   a = np.arange(24, dtype=np.float32).reshape(6, 4)
   x = A.arg(1, np.float32, (6, 4))
   want = build(a)
-  for given in (a, a.reshape(-1), a.reshape(6, 1, 4)):  # the declared shape, 1-D, size-1 dims aside: the documented forms
-    same(run(build(x), {1: given}, "CLANG"), want)
+  for arr in (a, a.reshape(-1), a.reshape(6, 1, 4)):  # the declared shape, 1-D, size-1 dims aside: the documented forms
+    same(run(build(x), {1: arr}, "CLANG"), want)
   with pytest.raises(kc.ArgumentError, match=r"input 1 .* must have shape \(6, 4\)"): run(build(x), {1: a.reshape(3, 8)}, "CLANG")
 
 

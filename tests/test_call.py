@@ -36,11 +36,16 @@ def test_wrong_input_shape_names_index_expected_and_given(scale, bad, given):
 
 
 def test_wrong_output_shape_and_dtype(scale):
-  with pytest.raises(ArgumentError, match=r"output 0 .* shape \(6, 4\).*\(7, 4\)"): scale(np.zeros((M + 1, K), np.float32), rand(M, K), rand(K))
-  with pytest.raises(ArgumentError, match=r"input 2 of .* must be float32, got an array of float64"): scale(np.zeros((M, K), np.float32), rand(M, K), rand(K, dtype=np.float64))
-  with pytest.raises(ArgumentError, match=r"output 0 .* must be float32, got an array of int32"): scale(np.zeros((M, K), np.int32), rand(M, K), rand(K))
-  with pytest.raises(ArgumentError, match="must be a numpy array or a kc.Buffer, got list"): scale(np.zeros((M, K), np.float32), rand(M, K), [0.0] * K)
-  with pytest.raises(ArgumentError, match="takes 3 buffers"): scale(np.zeros((M, K), np.float32), rand(M, K))
+  with pytest.raises(ArgumentError, match=r"output 0 .* shape \(6, 4\).*\(7, 4\)"):
+    scale(np.zeros((M + 1, K), np.float32), rand(M, K), rand(K))
+  with pytest.raises(ArgumentError, match=r"input 2 of .* must be float32, got an array of float64"):
+    scale(np.zeros((M, K), np.float32), rand(M, K), rand(K, dtype=np.float64))
+  with pytest.raises(ArgumentError, match=r"output 0 .* must be float32, got an array of int32"):
+    scale(np.zeros((M, K), np.int32), rand(M, K), rand(K))
+  with pytest.raises(ArgumentError, match="must be a numpy array or a kc.Buffer, got list"):
+    scale(np.zeros((M, K), np.float32), rand(M, K), [0.0] * K)
+  with pytest.raises(ArgumentError, match="takes 3 buffers"):
+    scale(np.zeros((M, K), np.float32), rand(M, K))
 
 
 def test_exact_unit_dims_aside_and_flat_shapes_are_accepted(scale):

@@ -520,10 +520,11 @@ def test_a_warp_split_by_a_gate_is_an_error():
   buf = kc.UOp(kc.Ops.DEFINE_GLOBAL, dtypes.float.ptr(), (), 0)
   st = kc.UOp(kc.Ops.STORE, dtypes.void, (kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), wmma))
   iff = kc.UOp(kc.Ops.IF, dtypes.void, (gate,))
-  uops = [buf, lid, kc.UOp.const(dtypes.int32, 2), gate, iff, kc.UOp.const(dtypes.float, 1.0), x, kc.UOp.const(dtypes.float, 0.0), wmma, kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), st,
-          kc.UOp(kc.Ops.ENDIF, dtypes.void, (iff,))]
+  uops = [buf, lid, kc.UOp.const(dtypes.int32, 2), gate, iff, kc.UOp.const(dtypes.float, 1.0), x, kc.UOp.const(dtypes.float, 0.0), wmma,
+          kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), st, kc.UOp(kc.Ops.ENDIF, dtypes.void, (iff,))]
   from kc.runtime.emulator import Limits, BarrierError
-  prg = EmuProgram("split_warp", EmuCompiler().compile(serialize("split_warp", uops)), Limits("EMU", None, (4, 1, 1), 1024, tuple(BUILTIN_TENSOR_CORES)))
+  prg = EmuProgram("split_warp", EmuCompiler().compile(serialize("split_warp", uops)),
+                   Limits("EMU", None, (4, 1, 1), 1024, tuple(BUILTIN_TENSOR_CORES)))
   out = kc.Buffer("EMU", 4, dtypes.float).allocate()
   with pytest.raises(BarrierError, match="only some threads of a warp"): prg(out, global_size=(1, 1, 1), local_size=(4, 1, 1))
 

@@ -131,7 +131,7 @@ def test_wmma_free_matmul_of_fp8_accumulates_in_float32():
   a, b = A.arg(1, dtypes.fp8e4m3, (8, 16)), A.arg(2, dtypes.fp8e4m3, (16, 8))
   sink = A.sink(A.store(0, (a.cast(dtypes.float32).reshape(8, 16, 1) * b.cast(dtypes.float32).reshape(1, 16, 8)).sum(1)))
   rng = np.random.default_rng(1)
-  av, bv = rng.standard_normal((8, 16)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn), rng.standard_normal((16, 8)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+  av, bv = (rng.standard_normal(shape).astype(np.float32).astype(ml_dtypes.float8_e4m3fn) for shape in ((8, 16), (16, 8)))
   got = kc.run(sink, {1: av, 2: bv}, device="EMU")[0]
   np.testing.assert_allclose(got.reshape(8, 8), av.astype(np.float32) @ bv.astype(np.float32), rtol=1e-5, atol=1e-5)
 

@@ -397,7 +397,8 @@ _PLANT_SPECIAL = """import numpy as np
       a = args[i].reshape(-1)
       if a.size == 0: continue
       if a.dtype.kind == 'f': a[0] = 1.0 if np.isnan(a[0]) else np.nan
-      elif a.dtype.kind == 'u' and a.dtype.itemsize <= 2: a[0] = (0x7F if a.dtype.itemsize == 1 else 0x7FC0) if a[0] not in (0x7F, 0x7E, 0x7FC0) else 0
+      elif a.dtype.kind == 'u' and a.dtype.itemsize <= 2:
+        a[0] = (0x7F if a.dtype.itemsize == 1 else 0x7FC0) if a[0] not in (0x7F, 0x7E, 0x7FC0) else 0
       else: a[0] = a[0] ^ 1"""
 
 

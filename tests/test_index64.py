@@ -1,7 +1,6 @@
 """Index arithmetic past 2^31: a kernel's indices are int64 exactly where some value of its index arithmetic can leave
 int32's range (kc.codegen.lower.index_dtype), and such kernels compute what numpy computes on CLANG, EMU and OPENCL.
 Devices that cannot hold a buffer say so with a kc.AllocationError before the launch."""
-import os
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st

@@ -98,7 +98,7 @@ def test_callbacks_must_return_uops():
 
 def test_deep_graphs_fall_back_to_iteration():
   e = x
-  for i in range(3000): e = UOp(Ops.ADD, dtypes.int32, (e, UOp.const(dtypes.int32, 1)))
+  for _ in range(3000): e = UOp(Ops.ADD, dtypes.int32, (e, UOp.const(dtypes.int32, 1)))
   pm = PatternMatcher([(UPat(Ops.ADD, src=(UPat(Ops.ADD, src=(UPat(name="a"), UPat(Ops.CONST, name="c1"))), UPat(Ops.CONST, name="c2"))),
                         lambda a, c1, c2: a + (c1.arg + c2.arg))])
   out = graph_rewrite(e, pm)

@@ -36,7 +36,7 @@ def test_every_action_applies_or_is_refused(rname):
   r = _renderer(rname)
   acts = action_list(r)
   applied: dict[OptOps, int] = {}
-  for name, sink in KERNELS.items():
+  for sink in KERNELS.values():
     base = Kernel(sink, r)
     for start in (base, base.copy().hand_coded_optimizations()):
       for opt in acts:

@@ -392,5 +392,5 @@ def test_an_all_padding_view_reshaped_to_0d_stays_all_padding():
   # a 0-d view has no dim for the empty mask: the void view is kept under the 0-d one (and simplify keeps it)
   void = ShapeTracker.from_shape((1,)).pad(((1, 0),)).shrink(((0, 1),))
   assert void.offset_of((0,)) is None
-  for st in (void.reshape(()), void.reshape(()).simplify(), void.reshape((1, 1)).reshape(())):
-    assert st.shape == () and st.offset_of(()) is None, st
+  for t in (void.reshape(()), void.reshape(()).simplify(), void.reshape((1, 1)).reshape(())):
+    assert t.shape == () and t.offset_of(()) is None, t
