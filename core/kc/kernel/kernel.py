@@ -122,7 +122,7 @@ def malformed(opt: Any) -> Optional[str]:
 class Kernel:
   """One kernel AST under optimization for one renderer (`opts`). The AST and what is read off it are fixed; what
   the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel. `tc_level` is
-  the tensor-core level its TC opts apply at (TC_LEVELS; kc.compile passes KC_TC's)."""
+  the tensor-core level its TC opts apply at (TC_LEVELS; kc.compile passes the configured one)."""
   state: KernelState
 
   def __init__(self, ast: UOp, opts: Optional["Renderer"] = None, tc_level: int = 1):
