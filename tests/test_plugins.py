@@ -247,7 +247,7 @@ def test_an_entry_point_cannot_take_an_in_process_name():
 # ------------------------------------------------------------------------------------------------------------ the real kc
 
 def test_import_kc_does_not_discover_plugins():
-  code = ("import sys, kc; from kc import plugins; "
+  code = ("import sys, kc; from kc.runtime import plugins; "
           "assert not plugins.BACKENDS._loaded; assert not [m for m in sys.modules if m.startswith('kc_')]; "
           "kc.Device.names(); assert plugins.BACKENDS._loaded; print('ok')")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
