@@ -169,7 +169,7 @@ def test_a_plugin_declares_its_knobs_and_reads_them(own_knobs, monkeypatch):
   with config.override(KC_TESTDEV_LEVEL=3): assert level.get() == 3
   table = config.markdown_table()
   assert "| `KC_TESTDEV_ARCH` | str | gen1 | kc_testdev.arch | the arch TESTDEV renders for |" in table
-  assert table.index("`NOLOCALS`") < table.index("`KC_TESTDEV_ARCH`")  # kc's own first, then the plugins'
+  assert table.index("`KC_TC_OPT`") < table.index("`KC_TESTDEV_ARCH`")  # kc's own first, then the plugins'
   assert knob("KC_TESTDEV_ARCH", str, "gen3", "a reload of the module", "kc_testdev.arch").get() == "gen2"
 
 

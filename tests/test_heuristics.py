@@ -52,14 +52,14 @@ def test_hand_coded_choices(name, gpu, cpu):
 
 
 def test_matvec_knobs(gpu, monkeypatch):
-  monkeypatch.setenv("MV_THREADS_PER_ROW", "16")
+  monkeypatch.setenv("KC_MV_THREADS_PER_ROW", "16")
   assert picked(mm(1, 1024, 1024), gpu)[1][0] == ("GROUP", 0, 16)
-  monkeypatch.setenv("MV", "0")
+  monkeypatch.setenv("KC_MV", "0")
   assert all(op != "GROUP" for op, _, _ in picked(mm(1, 1024, 1024), gpu)[1])
 
 
 def test_nolocals_knob(gpu, monkeypatch):
-  monkeypatch.setenv("NOLOCALS", "1")
+  monkeypatch.setenv("KC_NOLOCALS", "1")
   k = Kernel(A.sink(A.store(0, F(1, 64, 64) + F(2, 64, 64))), gpu).hand_coded_optimizations()
   assert k.dont_use_locals and k.applied_opts[-1] == Opt(OptOps.NOLOCALS)
 

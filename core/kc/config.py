@@ -228,11 +228,11 @@ _core("KC_TC", int, 1, "the tensor-core level of kc.compile's kernels: 0 off, 1 
       "WMMA's addressing emulated through local memory", "kc.api", choices=(0, 1, 2, 3))
 _core("KC_TC_OPT", int, 0, "which kernels apply_tensor_cores takes when not told: 0 LOADs multiplied directly, 1 also "
       "CAST inputs, 2 also sizes that need padding", "kc.kernel.kernel", choices=(0, 1, 2))
-_core("MV", int, 1, "0: the hand-coded opts skip the matrix-vector heuristic", "kc.kernel.heuristics")
-_core("MV_BLOCKSIZE", int, 4, "the matrix-vector heuristic's block size", "kc.kernel.heuristics")
-_core("MV_THREADS_PER_ROW", int, 8, "the matrix-vector heuristic's threads per output row", "kc.kernel.heuristics")
-_core("MV_ROWS_PER_THREAD", int, 4, "the matrix-vector heuristic's output rows per thread", "kc.kernel.heuristics")
-_core("NOLOCALS", int, 0, "1: the hand-coded opts give a kernel without local dims NOLOCALS instead of choosing local "
+_core("KC_MV", int, 1, "0: the hand-coded opts skip the matrix-vector heuristic", "kc.kernel.heuristics")
+_core("KC_MV_BLOCKSIZE", int, 4, "the matrix-vector heuristic's block size", "kc.kernel.heuristics")
+_core("KC_MV_THREADS_PER_ROW", int, 8, "the matrix-vector heuristic's threads per output row", "kc.kernel.heuristics")
+_core("KC_MV_ROWS_PER_THREAD", int, 4, "the matrix-vector heuristic's output rows per thread", "kc.kernel.heuristics")
+_core("KC_NOLOCALS", int, 0, "1: the hand-coded opts give a kernel without local dims NOLOCALS instead of choosing local "
       "dims", "kc.kernel.heuristics")
 CORE_KNOBS = frozenset(_KNOBS)
 

@@ -1,6 +1,6 @@
 """The hand-coded optimizations: what a Kernel gets when nobody searches. Each step is tried in order and a
-refused opt simply skips that step. The knobs MV_BLOCKSIZE, MV_THREADS_PER_ROW, MV_ROWS_PER_THREAD, MV=0 and
-NOLOCALS=1 are read through kc.config."""
+refused opt simply skips that step. The knobs KC_MV_BLOCKSIZE, KC_MV_THREADS_PER_ROW, KC_MV_ROWS_PER_THREAD, KC_MV=0 and
+KC_NOLOCALS=1 are read through kc.config."""
 from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Optional
@@ -51,9 +51,9 @@ def hand_coded_optimizations(k: "Kernel") -> None:
 
 def _matvec(k: "Kernel") -> bool:
   """A reduce of LOAD*LOAD whose first input is contiguous along the reduce: threads per row, rows per block."""
-  block, threads, rows = _knob("MV_BLOCKSIZE"), _knob("MV_THREADS_PER_ROW"), _knob("MV_ROWS_PER_THREAD")
+  block, threads, rows = _knob("KC_MV_BLOCKSIZE"), _knob("KC_MV_THREADS_PER_ROW"), _knob("KC_MV_ROWS_PER_THREAD")
   r = k.reduceop
-  if not (k.opts.has_local and _knob("MV") != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
+  if not (k.opts.has_local and _knob("KC_MV") != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
           and len(k.full_shape) >= 2 and k.first_reduce < k.first_upcast and k.opts.has_shared and (mul := r.src[0]).op is Ops.MUL
           and mul.src[0].op is Ops.LOAD and mul.src[1].op is Ops.LOAD):
     return False
@@ -231,7 +231,7 @@ def _upcast_last_axis(k: "Kernel") -> None:
 def _locals(k: "Kernel") -> None:
   """Up to three global axes become local (at most 128 threads), expanded axes first: their loads are shared."""
   if not k.opts.has_local: return
-  if _knob("NOLOCALS") and k.local_dims == 0 and not k.group_for_reduces:
+  if _knob("KC_NOLOCALS") and k.local_dims == 0 and not k.group_for_reduces:
     k.apply_opt(Opt(OptOps.NOLOCALS))
     return
   ranking = [(any(k.sts[i].views[-1].strides[axis] == 0 for i in range(len(k.sts))), axis) for axis in range(len(k.full_shape[:k.first_reduce]))]
