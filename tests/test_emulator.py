@@ -38,7 +38,7 @@ def program_for(sink: UOp, opts=()) -> tuple[kc.Program, EmuProgram]:
 def test_emu_is_registered_available_and_lowest_priority():
   assert DEVICE in kc.Device.names() and DEVICE in kc.Device.available()
   assert kc.Device.names()[-1] == DEVICE  # never the default while a real device can open
-  assert kc.Device.spec(DEVICE).distribution == "kc"
+  assert kc.Device.spec(DEVICE).distribution == "kc-core"
 
 
 def test_generic_renderer_declares_a_gpu_like_target(emu):

@@ -128,5 +128,5 @@ def test_the_command_writes_the_package_and_exits_2_on_bad_input(tmp_path, capsy
 def test_names_and_version_ranges():
   n = backend_names("My_Gpu")
   assert (n.device, n.entry_point, n.package, n.distribution, n.class_prefix) == ("MY_GPU", "my_gpu", "kc_my_gpu", "kc-my_gpu", "MyGpu")
-  assert compatible_range("0.1.0") == "kc>=0.1,<0.2"
+  assert compatible_range("0.1.0") == "kc-core>=0.1,<0.2"
   assert compatible_range("1.4.2", "kc-conformance") == "kc-conformance>=1.4,<2"

@@ -18,7 +18,7 @@ from kc import ast  # noqa: E402
 from kc import config  # noqa: E402
 from kc.config import Context  # noqa: E402  (kc.Context(KC_BEAM=2): a scoped override of environment knobs)
 
-__version__ = _distribution_version("kc")
+__version__ = _distribution_version("kc-core")
 
 __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTError", "ShapeError", "KernelOptError",
            "CompileError", "DeviceUnavailable", "PluginError", "DTypeError", "ArgumentError", "ConfigError", "UnknownDeviceError", "AllocationError",

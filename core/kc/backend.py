@@ -57,7 +57,7 @@ as imported from this module. `api_compatible(version)` is the rule kc applies: 
 PLUGIN_API_VERSION and a minor no newer than its minor, so a plugin built for an older minor (which adds to the API
 only) keeps loading. A spec outside that range is refused with a kc.PluginError naming the plugin's distribution, its
 version, both API versions and the range; the plugin's other devices and the other plugins still load. A plugin's own
-pyproject.toml should also depend on a kc version range that speaks its API version (kc-clang: "kc>=0.1,<0.2").
+pyproject.toml should also depend on a kc version range that speaks its API version (kc-clang: "kc-core>=0.1,<0.2").
 `KC_DISABLE_PLUGINS=name,...` leaves plugins unloaded without uninstalling them.
 
 Environment knobs

@@ -47,7 +47,7 @@ def backend_names(name: str) -> BackendNames:
   return BackendNames(name)
 
 
-def compatible_range(version: str, project: str = "kc") -> str:
+def compatible_range(version: str, project: str = "kc-core") -> str:
   """The requirement a plugin built against `version` of `project` states: the same minor series before 1.0
   (0.1.x -> >=0.1,<0.2), the same major series after (1.4.x -> >=1.4,<2)."""
   m = re.match(r"(\d+)\.(\d+)", version)
@@ -71,7 +71,8 @@ version = "0.1.0"
 description = "kc backend ${device}: kernels as C, compiled by the system C compiler, run on the host with ctypes"
 readme = "README.md"
 requires-python = ">=3.10"
-# kc's plugin API may change between minor releases before 1.0: state the series this plugin was written for
+# kc's plugin API may change between minor releases before 1.0: state the series this plugin was written for (kc's
+# distribution is kc-core; its import name is kc)
 dependencies = ["${kc_requirement}"]
 
 [project.optional-dependencies]
@@ -324,7 +325,7 @@ _FILES = {
 def render_files(name: str) -> dict[str, str]:
   """The generated package: relative path -> file text, for backend `name`."""
   n = backend_names(name)
-  kc_version = distribution_version("kc")
+  kc_version = distribution_version("kc-core")
   values = {"device": n.device, "entry_point": n.entry_point, "package": n.package, "dist": n.distribution, "cls": n.class_prefix,
             "kc_requirement": compatible_range(kc_version), "conformance_requirement": compatible_range(kc_version, "kc-conformance")}
   return {string.Template(path).substitute(values): string.Template(text).substitute(values) for path, text in _FILES.items()}

@@ -386,7 +386,7 @@ class Compiler(ABC):
   def compile_uncached(self, src: str) -> bytes: """The binary of `src`; raises kc.CompileError with the compiler's log."""
 
   def cache_key(self, src: str) -> str:
-    parts = {"src": src, "compiler": self.identity(), "kc": distribution_version("kc"), "plugin": self.plugin_version}
+    parts = {"src": src, "compiler": self.identity(), "kc": distribution_version("kc-core"), "plugin": self.plugin_version}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
   def compile(self, src: str) -> bytes:

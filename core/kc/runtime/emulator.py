@@ -792,7 +792,7 @@ class EmuDevice(CompiledDevice):
   """The EMU device. `impersonate(name)` swaps in the lowering of another registered device's renderer."""
 
   def __init__(self, impersonate: Optional[str] = None):
-    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler(f"kc {distribution_version('kc')}"), self._load)
+    super().__init__(DEVICE, HostAllocator(), EmuRenderer(), EmuCompiler(f"kc {distribution_version('kc-core')}"), self._load)
     self.impersonate(impersonate)
 
   @property
@@ -829,7 +829,7 @@ def backend_spec() -> BackendSpec:
   """The BackendSpec kc registers EMU with: always available, the lowest priority."""
   from kc.runtime.device import Device
   return BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=lambda: None, open=open_device,
-                     renderer=lambda: Device[DEVICE].renderer, distribution="kc", version=distribution_version("kc"))
+                     renderer=lambda: Device[DEVICE].renderer, distribution="kc-core", version=distribution_version("kc-core"))
 
 
 # EMU is registered like any backend: the kc distribution's own `kc.backends` entry point (pyproject.toml) names

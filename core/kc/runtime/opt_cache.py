@@ -73,7 +73,7 @@ class OptKey:
 
   @staticmethod
   def of(sink: UOp, renderer, device: str, width: int, tc_level: int = 1) -> "OptKey":
-    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc"), int(width),
+    return OptKey(ast_key(sink), renderer_identity(renderer), device, distribution_version("kc-core"), int(width),
                   int(tc_level))
 
   def row(self) -> tuple: return (self.ast_key, self.renderer, self.device, self.kc_version, self.width, self.tc_level)
