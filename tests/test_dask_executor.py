@@ -4,7 +4,7 @@ import hashlib, pickle, subprocess, sys, threading
 import pytest
 import kc
 from kc import ast as A
-from kc.codegen import Kernel
+from kc.kernel import Kernel
 from kc.ir.dtype import dtypes
 from kc.search import CompileOutcome, beam_search
 from kc.search import dask_executor

@@ -1,7 +1,6 @@
 """The linearizer: a valid order, balanced blocks, accumulators declared outside their loops, loop-invariant
 code hoisted, fused chains as sibling loops, gated stores in IF blocks."""
 from kc import Ops, dtypes, ast as A, Kernel, Opt, OptOps
-from kc.codegen.program import linearize_kernel
 
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
 
@@ -26,7 +25,7 @@ def check_structure(uops):
 
 def test_matmul_order_and_hoisting(cpu):
   k = Kernel(A.sink(A.store(0, (F(1, 8, 4).reshape(8, 4, 1) * F(2, 4, 6).reshape(1, 4, 6)).sum(1))), cpu)
-  uops = linearize_kernel(k)
+  uops = k.linearize()
   loop_of = check_structure(uops)
   ranges = [u for u in uops if u.op is Ops.RANGE]
   assert len(ranges) == 3
@@ -41,7 +40,7 @@ def test_loop_invariant_load_is_hoisted(cpu):
   # row + column-sum: the row load does not depend on the reduce loop over the other axis
   x, y = F(1, 8, 16), F(2, 8, 1)
   k = Kernel(A.sink(A.store(0, (x * y).sum(1))), cpu)
-  uops = linearize_kernel(k)
+  uops = k.linearize()
   loop_of = check_structure(uops)
   reduce_loop = [u for u in uops if u.op is Ops.RANGE][-1]
   y_load = next(u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].arg == 2)
@@ -51,7 +50,7 @@ def test_loop_invariant_load_is_hoisted(cpu):
 def test_fused_chain_loops_are_siblings(cpu):
   x = F(1, 4, 32)
   k = Kernel(A.sink(A.store(0, (x - x.max(1)).exp2().sum(1))), cpu)
-  uops = linearize_kernel(k)
+  uops = k.linearize()
   loop_of = check_structure(uops)
   ranges = [u for u in uops if u.op is Ops.RANGE]
   assert len(ranges) == 3  # the row loop, then the max loop, then the sum loop after it
@@ -62,7 +61,7 @@ def test_fused_chain_loops_are_siblings(cpu):
 def test_gated_store_gets_an_if_block(gpu):
   k = Kernel(A.sink(A.store(0, F(1, 64, 256).sum(1))), gpu)
   k.apply_opt(Opt(OptOps.GROUPTOP, 0, 16))
-  uops = linearize_kernel(k)
+  uops = k.linearize()
   check_structure(uops)
   ifs = [u for u in uops if u.op is Ops.IF]
   assert len(ifs) == 1 and uops[uops.index(ifs[0]) + 1].op is Ops.STORE and uops[uops.index(ifs[0]) + 2].op is Ops.ENDIF
@@ -73,4 +72,4 @@ def test_gated_store_gets_an_if_block(gpu):
 def test_deterministic(gpu):
   build = lambda: Kernel(A.sink(A.store(0, (F(1, 32, 16).reshape(32, 16, 1) * F(2, 16, 8).reshape(1, 16, 8)).sum(1))), gpu)  # noqa: E731
   a, b = build().hand_coded_optimizations(), build().hand_coded_optimizations()
-  assert [(u.op, u.arg) for u in linearize_kernel(a)] == [(u.op, u.arg) for u in linearize_kernel(b)]
+  assert [(u.op, u.arg) for u in a.linearize()] == [(u.op, u.arg) for u in b.linearize()]

@@ -8,7 +8,8 @@ import pytest
 import kc
 from kc import ast as A, dtypes, Ops, UOp, ShapeTracker, InvalidASTError, KernelOptError
 from kc import Kernel
-from kc.kernel import Opt, OptOps, verify_ast
+from kc.kernel import Opt, OptOps
+from kc.codegen import verify_ast
 
 f32 = dtypes.float32
 

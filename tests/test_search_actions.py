@@ -4,7 +4,7 @@ import pytest
 import kc
 from kc import KernelOptError, Opt, OptOps, dtypes
 from kc import ast as A
-from kc.codegen import Kernel
+from kc.kernel import Kernel
 from kc.examples import EXAMPLES
 from kc.search import SearchLimits, action_list, next_kernels
 from kc.search.actions import expand, kernel_limit_violation, local_bytes, program_limit_violation, upcast_cap
@@ -80,7 +80,7 @@ def test_upcast_amounts_reach_the_widest_vector():
 def test_next_kernels_are_copies_with_one_more_opt():
   sink = KERNELS["matmul"]
   k = Kernel(sink, gpu_limits())
-  children = next_kernels(k, action_list(k.opts))
+  children = next_kernels(k, action_list(k.renderer))
   assert len(children) > 10 and not k.applied_opts  # the parent is not changed
   for opt, child in children: assert child.applied_opts == [opt] and child is not k
   assert (Opt(OptOps.LOCAL, 0, 4) in [o for o, _ in children])
@@ -130,7 +130,7 @@ def test_the_shared_memory_limit_drops_candidates():
 
 def test_the_uop_limit_drops_candidates():
   k = Kernel(KERNELS["matmul"], gpu_limits())
-  kept, dropped = expand(k, action_list(k.opts), SearchLimits(uops_max=20))
+  kept, dropped = expand(k, action_list(k.renderer), SearchLimits(uops_max=20))
   assert not kept and dropped and all("UOps, more than 20" in c.reason for c in dropped)
-  kept, dropped = expand(k, action_list(k.opts))
+  kept, dropped = expand(k, action_list(k.renderer))
   assert kept and all(c.program is not None and len(c.program.uops) <= 3000 for c in kept)

@@ -6,7 +6,7 @@ import warnings
 import pytest
 from kc import ConfigError, KcError, Opt, OptOps, dtypes
 from kc import ast as A
-from kc.codegen import Kernel
+from kc.kernel import Kernel
 from kc.search import CompileOutcome, SearchWarning, TimingPlan, beam_search
 
 QUICK = TimingPlan(warmup=1, runs=2)

@@ -21,7 +21,7 @@ def by_index(outcomes) -> dict[int, CompileOutcome]:
 def test_clang_sources_compile_in_workers(pool, cache_dir):
   if kc.Device.unavailable_reason("CLANG") is not None: pytest.skip("no CLANG here")
   from kc import ast as A, dtypes
-  from kc.codegen import Kernel
+  from kc.kernel import Kernel
   r = kc.Device.renderer("CLANG")
   srcs = [Kernel(A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)) * 2.0)), r).to_program().src for n in (8, 16, 32)]
   got = by_index(pool.compile_many(kc.Device.compiler("CLANG"), srcs + ["this is not C"], timeout=60))

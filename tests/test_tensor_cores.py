@@ -2,7 +2,8 @@
 import pytest
 from target_renderers import LimitsRenderer, TC_HALF, TC_FLOAT
 from kc import ast as A, dtypes, Ops
-from kc.kernel import Kernel, Opt, OptOps, verify_ast
+from kc.kernel import Kernel, Opt, OptOps
+from kc.codegen import verify_ast
 from kc.renderer import WMMAArg
 from kc.errors import KernelOptError
 

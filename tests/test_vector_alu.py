@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes
-from kc.codegen import Kernel
+from kc.kernel import Kernel
 from kc.ir.uop import Ops
 from kc.kernel.heuristics import hand_coded_optimizations
 from kc.renderer import Renderer

@@ -1,7 +1,8 @@
 """verify_ast on well-formed and malformed ASTs, and fused reduce chains through the Kernel."""
 import pytest
 from kc import ast as A, dtypes, Ops, UOp, InvalidASTError, ShapeTracker, KernelOptError
-from kc.kernel import Kernel, Opt, OptOps, verify_ast
+from kc.kernel import Kernel, Opt, OptOps
+from kc.codegen import verify_ast
 
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
 ST = lambda *s: ShapeTracker.from_shape(s).to_uop()  # noqa: E731

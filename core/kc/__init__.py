@@ -10,8 +10,7 @@ from kc.ir.symbolic import resolve, sym_infer, ssimplify, smax, smin
 from kc.shape import ShapeTracker, View
 from kc.runtime.device import Device, Buffer
 from_dlpack = Buffer.from_dlpack  # kc.from_dlpack(x, device=None, copy=False): a Buffer over any DLPack producer's memory
-from kc.kernel import Opt, OptOps
-from kc.codegen import Kernel  # the kernel layer's Kernel with linearize and to_program
+from kc.kernel import Kernel, Opt, OptOps
 from kc.renderer import Renderer, TensorCore, Program
 from kc.api import compile, run, CompiledKernel, SplitCompiledKernel  # noqa: A004
 from kc import ast  # noqa: E402

@@ -8,8 +8,8 @@ from kc.runtime.device import Buffer, Device
 from kc.errors import ConfigError, InvalidOptError, KernelOptError, OptsError, SymbolicError
 from kc.config import debug_level, read
 from kc.ir.symbolic import sym_infer
-from kc.codegen import Kernel
-from kc.kernel import Opt, verify_ast
+from kc.kernel import Kernel, Opt
+from kc.codegen import verify_ast
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs, import_producers, overlaps
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.renderer import Program

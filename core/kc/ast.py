@@ -1046,7 +1046,7 @@ def sink(*stores: UOp) -> UOp:
   if len(ranks) > 1:
     raise InvalidASTError(f"the outputs of one kernel need one kernel rank, got {sorted(ranks)}: add size-1 axes (reshape) "
                           "so that every stored value has the same number of axes")
-  from kc.kernel.verify import verify_ast
+  from kc.codegen.verify import verify_ast
   out = UOp(Ops.SINK, dtypes.void, tuple(stores))
   verify_ast(out)
   return out

@@ -204,7 +204,7 @@ def cmd_render(args) -> int:
   from kc.api import optimize
   from kc.runtime.device import Device
   from kc.examples import example
-  from kc.codegen import Kernel
+  from kc.kernel import Kernel
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
   if args.opts == "beam":
@@ -452,7 +452,7 @@ def _us(seconds: float) -> str: return f"{seconds * 1e6:.1f} us" if seconds < fl
 
 def _beam_command(args) -> int:
   from kc.api import DEFAULT_BEAM_WIDTH, beam_opts, beam_width_from_env, optimize
-  from kc.codegen import Kernel
+  from kc.kernel import Kernel
   from kc.runtime.device import Device
   from kc.examples import example
   if (args.example is None) == (args.ast is None): raise UsageError("kc beam takes an EXAMPLE or --ast FILE (one of them)")

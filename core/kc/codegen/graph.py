@@ -174,10 +174,10 @@ def lowered_rules(spelled: frozenset, extra: Optional[PatternMatcher]) -> Patter
 
 def rewrite_lowered(sink: UOp, renderer) -> UOp:
   """Every graph rewrite of a lowered kernel, in order, for `renderer`."""
-  rules = lowered_rules(frozenset(getattr(renderer, "code_for_op", {}) or {}), getattr(renderer, "extra_matcher", None))
+  rules = lowered_rules(frozenset(renderer.code_for_op or {}), renderer.extra_matcher)
   # the lowering left every index and gate simplified already, so the vector accesses are found before the one walk
   sink = graph_rewrite(fold_vector_accesses(sink, renderer), rules)
   # vector arithmetic last: it only regroups lanes of values already simplified and rewritten into the ops the
   # dialect spells, so the rules above never see a vector op they were not written for
-  if not getattr(renderer, "vector_alu", False): return sink
-  return vectorize_alu(sink, _declared_widths(renderer), frozenset(getattr(renderer, "vector_functions", ())))
+  if not renderer.vector_alu: return sink
+  return vectorize_alu(sink, _declared_widths(renderer), frozenset(renderer.vector_functions))

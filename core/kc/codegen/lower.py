@@ -20,14 +20,21 @@ from typing import Any, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
-from kc.kernel.optimized_ast import KernelInfo
-from kc.kernel.verify import st_arg, verify_ast
+from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import View, fmt_shape, sint_to_uop
 from kc.ir.symbolic import split_sum, sum_bounds
 from kc.ir.uop import GroupOp, Ops, UOp, sint
 
 Env = tuple[UOp, ...]
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+  """The SINK's arg after optimization: how the lowering maps axes to launch dims, loops and vectors."""
+  local_dims: int = 0           # axes that become local (work-group) indices
+  upcasted: int = 0             # trailing axes that become vector lanes
+  dont_use_locals: bool = False  # global axes are plain global indices, no work-group split
 
 
 _HOLDER = "lane:"  # the name prefix of lane placeholders

@@ -1,25 +1,22 @@
-"""From an optimized Kernel to a Program: get_optimized_ast -> lower -> graph rewrites -> linearize -> render.
+"""From an optimized kernel AST to a Program: lower -> graph rewrites -> linearize -> render.
 
-This module sits above lower/linearize and above the renderer it calls. The kernel layer's Kernel only holds the
-optimization state; the Kernel here (kc.Kernel) is that class with the steps of this layer added: linearize and
-to_program."""
+The Kernel (kc.kernel) drives this layer: its get_optimized_ast folds the applied opts into the AST, and its
+linearize and to_program call linearize_ast and render_program here with that AST and its renderer. Nothing here
+needs the Kernel itself, so the kernel layer sits above this one and imports it."""
 from __future__ import annotations
-from typing import Optional
 from kc.errors import KernelOptError
 from kc.config import debug_level
-from kc.kernel import kernel
-from kc.kernel.naming import to_function_name
-from kc.kernel.verify import st_arg
+from kc.codegen.verify import st_arg
 from kc.codegen.graph import rewrite_lowered
 from kc.codegen.linearize import linearize
 from kc.codegen.lower import lower
-from kc.renderer import Program
+from kc.renderer import Program, Renderer
 from kc.ir.uop import Ops, UOp
 
 
-def linearize_kernel(k: kernel.Kernel) -> list[UOp]:
-  """The linear UOps of a Kernel with its applied opts."""
-  return linearize(rewrite_lowered(lower(k.get_optimized_ast(), k.opts), k.opts))
+def linearize_ast(optimized: UOp, renderer: Renderer) -> list[UOp]:
+  """The linear UOps of an optimized kernel AST (Kernel.get_optimized_ast) for `renderer`."""
+  return linearize(rewrite_lowered(lower(optimized, renderer), renderer))
 
 
 def mem_estimate(ast: UOp) -> int:
@@ -34,15 +31,16 @@ def mem_estimate(ast: UOp) -> int:
   return sum(most.values())
 
 
-def to_program(k: kernel.Kernel, name_override: Optional[str] = None) -> Program:
-  """The Program of a Kernel with its applied opts: lowered, linearized and rendered by its renderer (`k.opts`)."""
-  uops = linearize_kernel(k)
-  name = to_function_name(name_override if name_override is not None else k.name)
+def render_program(optimized: UOp, renderer: Renderer, name: str, ast: UOp) -> Program:
+  """The Program named `name` (a function name, kc.codegen.naming.to_function_name) of an optimized kernel AST:
+  lowered, linearized and rendered by `renderer`. `ast` is the kernel's AST before optimization, whose views say
+  how much memory a launch touches."""
+  uops = linearize_ast(optimized, renderer)
   if debug_level() >= 5: print_uops(name, uops)
-  src = k.opts.render(name, uops)
+  src = renderer.render(name, uops)
   if debug_level() >= 4: print(src)
-  prg = Program(name, src, k.opts.device, uops, mem_estimate=mem_estimate(k.ast))
-  _check_launch_limits(prg, k.opts)
+  prg = Program(name, src, renderer.device, uops, mem_estimate=mem_estimate(ast))
+  _check_launch_limits(prg, renderer)
   return prg
 
 
@@ -63,14 +61,3 @@ def _check_launch_limits(prg: Program, renderer) -> None:
       if top > m: raise KernelOptError(f"{prg.name}: {what} size {sizes} exceeds the renderer's {what}_max {limits}")
 
 
-
-class Kernel(kernel.Kernel):
-  """kc.Kernel: a kernel under optimization (every opt of the kernel layer's Kernel) that also builds its Program."""
-
-  def linearize(self) -> list[UOp]:
-    """The linear UOps of this kernel with its applied opts, as the renderer receives them."""
-    return linearize_kernel(self)
-
-  def to_program(self, name_override: Optional[str] = None) -> Program:
-    """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by `opts`."""
-    return to_program(self, name_override)

@@ -55,7 +55,7 @@ def random_opts(sink, device: str, seed: int) -> list:
   rng = random.Random(seed)
   k = Kernel(sink, Device[device].renderer)
   tries: list[Opt] = []
-  if k.opts.tensor_cores and rng.random() < 0.5: tries.append(Opt(OptOps.TC, rng.choice((0, 0, 1)), rng.choice((0, 1, 2))))
+  if k.renderer.tensor_cores and rng.random() < 0.5: tries.append(Opt(OptOps.TC, rng.choice((0, 0, 1)), rng.choice((0, 1, 2))))
   for _ in range(rng.randint(1, 8)):
     op = OptOps[rng.choice(_RANDOM_OPS)]
     n = max(1, k.shape_len)

@@ -3,22 +3,22 @@ refused opt simply skips that step. The knobs KC_MV_BLOCKSIZE, KC_MV_THREADS_PER
 KC_NOLOCALS=1 are read through kc.config."""
 from __future__ import annotations
 import itertools
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 from kc.ir.dtype import ImageDType
 from kc.errors import KernelOptError
 from kc.config import read
 from kc.helpers import all_int, prod
 from kc.kernel.opt import Opt, OptOps
+from kc.kernel.protocol import OptimizingKernel
 from kc.ir.symbolic import resolve
 from kc.ir.uop import Ops
 
-if TYPE_CHECKING: from kc.kernel.kernel import Kernel
 
 
 def _knob(name: str) -> int: return read(name)
 
 
-def required_optimizations(k: "Kernel") -> None:
+def required_optimizations(k: OptimizingKernel) -> None:
   """Images are read and written 4 channels at a time, so their unit-stride axis is always upcast by 4."""
   if isinstance(k.membufs[0].dtype, ImageDType):
     axes = [i for i in k.sts[0].unit_stride_axes(ignore_valid=True) if k.sts[0].shape[i] % 4 == 0]
@@ -27,17 +27,17 @@ def required_optimizations(k: "Kernel") -> None:
       k.apply_opt(Opt(OptOps.UPCAST, axes[0], 4))
 
 
-def _try(k: "Kernel", opt: Opt) -> bool:
+def _try(k: OptimizingKernel, opt: Opt) -> bool:
   try: k.apply_opt(opt)
   except KernelOptError: return False
   return True
 
 
-def hand_coded_optimizations(k: "Kernel") -> None:
+def hand_coded_optimizations(k: OptimizingKernel) -> None:
   required_optimizations(k)
   if any(isinstance(s, int) and s == 0 for s in k.full_shape): return  # no work (or an empty reduce): nothing to speed up
   if _matvec(k): return
-  if k.opts.has_local and k.opts.has_shared and all_int(k.sts[0].shape[:k.first_reduce]):
+  if k.renderer.has_local and k.renderer.has_shared and all_int(k.sts[0].shape[:k.first_reduce]):
     _group_small_output_reduce(k)
     _upcast_mid_reduce_for_images(k)
   _upcast_image_inputs(k)
@@ -49,12 +49,12 @@ def hand_coded_optimizations(k: "Kernel") -> None:
   _locals(k)
 
 
-def _matvec(k: "Kernel") -> bool:
+def _matvec(k: OptimizingKernel) -> bool:
   """A reduce of LOAD*LOAD whose first input is contiguous along the reduce: threads per row, rows per block."""
   block, threads, rows = _knob("KC_MV_BLOCKSIZE"), _knob("KC_MV_THREADS_PER_ROW"), _knob("KC_MV_ROWS_PER_THREAD")
   r = k.reduceop
-  if not (k.opts.has_local and _knob("KC_MV") != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
-          and len(k.full_shape) >= 2 and k.first_reduce < k.first_upcast and k.opts.has_shared and (mul := r.src[0]).op is Ops.MUL
+  if not (k.renderer.has_local and _knob("KC_MV") != 0 and (block > 1 or threads > 1 or rows > 1) and r is not None and r.arg[0] is Ops.ADD
+          and len(k.full_shape) >= 2 and k.first_reduce < k.first_upcast and k.renderer.has_shared and (mul := r.src[0]).op is Ops.MUL
           and mul.src[0].op is Ops.LOAD and mul.src[1].op is Ops.LOAD):
     return False
   st0, st1 = k.sts[k.bufs.index(mul.src[0])], k.sts[k.bufs.index(mul.src[1])]
@@ -70,7 +70,7 @@ def _matvec(k: "Kernel") -> bool:
   return False
 
 
-def _group_small_output_reduce(k: "Kernel") -> None:
+def _group_small_output_reduce(k: OptimizingKernel) -> None:
   """Few outputs and a long reduce: split the reduce across a work-group (GROUPTOP) when shared memory allows."""
   out_size = prod(k.sts[0].shape[:k.first_reduce])
   if not k.float4_axis(0) and k.first_reduce <= 2 and k.first_reduce + 1 <= k.shape_len and out_size <= 2048:
@@ -79,7 +79,7 @@ def _group_small_output_reduce(k: "Kernel") -> None:
         if _try(k, Opt(OptOps.GROUPTOP, 0, sz)): break
 
 
-def _upcast_mid_reduce_for_images(k: "Kernel") -> None:
+def _upcast_mid_reduce_for_images(k: OptimizingKernel) -> None:
   if k.bufs[0].src[0].dtype.name.startswith("image") and not k.float4_axis(0) and k.group_for_reduces and k.first_reduce <= 2 \
      and prod(k.sts[0].shape) > 1:
     axes = k.sts[0].unit_stride_axes()
@@ -87,7 +87,7 @@ def _upcast_mid_reduce_for_images(k: "Kernel") -> None:
       k.apply_opt(Opt(OptOps.UPCASTMID, axes[0], 4))
 
 
-def _upcast_image_inputs(k: "Kernel") -> None:
+def _upcast_image_inputs(k: OptimizingKernel) -> None:
   for i, buf in enumerate(k.bufs):
     axes = [a for a in k.sts[i].unit_stride_axes(ignore_valid=True) if k.sts[i].shape[a] % 4 == 0]
     if isinstance(buf.src[0].dtype, ImageDType) and axes and all(x < k.first_upcast for x in axes) and axes[0] not in k.upcast_in_mid_reduce_axes:
@@ -95,7 +95,7 @@ def _upcast_image_inputs(k: "Kernel") -> None:
       else: k.apply_opt(Opt(OptOps.UNROLL, axes[0] - k.first_reduce, 4))
 
 
-def _upcast_masked_axes(k: "Kernel") -> None:
+def _upcast_masked_axes(k: OptimizingKernel) -> None:
   """Small axes with validity masks (from stacks and pads) are unrolled entirely, leading axes first."""
   to_upcast: list[int] = []
   for axis in range(k.first_reduce):
@@ -106,7 +106,7 @@ def _upcast_masked_axes(k: "Kernel") -> None:
   for axis in reversed(to_upcast): k.apply_opt(Opt(OptOps.UPCAST, axis, 0))
 
 
-def _upcast_expanded_axes(k: "Kernel") -> None:
+def _upcast_expanded_axes(k: OptimizingKernel) -> None:
   """While there are many outputs, upcast (by 3 or 4) a global axis some buffer is expanded along (stride 0),
   preferring axes few buffers walk: each upcast lane then reuses the loaded value."""
   done: set[int] = set()
@@ -123,18 +123,18 @@ def _upcast_expanded_axes(k: "Kernel") -> None:
     done.add(axis)
 
 
-def _widest_vector(k: "Kernel") -> int:
+def _widest_vector(k: OptimizingKernel) -> int:
   """The widest vector of the output's dtype on a renderer that computes on vectors (vector_alu), else 0."""
   out_dt = k.bufs[0].src[2].dtype if len(k.bufs[0].src) > 2 else None
-  if not getattr(k.opts, "vector_alu", False) or out_dt is None or out_dt.count != 1: return 0
-  return max(k.opts.vector_widths(out_dt), default=0)
+  if not k.renderer.vector_alu or out_dt is None or out_dt.count != 1: return 0
+  return max(k.renderer.vector_widths(out_dt), default=0)
 
 
 # vector registers of the widest vector: 32 of 64 bytes (AVX-512), 16 of 32 bytes (AVX2) or of 16 (SSE, NEON)
 def _vector_registers(vector_bytes: int) -> int: return 32 if vector_bytes >= 64 else 16
 
 
-def _vector_register_tile(k: "Kernel") -> bool:
+def _vector_register_tile(k: OptimizingKernel) -> bool:
   """On a renderer that computes on vectors (vector_alu), a reduce whose output is contiguous along an axis and
   whose inputs are broadcast along another (a matmul's N and M) gets a register tile: `cols` vectors of the widest
   width along the contiguous axis times `rows` along the broadcast one, one vector accumulator each. It fits the
@@ -188,7 +188,7 @@ def _vector_register_tile(k: "Kernel") -> bool:
 _CACHED_BYTES = 1 << 20
 
 
-def _panel_outermost_reads_less(k: "Kernel", along: list, across: list, vm: int, vn: int, rows: int, cols: int) -> bool:
+def _panel_outermost_reads_less(k: OptimizingKernel, along: list, across: list, vm: int, vn: int, rows: int, cols: int) -> bool:
   """Whether the tile's loops should run the contiguous axis outermost. In the axes' order the rows' loop is outer:
   for each block of rows, the whole input read as vectors (`along`, a matmul's B) streams through once, and the
   block's rows of the other input (`across`, A) stay in cache. Swapped, each panel of `along` stays in cache and
@@ -199,7 +199,7 @@ def _panel_outermost_reads_less(k: "Kernel", along: list, across: list, vm: int,
   return (k.full_shape[vn] // cols) * nbytes(across) < (k.full_shape[vm] // rows) * streamed
 
 
-def _unroll_window(k: "Kernel") -> None:
+def _unroll_window(k: OptimizingKernel) -> None:
   """Under a register tile, the innermost reduce axes of at most 4 (a conv's window) are unrolled whole: the loads
   of neighbouring window positions overlap, and the loop of 3 would cost as much as its body."""
   for _ in range(2):
@@ -207,7 +207,7 @@ def _unroll_window(k: "Kernel") -> None:
     if not _try(k, Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 0)): return
 
 
-def _unroll_reduce(k: "Kernel") -> None:
+def _unroll_reduce(k: OptimizingKernel) -> None:
   """Unroll a small last reduce axis entirely (and a second one if both are tiny), else by 4."""
   if not (k.first_reduce < k.first_upcast and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(r for _, _, r in k.upcasted_axis(k.full_buf_index)))
           and (k.upcasted == 0 or prod(k.full_shape[-k.upcasted:]) < 64)):
@@ -220,7 +220,7 @@ def _unroll_reduce(k: "Kernel") -> None:
     k.apply_opt(Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 4))
 
 
-def _upcast_last_axis(k: "Kernel") -> None:
+def _upcast_last_axis(k: OptimizingKernel) -> None:
   """Nothing upcast yet and the last axis divides by 4: upcast it by 4, or on a renderer that computes on vectors
   (vector_alu) by its widest vector of the output's dtype where that divides it (one vector op per 16 floats)."""
   if k.upcasted or not k.full_unupcasted_shape: return
@@ -228,9 +228,9 @@ def _upcast_last_axis(k: "Kernel") -> None:
     if resolve(k.full_unupcasted_shape[-1] % amt == 0, False) and _try(k, Opt(OptOps.UPCAST, len(k.full_unupcasted_shape) - 1, amt)): return
 
 
-def _locals(k: "Kernel") -> None:
+def _locals(k: OptimizingKernel) -> None:
   """Up to three global axes become local (at most 128 threads), expanded axes first: their loads are shared."""
-  if not k.opts.has_local: return
+  if not k.renderer.has_local: return
   if _knob("KC_NOLOCALS") and k.local_dims == 0 and not k.group_for_reduces:
     k.apply_opt(Opt(OptOps.NOLOCALS))
     return

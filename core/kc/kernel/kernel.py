@@ -11,22 +11,23 @@ first_reduce is the first axis whose output size differs from the full size; fir
 from __future__ import annotations
 import dataclasses, itertools
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 from kc.ir.dtype import ImageDType, dtypes
 from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError
 from kc.config import read
 from kc.helpers import all_int, all_same, dedup, prod, round_up
 from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
-from kc.kernel.naming import colored, ansilen
+from kc.codegen.naming import ansilen, colored, to_function_name
+from kc.codegen.program import linearize_ast, render_program
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.optimized_ast import get_optimized_ast
-from kc.kernel.verify import preorder, full_buffer, reduce_axes, st_arg, verify_ast
+from kc.codegen.verify import preorder, full_buffer, reduce_axes, st_arg, verify_ast
+from kc.renderer import Program, Renderer, TensorCore
 from kc.shape import ShapeTracker, strides_for_shape
 from kc.shape.view import fmt_shape
 from kc.ir.symbolic import resolve, ssimplify
 from kc.ir.uop import GroupOp, Ops, UOp, sint
 
-if TYPE_CHECKING: from kc.renderer import Renderer, TensorCore
 
 
 @dataclasses.dataclass
@@ -120,15 +121,19 @@ def malformed(opt: Any) -> Optional[str]:
   return None
 
 class Kernel:
-  """One kernel AST under optimization for one renderer (`opts`). The AST and what is read off it are fixed; what
+  """One kernel AST under optimization for one `renderer`. The AST and what is read off it are fixed; what
   the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel. `tc_level` is
   the tensor-core level its TC opts apply at (TC_LEVELS; kc.compile passes the configured one)."""
   state: KernelState
 
-  def __init__(self, ast: UOp, opts: Optional["Renderer"] = None, tc_level: int = 1):
+  def __init__(self, ast: UOp, renderer: Optional[Renderer] = None, tc_level: int = 1, opts: Optional[Renderer] = None):
+    # opts= is the renderer's older keyword (the seeds' name): accepted, never both
+    if opts is not None:
+      if renderer is not None: raise KcError("Kernel takes one renderer: pass renderer= (opts= is its older name), not both")
+      renderer = opts
     # the kernel layer sits below the devices: it cannot look up a default device's renderer by itself
-    if opts is None: raise KcError("Kernel needs a renderer: pass opts=kc.Device[name].renderer")
-    self.opts, self.ast = opts, ast
+    if renderer is None: raise KcError("Kernel needs a renderer: pass kc.Device[name].renderer")
+    self.renderer, self.ast = renderer, ast
     uop_sts = verify_ast(ast)
 
     order = list(ast.toposort)
@@ -307,11 +312,11 @@ class Kernel:
     if opt.op is OptOps.TC:
       check(len(self.applied_opts) == 0, "tensor core opts must be first")
       check(self.tc_level != 0, "tensor cores are off (tc_level 0)")
-      check(len(self.opts.tensor_cores) > 0, "the renderer has no tensor cores")
+      check(len(self.renderer.tensor_cores) > 0, "the renderer has no tensor cores")
       check(self._apply_tc_opt(opt.axis, opt.amt), "no tensor core available")
       self.applied_opts.append(opt)
       return
-    axis = opt.real_axis(self)
+    axis = self.real_axis(opt)
     if axis >= len(self.full_shape): raise KernelOptError(self._axis_out_of_range(opt))
     if opt.op is OptOps.SWAP: amt: Any = opt.amt  # the other axis
     elif opt.amt is not None:  # an int >= 0 (malformed() refused anything else)
@@ -328,15 +333,15 @@ class Kernel:
       upcast_sz = prod(a for a, b in zip(self.full_shape[self.first_upcast:], self.sts[0].shape[self.first_upcast:]) if a == b)
       local_sz = prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces])
       smem_sz = amt * acc_sz * upcast_sz * local_sz
-      check(resolve(smem_sz <= self.opts.shared_max, False), f"exceeds maximum shared memory size: needs {smem_sz}, max {self.opts.shared_max}")
+      check(resolve(smem_sz <= self.renderer.shared_max, False), f"exceeds maximum shared memory size: needs {smem_sz}, max {self.renderer.shared_max}")
 
     if opt.op is OptOps.LOCAL:
-      check(self.opts.has_local, "target does not support local")
+      check(self.renderer.has_local, "target does not support local")
       check(axis < self.global_dims, "local is for globals")
       self.shift_to(axis, amt, insert_before=self.first_reduce)
       self.local_dims += 1
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
-      check(self.opts.has_local and self.opts.has_shared, "target does not support local or shared mem")
+      check(self.renderer.has_local and self.renderer.has_shared, "target does not support local or shared mem")
       check(self.first_reduce + self.group_for_reduces <= axis < self.first_upcast, "must be reduce axis to group")
       check(not self.tensor_core, "can't group with tensor cores")
       all_axes = [i for r in self.reduceops for i in reduce_axes(r)]
@@ -370,7 +375,7 @@ class Kernel:
       self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     elif opt.op is OptOps.NOLOCALS:
-      check(self.opts.has_local and not self.dont_use_locals, "NOLOCALS is meaningless if target does not support local or already not using locals")
+      check(self.renderer.has_local and not self.dont_use_locals, "NOLOCALS is meaningless if target does not support local or already not using locals")
       check(self.local_dims == 0 and self.group_for_reduces == 0, "can't have no locals with locals")
       self.dont_use_locals = True
     elif opt.op is OptOps.SWAP:
@@ -403,15 +408,24 @@ class Kernel:
     if append_opt: self.applied_opts.append(opt)
     if self.simplify_ones() and self.tensor_core_opts: self.tensor_core_opts.fix_axes(axis)
 
+  def _axis_start(self, opt: Opt) -> int:
+    """The kernel axis that opt's axis 0 names: UNROLL counts from the first reduce axis, GROUP and GROUPTOP from the
+    first reduce axis not grouped yet, every other op from 0."""
+    if opt.op is OptOps.UNROLL: return self.first_reduce
+    return self.first_reduce + self.group_for_reduces if opt.op in (OptOps.GROUP, OptOps.GROUPTOP) else 0
+
+  def real_axis(self, opt: Opt) -> int:
+    """The kernel axis `opt` applies to (-1 for none)."""
+    return -1 if opt.axis is None else self._axis_start(opt) + opt.axis
+
   def _axis_out_of_range(self, opt: Opt) -> str:
     """Why opt.axis names no axis of this kernel: the op, the axis, the axes it could name and the shape."""
     shape, head = f"shape {fmt_shape(self.full_shape)}", f"{opt.op.name} axis {opt.axis} is out of range"
-    if opt.op is OptOps.UNROLL:
-      first, counts, kind = self.first_reduce, "UNROLL's axis counts from the first reduce axis", "reduce axis"
+    first = self._axis_start(opt)
+    if opt.op is OptOps.UNROLL: counts, kind = "UNROLL's axis counts from the first reduce axis", "reduce axis"
     elif opt.op in (OptOps.GROUP, OptOps.GROUPTOP):
-      first, kind = self.first_reduce + self.group_for_reduces, "reduce axis left to group"
-      counts = f"{opt.op.name}'s axis counts from the first reduce axis not grouped yet"
-    else: first, counts, kind = 0, "", "axis"
+      counts, kind = f"{opt.op.name}'s axis counts from the first reduce axis not grouped yet", "reduce axis left to group"
+    else: counts, kind = "", "axis"
     n = self.shape_len - first
     valid = "axis 0" if n == 1 else f"axes 0..{n - 1}"
     if n <= 0: return f"{head}: {counts + ', and ' if counts else ''}this kernel has no {kind} ({shape})"
@@ -424,9 +438,9 @@ class Kernel:
     max_work_group_size, or the launch fails on the device."""
     dims = self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]
     if not all_int(dims): return
-    if (limits := self.opts.local_max) is not None:
+    if (limits := self.renderer.local_max) is not None:
       check(prod(dims) <= prod(limits), f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the renderer's local_max {limits} ({prod(limits)} threads)")
-    if (most := getattr(self.opts, "max_work_group_size", None)) is not None:
+    if (most := self.renderer.max_work_group_size) is not None:
       check(prod(dims) <= most, f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the device's max work-group size {most}")
 
   # ***** tensor cores *****
@@ -437,7 +451,7 @@ class Kernel:
     tc = self.tensor_core
     staged = prod(1 if self.first_reduce <= j < self.first_upcast else s for j, s in enumerate(self.full_shape))
     need = 2 * staged * tc.dtype_in.itemsize
-    check(resolve(need <= self.opts.shared_max, False), f"tensor-core level 3 stages {need} bytes of inputs in local memory, more than shared_max {self.opts.shared_max}")
+    check(resolve(need <= self.renderer.shared_max, False), f"tensor-core level 3 stages {need} bytes of inputs in local memory, more than shared_max {self.renderer.shared_max}")
 
   def _create_tc_opts(self, reduceop: UOp, tc: "TensorCore", axis: int, opt_level: int) -> Optional[TensorCoreOptions]:
     has_cast = tc.dtype_in != tc.dtype_out
@@ -455,7 +469,7 @@ class Kernel:
       if widened: return self.bufs.index(src.src[0])
       # (tc_opt >= 1) inputs cast to dtype_in, but not a float widened to it that another tensor core takes as it is
       if opt_level >= 1 and src.op is Ops.CAST and src.dtype == tc.dtype_in and src.src[0] in self.bufs and \
-         not (dtypes.is_float(src.src[0].dtype) and any(t.dtype_in == src.src[0].dtype for t in self.opts.tensor_cores)):
+         not (dtypes.is_float(src.src[0].dtype) and any(t.dtype_in == src.src[0].dtype for t in self.renderer.tensor_cores)):
         return self.bufs.index(src.src[0])
       return None
     if (buf0 := buf_index(mul_op.src[0])) is None or (buf1 := buf_index(mul_op.src[1])) is None: return None
@@ -474,7 +488,7 @@ class Kernel:
 
   def _apply_tc_opt(self, axis: int, opt_level: int) -> bool:
     if not (self.reduceop is not None and self.reduceop.arg[0] is Ops.ADD): return False
-    for tc in self.opts.tensor_cores:
+    for tc in self.renderer.tensor_cores:
       options = [self._create_tc_opts(r, tc, axis, opt_level) for r in self.reduceops]
       if not all_same(options) or options[0] is None: continue  # reduces can share a tensor core only with the same options
       self.tensor_core_opts = tc_opts = options[0]
@@ -507,7 +521,7 @@ class Kernel:
       tc_level = use_tensor_cores
     level = self.tc_level if tc_level is None else checked_tc_level(tc_level)
     if tc_opt is None: tc_opt = read("KC_TC_OPT")
-    if not level or not self.opts.tensor_cores: return False
+    if not level or not self.renderer.tensor_cores: return False
     saved = self.state.copy()
     try:
       self.tc_level = level
@@ -553,6 +567,15 @@ class Kernel:
   def get_optimized_ast(self) -> UOp:
     """The AST with every applied opt folded in (views, reduce axes, local-memory reduces, WMMA)."""
     return get_optimized_ast(self)
+
+  def linearize(self) -> list[UOp]:
+    """The linear UOps of this kernel with its applied opts, as the renderer receives them."""
+    return linearize_ast(self.get_optimized_ast(), self.renderer)
+
+  def to_program(self, name_override: Optional[str] = None) -> Program:
+    """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by its renderer."""
+    name = to_function_name(name_override if name_override is not None else self.name)
+    return render_program(self.get_optimized_ast(), self.renderer, name, self.ast)
 
 
 for _field in dataclasses.fields(KernelState): setattr(Kernel, _field.name, _state_attribute(_field.name))

@@ -2,11 +2,8 @@
 from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 from kc.errors import KernelOptError
-
-if TYPE_CHECKING: from kc.kernel.kernel import Kernel
-
 
 class OptOps(Enum):
   TC = auto(); UPCAST = auto(); UPCASTMID = auto(); UNROLL = auto(); LOCAL = auto()  # noqa: E702
@@ -25,12 +22,6 @@ class Opt:
   amt: Optional[int] = None
 
   def __repr__(self): return f"Opt(op={self.op!r}, axis={self.axis}, amt={self.amt})"
-
-  def real_axis(self, k: "Kernel") -> int:
-    if self.axis is None: return -1
-    if self.op is OptOps.UNROLL: return k.first_reduce + self.axis
-    if self.op in (OptOps.GROUP, OptOps.GROUPTOP): return k.first_reduce + k.group_for_reduces + self.axis
-    return self.axis
 
 
 def check(cond: bool, msg: str) -> None:

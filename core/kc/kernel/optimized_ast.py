@@ -5,26 +5,18 @@ optimized shape; a grouped reduce goes through local memory (reduce per thread, 
 back, reduce across the group); a tensor-core reduce becomes WMMA over CONTRACTed fragments (level 1) or a
 plain reduce over inputs staged through local memory in the warp's layout (level 3)."""
 from __future__ import annotations
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 from kc.ir.dtype import dtypes
 from kc.errors import KcError
 from kc.helpers import prod
-from kc.kernel.verify import st_arg
+from kc.codegen.lower import KernelInfo
+from kc.codegen.verify import st_arg
+from kc.kernel.protocol import OptimizingKernel
 from kc.renderer import TensorCore, WMMAArg
 from kc.shape import ShapeTracker
 from kc.ir.symbolic import resolve
 from kc.ir.uop import GroupOp, Ops, UOp
 
-if TYPE_CHECKING: from kc.kernel.kernel import Kernel
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-  """The SINK's arg after optimization: how the lowering maps axes to launch dims, loops and vectors."""
-  local_dims: int = 0           # axes that become local (work-group) indices
-  upcasted: int = 0             # trailing axes that become vector lanes
-  dont_use_locals: bool = False  # global axes are plain global indices, no work-group split
 
 
 def _with_view(src: UOp, fix: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
@@ -38,7 +30,7 @@ def _widened(x: UOp, tc: TensorCore) -> bool:
   return tc.dtype_in != tc.dtype_out and x.op is Ops.CAST and x.dtype == tc.dtype_out and x.src[0].dtype == tc.dtype_in
 
 
-def get_optimized_ast(k: "Kernel") -> UOp:
+def get_optimized_ast(k: OptimizingKernel) -> UOp:
   memo: dict[UOp, UOp] = {}
   for op in k.ast.toposort:
     ret = op.replace(src=tuple(memo[s] for s in op.src))
@@ -55,7 +47,7 @@ def get_optimized_ast(k: "Kernel") -> UOp:
   return memo[k.ast]
 
 
-def _optimized_reduce(k: "Kernel", op: UOp, ret: UOp) -> UOp:
+def _optimized_reduce(k: OptimizingKernel, op: UOp, ret: UOp) -> UOp:
   idx = len(k.bufs) + k.reduceops.index(op) * 2
   out_st, in_st = k.sts[idx], k.sts[idx + 1]
   def reduced(start: int, stop: int) -> tuple[int, ...]:
@@ -85,7 +77,7 @@ def _optimized_reduce(k: "Kernel", op: UOp, ret: UOp) -> UOp:
   return UOp(Ops.LOAD, op.dtype, (local_buffer, shared_st.to_uop(), UOp(Ops.STORE, dtypes.void, (local_buffer, shared_st.to_uop(), grouped))))
 
 
-def _tensor_core_reduce(k: "Kernel", tc: TensorCore, ret: UOp, axes: tuple[int, ...]) -> UOp:
+def _tensor_core_reduce(k: OptimizingKernel, tc: TensorCore, ret: UOp, axes: tuple[int, ...]) -> UOp:
   def fix_st(st: ShapeTracker, wd_pattern, tcd_pattern) -> ShapeTracker:
     """Permute the warp (local) and upcast dims so each thread addresses the fragment elements the instruction expects."""
     wd, warp_dims = k.global_dims, tuple(sz for _, sz in tc.threads)
@@ -116,7 +108,7 @@ def _tensor_core_reduce(k: "Kernel", tc: TensorCore, ret: UOp, axes: tuple[int, 
   tc_reduce_axes = tuple(k.first_upcast + ax for ax, _ in tc.reduce_axes)
   if k.use_tensor_cores == 1:  # real WMMA: CONTRACT gathers each thread's fragment, EXPAND spreads the result back
     upcast_axes = tuple(tuple((k.first_upcast + ax, sz) for ax, sz in up) for up in tc.upcast_axes)
-    wmma_arg = WMMAArg.of(tc, k.opts.device, upcast_axes, tc_reduce_axes)
+    wmma_arg = WMMAArg.of(tc, k.renderer.device, upcast_axes, tc_reduce_axes)
     sz = [prod(x[1] for x in ax) for ax in upcast_axes]
     wmma = UOp(Ops.WMMA, tc.dtype_out.vec(sz[2]), (
       *(UOp(Ops.CONTRACT, tc.dtype_in.vec(sz[i]), (srcs[i].src[0] if widened[i] else srcs[i],), upcast_axes[i]) for i in range(2)),

@@ -10,15 +10,13 @@ layout its hardware documents: if they differ, the TensorCore description is wro
 from __future__ import annotations
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from kc.ir.dtype import dtypes
 from kc.errors import KcError
 from kc.kernel.kernel import Kernel
-from kc.kernel.verify import st_arg
+from kc.codegen.verify import st_arg
+from kc.renderer import Renderer, TensorCore
 from kc.shape import ShapeTracker
 from kc.ir.uop import Ops, UOp
-
-if TYPE_CHECKING: from kc.renderer import TensorCore
 
 Coord = tuple[int, int]
 
@@ -32,16 +30,18 @@ class FragmentLayout:
   c: tuple[tuple[Coord, ...], ...]
 
 
-class _Limits:
-  """The least a Kernel needs to apply one tensor core: locals, shared memory, that tensor core."""
-  has_local = has_shared = supports_float4 = True
+class _Limits(Renderer):
+  """The least a Kernel needs to apply one tensor core: locals, shared memory, that tensor core. It never renders:
+  derive_fragment_layout reads the optimized AST."""
   global_max = local_max = None
   shared_max = 1 << 30
   device = "LAYOUT"
   def __init__(self, tc): self.tensor_cores = [tc]
+  def render(self, name: str, uops: list) -> str:
+    raise KcError(f"the tensor-core layout probe renders no source (asked for {name}): it reads the optimized AST")
 
 
-def _matmul_ast(tc: "TensorCore") -> UOp:
+def _matmul_ast(tc: TensorCore) -> UOp:
   """D = A @ B of exactly the tensor core's dims, in its dtypes: A (M, K) and B (K, N) broadcast to (M, K, N)."""
   N, M, K = tc.dims
   def load(i: int, st: ShapeTracker) -> UOp:
@@ -55,7 +55,7 @@ def _matmul_ast(tc: "TensorCore") -> UOp:
   return UOp(Ops.SINK, dtypes.void, (out,))
 
 
-def derive_fragment_layout(tc: "TensorCore") -> FragmentLayout:
+def derive_fragment_layout(tc: TensorCore) -> FragmentLayout:
   N, M, K = tc.dims
   k = Kernel(_matmul_ast(tc), _Limits(tc))
   if not k.apply_tensor_cores(1, extra_opts=[]): raise KcError(f"{tc} does not apply to a {M}x{K} @ {K}x{N} matmul: its description is inconsistent")
@@ -90,7 +90,7 @@ def derive_fragment_layout(tc: "TensorCore") -> FragmentLayout:
   return layout
 
 
-def _check_covers(tc: "TensorCore", layout: FragmentLayout) -> None:
+def _check_covers(tc: TensorCore, layout: FragmentLayout) -> None:
   """The lanes' slots together hold every element of A, B and D (hardware holds each exactly once; a layout where
   two lanes hold the same element is still a layout, and the emulator checks that they agree)."""
   N, M, K = tc.dims
@@ -99,7 +99,7 @@ def _check_covers(tc: "TensorCore", layout: FragmentLayout) -> None:
       raise KcError(f"{tc}: the fragments of {name} hold {len({c for lane in frag for c in lane})} of its {size} elements")
 
 
-def layout_mismatch(tc: "TensorCore", hardware: FragmentLayout) -> "str | None":
+def layout_mismatch(tc: TensorCore, hardware: FragmentLayout) -> "str | None":
   """None when kc lays out `tc`'s fragments as the hardware does, else what differs.
 
   `hardware` is the instruction's documented layout: for each lane and register slot, the (row, col) of A, B and D

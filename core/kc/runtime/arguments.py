@@ -26,7 +26,7 @@ from kc.runtime.device import Allocator, Buffer, Device
 from kc.runtime.dlpack import HOST_READABLE, DLPackError, ForeignTensor, device_name, import_tensor, producer_device, readable_by
 from kc.ir.dtype import DType, dtypes
 from kc.errors import ArgumentError, KcError
-from kc.kernel.verify import st_arg
+from kc.codegen.verify import st_arg
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.ir.symbolic import sym_infer

@@ -57,7 +57,7 @@ def renderer_identity(renderer) -> str:
   """What about the renderer decides which opts are fastest: its class, the device it renders for and its
   architecture string (Renderer.arch: CLANG names the CPU's ISA, CUDA its sm_XX; empty when a plugin does not say)."""
   cls = type(renderer)
-  return f"{cls.__module__}.{cls.__qualname__}|{renderer.device}|{getattr(renderer, 'arch', '') or ''}"
+  return f"{cls.__module__}.{cls.__qualname__}|{renderer.device}|{renderer.arch or ''}"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from kc.ir.uop import Ops, UOp
 from kc.kernel.opt import Opt, OptOps
 
 if TYPE_CHECKING:
-  from kc.codegen import Kernel
+  from kc.kernel import Kernel
   from kc.renderer import Program, Renderer
 
 # axes an action names: enough for the kernels kc builds (after merging, a kernel rarely has more than six axes;
@@ -76,24 +76,24 @@ def action_list(renderer: "Renderer") -> list[Opt]:
 
 def _work_group_threads(renderer: "Renderer") -> int:
   most = prod(renderer.local_max) if renderer.local_max is not None else 1 << 31
-  if (cap := getattr(renderer, "max_work_group_size", None)) is not None: most = min(most, cap)
+  if (cap := renderer.max_work_group_size) is not None: most = min(most, cap)
   return most
 
 
 def upcast_cap(renderer: "Renderer", limits: SearchLimits = DEFAULT_LIMITS) -> int:
   """The most upcast lanes a kernel for `renderer` may have (see SearchLimits)."""
-  return limits.upcast_max * (max(1, _widest(renderer) // 4) if getattr(renderer, "vector_alu", False) else 1)
+  return limits.upcast_max * (max(1, _widest(renderer) // 4) if renderer.vector_alu else 1)
 
 
 def kernel_limit_violation(k: "Kernel", limits: SearchLimits = DEFAULT_LIMITS) -> Optional[str]:
   """Why the optimized kernel `k` breaks a limit that is known before rendering, or None: its upcast lanes over
   upcast_cap, or its work-group (local and grouped dims) over what the renderer launches."""
   upcast = k.full_shape[k.first_upcast:]
-  if all(isinstance(s, int) for s in upcast) and prod(upcast) > (cap := upcast_cap(k.opts, limits)):
+  if all(isinstance(s, int) for s in upcast) and prod(upcast) > (cap := upcast_cap(k.renderer, limits)):
     return f"{prod(upcast)} upcast lanes, more than {cap}"
   group = k.full_shape[k.first_reduce - k.local_dims:k.first_reduce + k.group_for_reduces]
-  if all(isinstance(s, int) for s in group) and prod(group) > _work_group_threads(k.opts):
-    return f"a work-group of {prod(group)} threads, more than the renderer's {_work_group_threads(k.opts)}"
+  if all(isinstance(s, int) for s in group) and prod(group) > _work_group_threads(k.renderer):
+    return f"a work-group of {prod(group)} threads, more than the renderer's {_work_group_threads(k.renderer)}"
   return None
 
 
@@ -135,7 +135,7 @@ def expand(kernel: "Kernel", actions: Sequence[Opt], limits: SearchLimits = DEFA
     if (why := kernel_limit_violation(child, limits)) is None and render:
       try:
         c.program = child.to_program()
-        why = program_limit_violation(c.program, child.opts, limits)
+        why = program_limit_violation(c.program, child.renderer, limits)
       except KcError as e: why = f"cannot be rendered: {type(e).__name__}: {e}"
     if why is not None:
       c.reason = why

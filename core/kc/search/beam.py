@@ -10,7 +10,7 @@ from __future__ import annotations
 import math, statistics, time, warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
-from kc.codegen import Kernel
+from kc.kernel import Kernel
 from kc.errors import ConfigError, KcError
 from kc.config import debug_level
 from kc.kernel.opt import Opt
@@ -133,7 +133,7 @@ class _Search:
 
 
 def _validate(kernel: Any, device: Any, width: Any, min_gain: Any, max_rounds: Any, timeout: Any, seed: Any) -> None:
-  if not isinstance(kernel, Kernel): raise KcError(f"beam_search takes a kc.Kernel (kc.codegen.Kernel), got {type(kernel).__name__}")
+  if not isinstance(kernel, Kernel): raise KcError(f"beam_search takes a kc.Kernel, got {type(kernel).__name__}")
   if kernel.applied_opts: raise KcError(f"beam_search starts from a kernel with no opts applied; this one has {kernel.applied_opts}")
   missing = [a for a in ("name", "compiler", "runtime", "allocator") if not hasattr(device, a)]
   if missing: raise KcError(f"beam_search needs a device (kc.Device[name]) with .name .compiler .runtime .allocator; {device!r} lacks {', '.join(missing)}")
@@ -158,7 +158,7 @@ def beam_search(kernel: Kernel, device: Any, width: int = 2, *, min_gain: float 
   with each SearchEvent. seed: the random inputs. limits / timing: candidates' limits and how each is timed."""
   _validate(kernel, device, width, min_gain, max_rounds, timeout, seed)
   executor = executor if executor is not None else shared_pool()
-  actions = action_list(kernel.opts)
+  actions = action_list(kernel.renderer)
   buffers = SearchBuffers(kernel.ast, device, seed)
   search = _Search(device, buffers, executor, float(timeout), progress, timing)
   try: return _run(search, kernel, width, min_gain, max_rounds, limits, timing, actions)

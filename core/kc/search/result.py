@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 from kc.kernel.opt import Opt
 
-if TYPE_CHECKING: from kc.codegen import Kernel
+if TYPE_CHECKING: from kc.kernel import Kernel
 
 EVENT_KINDS = ("round", "compiled", "timed", "round_done", "done")
 

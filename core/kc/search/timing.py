@@ -15,7 +15,7 @@ import numpy as np
 from kc.errors import KcError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp
-from kc.kernel.verify import st_arg
+from kc.codegen.verify import st_arg
 from kc.renderer import Program
 from kc.shape import ShapeTracker
 

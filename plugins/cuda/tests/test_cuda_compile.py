@@ -6,7 +6,7 @@ import kc
 from kc import KernelOptError, Opt, OptOps, dtypes
 from kc import ast as A
 from kc.backend import CompileError, ConfigError, Ops
-from kc.codegen.program import Kernel
+from kc.kernel import Kernel
 from kc_cuda.arch import parse_arch
 from kc_cuda.compiler import NVRTCCompiler, nvrtc_major, pack_library, unpack_library
 from kc_cuda.renderer import DYNAMIC_SHARED_MARKER, STATIC_SHARED_MAX, CUDARenderer

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from kc import Opt, OptOps, dtypes
 from kc import ast as A
 from kc.backend import Ops, UOp
-from kc.codegen.program import Kernel
+from kc.kernel import Kernel
 from kc_cuda.compiler import NVRTCCompiler, unpack_library
 from kc_cuda.renderer import DYNAMIC_SHARED_MARKER, STATIC_SHARED_MAX, CUDARenderer
 

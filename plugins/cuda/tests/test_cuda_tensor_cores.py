@@ -54,7 +54,7 @@ def test_fp8_is_declared_where_kc_has_it():
 def test_each_conformance_matmul_uses_its_own_tensor_core(arch):
   # the corpus's tensor-core matmuls widen their inputs to the accumulator's dtype before multiplying (exact products,
   # as the instruction computes them): each must run on the tensor core of its own dtypes, not on tf32's
-  from kc.codegen.program import Kernel
+  from kc.kernel import Kernel
   from kc_conformance.case import CASES, setup_of
   r = CUDARenderer(arch)
   have = {(t.dtype_in, t.dtype_out) for t in r.tensor_cores}
