@@ -83,6 +83,14 @@ class OpenCLRenderer(CStyleLanguage):
     self.vector_alu = info.is_cpu
     self.vector_functions = frozenset({Ops.EXP2}) if info.is_cpu else frozenset()
 
+  def bits_helpers(self, dt: DType) -> list[str]:
+    # PoCL builds a kernel for its work-group size at the first launch, and with every lane's fp8 conversion inlined
+    # that build grows with the upcast: 24 lanes of an fp8 minimum took 7.9 s there (60 s on a busy machine, which kc
+    # fuzz took for a hang), 0.4 s with the conversions called. A GPU driver decides inlining itself: unchanged there
+    helpers = super().bits_helpers(dt)
+    if self.info is None or not self.info.is_cpu: return helpers
+    return [h.replace("static inline ", "__attribute__((noinline)) static ", 1) for h in helpers]
+
   def _dtypes_declared(self) -> frozenset[DType]:
     # double is an optional extension (cl_khr_fp64); everything else is core OpenCL C (bfloat16 is computed in float,
     # and so is half where the device lacks cl_khr_fp16)

@@ -8,6 +8,7 @@ import pytest
 import kc
 from kc import Buffer, Opt, OptOps, ShapeTracker, UOp, Ops, dtypes
 from kc import ast as A
+from kc.ir.dtype import fp8_to_float32
 from kc.runtime.device import DeviceRegistry
 from kc.errors import CompileError, DeviceUnavailable, KcError
 from kc.runtime.plugins import PluginTable
@@ -474,3 +475,19 @@ def test_cpu_devices_compute_on_float4_and_gpus_lane_by_lane():
     accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
     assert accs and all(u.dtype.count == (4 if is_cpu else 1) for u in accs)
   assert kc.Device["OPENCL"].renderer.vector_alu is True  # PoCL here is a CPU device
+
+
+def test_fp8_conversions_are_calls_on_a_cpu_device_and_the_first_launch_stays_fast():
+  # PoCL builds at the first launch; 24 inlined lanes of fp8 conversions took seconds there (kc fuzz saw a 60 s "hang")
+  n = 48
+  a, b = A.arg(1, dtypes.fp8e4m3, (2, 6, 4)), A.arg(2, dtypes.fp8e4m3, (2, 6, 4))
+  sink = A.sink(A.store(0, a.minimum(b)))
+  opts = [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UPCAST, 0, 3)]
+  for is_cpu in (True, False):
+    src = render(sink, opts, OpenCLRenderer(fake_info(is_cpu=is_cpu)))
+    assert ("__attribute__((noinline)) static uchar __kc_f_to_fp8e4m3" in src) is is_cpu, src[:600]
+  rng = np.random.default_rng(0)
+  x, y = (rng.integers(0, 256, n, dtype=np.uint8).reshape(2, 6, 4) for _ in range(2))
+  got = run(sink, {1: x, 2: y}, opts)
+  fx, fy = (fp8_to_float32(v, dtypes.fp8e4m3) for v in (x, y))
+  np.testing.assert_array_equal(fp8_to_float32(got, dtypes.fp8e4m3), np.where(np.isnan(fx) | np.isnan(fy), np.nan, np.minimum(fx, fy)))
