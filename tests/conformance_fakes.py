@@ -13,7 +13,7 @@ TOUCHY: raises as soon as anything asks it whether it is available, opens it or 
 from __future__ import annotations
 from kc import DeviceLostError, KcError, Ops, PatternMatcher, UOp, UPat, dtypes
 from kc.runtime.device import CompiledDevice, HostAllocator
-from kc.runtime.emulator import EmuCompiler, EmuProgram, EmuRenderer, Limits
+from kc.emu import EmuCompiler, EmuProgram, EmuRenderer, Limits
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, register
 from kc_clang.compiler import ClangCompiler
 from kc_clang.renderer import ClangRenderer

@@ -3,7 +3,7 @@ never renders), MiniC is a small C-like dialect that renders everything the Kern
 A plain module, so that tests import it by name; conftest.py wraps the usual targets in fixtures."""
 from kc.renderer import Renderer
 from kc.renderer.cstyle import CStyleLanguage
-from kc.runtime.emulator import BUILTIN_TENSOR_CORES
+from kc.emu import BUILTIN_TENSOR_CORES
 
 # The emulator's built-in tensor cores: small, and their fragments cover the matrices. TC_HALF: N=M=K=4, half in and
 # float out, 4 threads with the rest of N and M upcast; TC_FLOAT: 2x2x2 in float, the threads cover N and M.

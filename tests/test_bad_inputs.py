@@ -11,7 +11,7 @@ from kc.errors import (ArgumentError, CompileError, ConfigError, DTypeError, Inv
 from kc.runtime.device import InvalidBufferError
 from kc.kernel import Kernel, Opt, OptOps
 from kc.runtime.plugins import PLUGIN_API_VERSION, PluginTable, validate_spec
-from kc.runtime.emulator import open_device as open_emulator  # what kc.Device['EMU'] opens (once per process)
+from kc.emu import open_device as open_emulator  # what kc.Device['EMU'] opens (once per process)
 
 f32, i32, u8 = dtypes.float32, dtypes.int32, dtypes.uint8
 pytestmark = pytest.mark.usefixtures("cache_dir")

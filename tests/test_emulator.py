@@ -6,8 +6,8 @@ import pytest
 import kc
 from kc import Buffer, Kernel, Opt, OptOps, Ops, ShapeTracker, UOp, View, dtypes
 from kc import ast as A
-from kc.runtime.emulator import (DEVICE, BarrierError, DataRaceError, EmuCompiler, EmuDevice, EmuProgram, EmuRenderer,
-                         LaunchError, OutOfBoundsError, UnsupportedOpError, open_device, serialize)
+from kc.emu import (DEVICE, BarrierError, DataRaceError, EmuCompiler, EmuDevice, EmuProgram, EmuRenderer,
+                    LaunchError, OutOfBoundsError, UnsupportedOpError, open_device, serialize)
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec
 from kc.renderer.cstyle import CStyleLanguage
 
@@ -508,8 +508,8 @@ def test_tensor_core_matmul_matches_numpy(level, dt, M, K, N, follow_ups):
 
 def test_a_warp_split_by_a_gate_is_an_error():
   # a hand-made WMMA inside an IF that only some threads of the warp take
-  from kc.runtime.emulator import EmuProgram, serialize
-  from kc.runtime.emulator import BUILTIN_TENSOR_CORES
+  from kc.emu import EmuProgram, serialize
+  from kc.emu import BUILTIN_TENSOR_CORES
   from kc.renderer import WMMAArg
   tc = BUILTIN_TENSOR_CORES[1]
   lid = kc.UOp(kc.Ops.SPECIAL, dtypes.int32, (), ("lidx0", 4))
@@ -522,7 +522,7 @@ def test_a_warp_split_by_a_gate_is_an_error():
   iff = kc.UOp(kc.Ops.IF, dtypes.void, (gate,))
   uops = [buf, lid, kc.UOp.const(dtypes.int32, 2), gate, iff, kc.UOp.const(dtypes.float, 1.0), x, kc.UOp.const(dtypes.float, 0.0), wmma,
           kc.UOp(kc.Ops.INDEX, buf.dtype, (buf, lid, gate)), st, kc.UOp(kc.Ops.ENDIF, dtypes.void, (iff,))]
-  from kc.runtime.emulator import Limits, BarrierError
+  from kc.emu import Limits, BarrierError
   prg = EmuProgram("split_warp", EmuCompiler().compile(serialize("split_warp", uops)),
                    Limits("EMU", None, (4, 1, 1), 1024, tuple(BUILTIN_TENSOR_CORES)))
   out = kc.Buffer("EMU", 4, dtypes.float).allocate()
@@ -530,7 +530,7 @@ def test_a_warp_split_by_a_gate_is_an_error():
 
 
 def test_impersonation_does_not_claim_images():
-  from kc.runtime.emulator import impersonating
+  from kc.emu import impersonating
   from kc.renderer.cstyle import CStyleLanguage
   class WithImages(CStyleLanguage):
     device = "IMG"

@@ -286,7 +286,7 @@ def test_a_global_size_over_the_renderer_limit_is_a_kernel_opt_error():
 
 def test_emu_runs_int64_output_loops_as_lanes(emu_as_clang):
   # a loop to a Variable converted to int64 is still an output loop whose iterations EMU runs side by side
-  from kc.runtime.emulator import _Plan
+  from kc.emu.interpreter import _Plan
   k = kc.compile(variable_rows_sink(), device="EMU", opts="none")
   plan = _Plan(k.program.name, k.program.uops)
   assert [plan.uops[pc].dtype for pc in plan.parallel_loops] == [dtypes.int64]

@@ -326,7 +326,7 @@ def test_two_entry_points_of_one_object_are_refused_for_the_second():
 
 def test_emu_is_registered_through_the_kc_distributions_entry_point():
   eps = {ep.name: ep for ep in kc.runtime.plugins.installed_entry_points()}
-  assert eps["emu"].value == "kc.runtime.emulator"
+  assert eps["emu"].value == "kc.emu.device"
   assert kc.runtime.plugins._distribution_of(eps["emu"])[0] == "kc-core"
   # found by discovery like any plugin, not registered in-process by the core
   table = PluginTable(entry_points=lambda: [eps["emu"]])
@@ -337,4 +337,4 @@ def test_the_root_pyproject_declares_the_emu_entry_point():
   import tomllib
   from pathlib import Path
   project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
-  assert project["entry-points"]["kc.backends"] == {"emu": "kc.runtime.emulator"}
+  assert project["entry-points"]["kc.backends"] == {"emu": "kc.emu.device"}

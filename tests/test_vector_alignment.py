@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 import kc
 from kc import ArgumentError, Opt, OptOps, ast as A, dtypes
-from kc.runtime.emulator import MisalignedAccessError
+from kc.emu import MisalignedAccessError
 
 ALIGNED = ["CUDA", "OPENCL", "METAL"]  # impersonated by EMU: their renderers, EMU's interpreter
 

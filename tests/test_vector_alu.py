@@ -9,7 +9,7 @@ from kc.kernel import Kernel
 from kc.ir.uop import Ops
 from kc.kernel.heuristics import hand_coded_optimizations
 from kc.renderer import Renderer
-from kc.runtime.emulator import DEVICE, impersonating
+from kc.emu import DEVICE, impersonating
 
 kc_clang_renderer = pytest.importorskip("kc_clang.renderer")
 

@@ -223,7 +223,7 @@ _core("KC_STRICT_PLUGINS", bool, False, "1: a plugin that fails to load is a kc.
 _core("KC_DISABLE_PLUGINS", str, "", "plugins to leave unloaded, by distribution or entry-point name, comma-separated",
       "kc.runtime.plugins")
 _core("KC_EMULATE", str, "", "the registered device whose renderer the EMU device lowers as; unset: EMU's own",
-      "kc.runtime.emulator")
+      "kc.emu.device")
 _core("KC_TC", int, 1, "the tensor-core level of kc.compile's kernels: 0 off, 1 WMMA, 2 the shape opts without WMMA, 3 "
       "WMMA's addressing emulated through local memory", "kc.api", choices=(0, 1, 2, 3))
 _core("KC_TC_OPT", int, 0, "which kernels apply_tensor_cores takes when not told: 0 LOADs multiplied directly, 1 also "

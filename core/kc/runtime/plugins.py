@@ -19,7 +19,7 @@ Error keys say where the problem is: a plugin's entry-point name (lower case) wh
 name (upper case) when one device of an otherwise loaded plugin was rejected or its availability check broke.
 
 This module imports nothing from the rest of the runtime: `kc.runtime.device` (the registry) and
-`kc.runtime.emulator` (a backend) import it, so an import back would be a cycle."""
+`kc.emu` (a backend) import it, so an import back would be a cycle."""
 from __future__ import annotations
 import dataclasses, functools, re, threading, warnings
 from dataclasses import dataclass
