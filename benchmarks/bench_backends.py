@@ -182,7 +182,7 @@ def main():
   lines += ["", "Hand-coded opts kc applied:", ""]
   for dev, row in opts_used.items(): lines.append(f"- {dev}: " + "; ".join(f"{k} [{v}]" for k, v in row.items()))
   if notes: lines += [""] + [f"- {n}" for n in notes]
-  lines += ["", "kc.compile splits a reduce this large with one output (kc.split_reduce) into a partial kernel over many "
+  lines += ["", "kc.compile splits a reduce this large with one output (kc.schedule.split_reduce) into a partial kernel over many "
             "work-groups (CLANG: threads) and a combine kernel, as tinygrad's scheduler does (split_reduceop); the figures "
             "are the two kernels together."]
   if any("GPU" in k for k in tg_rows):

@@ -26,7 +26,7 @@ def main() -> int:
   rows = []
   steps = ([] if args.skip_tests else
            [("tests (`python -m pytest -q -n auto`)", [sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider"])])
-  steps += [(f"`kc conformance --device {d} -n auto`", [sys.executable, "-m", "kc.cli", "conformance", "--device", d, "-n", "auto"])
+  steps += [(f"`kc conformance --device {d} -n auto`", [sys.executable, "-m", "kc.tools.cli", "conformance", "--device", d, "-n", "auto"])
             for d in args.devices.split(",")]
   for name, cmd in steps:
     seconds, rc, summary = timed(cmd, env)

@@ -1,4 +1,4 @@
-"""sha256 (first 16 hex digits) of the generated source of the benchmark kernels: every kc.examples kernel on CLANG,
+"""sha256 (first 16 hex digits) of the generated source of the benchmark kernels: every kc.ast.examples kernel on CLANG,
 OPENCL and EMU under opts none and hand, and bench_clang.py's CLANG workloads under hand. Run it before and after a
 change that must not change code generation and diff the two outputs. (EMU's source embeds its pickled UOps, so a
 moved class changes its lines and nothing else.)
@@ -9,7 +9,7 @@ warnings.simplefilter("ignore")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kc  # noqa: E402
 from kc.api import optimize  # noqa: E402
-from kc.examples import EXAMPLES  # noqa: E402
+from kc.ast.examples import EXAMPLES  # noqa: E402
 
 
 def source_hash(k) -> str: return hashlib.sha256(k.to_program().src.encode()).hexdigest()[:16]

@@ -76,7 +76,7 @@ def test_outputs_are_written_in_place_inputs_untouched():
 
 
 def kc_cli(*argv):
-  return subprocess.run([sys.executable, "-m", "kc.cli", *argv], capture_output=True, text=True)
+  return subprocess.run([sys.executable, "-m", "kc.tools.cli", *argv], capture_output=True, text=True)
 
 
 def test_cli_devices_render_run_doctor():

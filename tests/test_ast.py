@@ -1,10 +1,10 @@
 """kc.ast speaks numpy: each behaviour checked against numpy 2 on CLANG and EMU, and the dtype tables of
-kc.ast_promotion checked entry by entry against the installed numpy."""
+kc.ast.promotion checked entry by entry against the installed numpy."""
 import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, Ops
-from kc import ast_promotion as P
+from kc.ast import promotion as P
 from kc.ir.dtype import least_upper_dtype
 
 DEVICES = ["CLANG", "EMU"]

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, Ops, UOp
-from kc.examples import EXAMPLES
+from kc.ast.examples import EXAMPLES
 from kc.shape import ShapeTracker
 from ast_run import DEVICES, device, run  # noqa: F401 (device is a fixture)
 

@@ -7,7 +7,7 @@ import kc
 import kc.search
 from kc import ast as A
 from kc.api import BeamChoice, beam_opts
-from kc.cli import BeamProgress, main
+from kc.tools.cli import BeamProgress, main
 from kc.errors import ConfigError, KcError
 from kc.ir.dtype import dtypes
 from kc.kernel import Opt, OptOps
@@ -153,7 +153,7 @@ def test_kc_beam_end_to_end_on_clang(cache_dir, monkeypatch, capsys):
   for word in ("opts:", "hand-coded:", "GFLOP/s", "GB/s", "speedup:", "search:", "compiled"):
     assert word in out.out, word
   assert "round 0" in out.err  # plain progress lines: stderr is not a terminal here
-  sink = kc.examples.example("add").build()[0]
+  sink = kc.ast.examples.example("add").build()[0]
   assert opt_cache().get(OptKey.of(sink, kc.Device["CLANG"].renderer, "CLANG", 1)) is not None
   assert main(["beam", "add", "--device", "CLANG", "--width", "1"]) == 0
   assert "from the opt cache" in capsys.readouterr().out
@@ -314,7 +314,7 @@ def test_ctrl_c_stops_kc_beam_with_the_best_so_far_and_status_130(group, tmp_pat
   cache = tmp_path / "cache"
   env = {**os.environ, "KC_CACHE_DIR": str(cache), "KC_CC": f"sh {tmp_path / 'slowcc'}", "KC_BEAM": "",
          "KC_BEAM_CLUSTER": ""}
-  p = subprocess.Popen([sys.executable, "-m", "kc.cli", "beam", "matmul", "--device", "CLANG", "--no-cache"],
+  p = subprocess.Popen([sys.executable, "-m", "kc.tools.cli", "beam", "matmul", "--device", "CLANG", "--no-cache"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
   try:
     err = []

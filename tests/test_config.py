@@ -208,7 +208,7 @@ def test_env_value_of_plugin_api_1_0_still_reads(own_knobs, monkeypatch):
 
 def test_the_committed_table_is_the_generated_one(monkeypatch):
   monkeypatch.delenv("KC_DISABLE_PLUGINS", raising=False)
-  from kc.cli import main
+  from kc.tools.cli import main
   out = io.StringIO()
   with redirect_stdout(out): assert main(["config", "--markdown"]) == 0
   generated = out.getvalue().strip()
@@ -221,7 +221,7 @@ def test_the_committed_table_is_the_generated_one(monkeypatch):
 
 
 def test_kc_config_lists_values_and_where_they_come_from(capsys, monkeypatch):
-  from kc.cli import main
+  from kc.tools.cli import main
   monkeypatch.setenv("KC_BEAM", "3")
   monkeypatch.setenv("DEBUG", "loud")
   with config.override(KC_TC=2): assert main(["config"]) == 0

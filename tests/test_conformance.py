@@ -148,7 +148,7 @@ def test_the_report_is_written_when_setup_fails(tmp_path):
 
 def test_kc_conformance_command_with_tier_and_junit(tmp_path):
   junit, report = tmp_path / "junit.xml", tmp_path / "emu.json"
-  r = subprocess.run([sys.executable, "-m", "kc.cli", "conformance", "--device", "EMU", "--tier", "compile", "-k", "f32_arith and hand",
+  r = subprocess.run([sys.executable, "-m", "kc.tools.cli", "conformance", "--device", "EMU", "--tier", "compile", "-k", "f32_arith and hand",
                       "--report", str(report), "--junitxml", str(junit)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
   doc = json.loads(report.read_text())
   assert r.returncode == 0, r.stdout[-2000:]
@@ -174,7 +174,7 @@ def test_every_expectation_pattern_is_checked_against_the_whole_suite(tmp_path):
 
 
 def test_capabilities_come_from_the_renderer_and_select_tests():
-  from kc.runtime.emulator import EmuRenderer
+  from kc.emu import EmuRenderer
 
   class NoHalf(EmuRenderer):
     supported_dtypes = frozenset(dtypes.all) - {dtypes.float16}
@@ -241,7 +241,7 @@ def test_the_report_is_complete_under_xdist(wrong_add):
 
 
 def test_kc_conformance_says_an_unknown_device_once_and_exits_2(capsys):
-  from kc.cli import main
+  from kc.tools.cli import main
   assert main(["conformance", "--device", "NOPE"]) == 2
   err = capsys.readouterr().err
   assert err.count("unknown device 'NOPE'") == 1 and "EMU" in err
@@ -249,7 +249,7 @@ def test_kc_conformance_says_an_unknown_device_once_and_exits_2(capsys):
 
 def test_spec_kind_selection():
   import pytest as _pytest
-  from kc.cli import SPEC_KINDS
+  from kc.tools.cli import SPEC_KINDS
   from kc_conformance.plugin import _spec_kinds
   from kc_conformance.specs import SPECS
   assert SPEC_KINDS == {s.kind for s in SPECS.values()}  # the CLI's list (it does not import the suite) stays the suite's
@@ -308,7 +308,7 @@ def test_the_certified_line_and_the_required_tier_rules():
 
 
 def _kc(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "kc.cli", "conformance", *args], capture_output=True, text=True,
+  return subprocess.run([sys.executable, "-m", "kc.tools.cli", "conformance", *args], capture_output=True, text=True,
                         timeout=300)
 
 
@@ -323,6 +323,6 @@ def test_kc_conformance_list_prints_the_selected_ids():
 
 
 def test_kc_conformance_refuses_a_required_tier_that_cannot_run(capsys):
-  from kc.cli import main
+  from kc.tools.cli import main
   assert main(["conformance", "--device", "EMU", "--tier", "compile", "--require-tier", "run"]) == 2
   assert "--require-tier run needs that tier to run, but --tier compile stops before it" in capsys.readouterr().err

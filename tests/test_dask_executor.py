@@ -87,7 +87,7 @@ def test_an_unreachable_scheduler_is_a_typed_error(monkeypatch):
 
 
 def test_kc_never_imports_dask_unless_a_cluster_is_used(tmp_path):
-  code = ("import sys, kc, kc.search, kc.search.dask_executor, kc.cli\n"
+  code = ("import sys, kc, kc.search, kc.search.dask_executor, kc.tools.cli\n"
           "from kc import ast as A\n"
           "kc.compile(A.sink(A.store(0, A.arg(1, kc.dtypes.float32, (8,)) * 2.0)), 'EMU')\n"
           "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")

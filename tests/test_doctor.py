@@ -4,7 +4,7 @@ that is merely absent (no GPU) is not. kc.Device.DEFAULT warns once when it fall
 import os, subprocess, sys, warnings
 import pytest
 import kc
-from kc import cli
+from kc.tools import cli
 from kc.runtime import device as device_module
 from kc.runtime.device import DeviceRegistry
 from kc.runtime.plugins import PLUGIN_API_VERSION, BackendSpec, PluginTable, PluginWarning
@@ -96,7 +96,7 @@ def test_a_compiler_that_does_not_exist(tmp_path):
   pytest.importorskip("kc_clang")
   env = {**os.environ, "KC_CC": "nonexistent-cc", "KC_CACHE_DIR": str(tmp_path)}
   env.pop("KC_DEVICE", None)
-  r = subprocess.run([sys.executable, "-m", "kc.cli", "doctor"], capture_output=True, text=True, env=env, timeout=600)
+  r = subprocess.run([sys.executable, "-m", "kc.tools.cli", "doctor"], capture_output=True, text=True, env=env, timeout=600)
   clang = next(ln for ln in r.stdout.splitlines() if ln.startswith("CLANG:"))
   assert r.returncode == 1 and "BROKEN" in clang and "'nonexistent-cc' is not on PATH" in clang, r.stdout + r.stderr
   code = "import kc\nprint(kc.Device.DEFAULT)\nprint(kc.Device.DEFAULT)\n"

@@ -138,7 +138,7 @@ def test_wmma_free_matmul_of_fp8_accumulates_in_float32():
 
 def test_a_new_backend_from_the_template_runs_fp8_through_the_base(tmp_path):
   import importlib, sys
-  from kc.new_backend import write_backend
+  from kc.tools.new_backend import write_backend
   from kc.runtime import plugins
   folder = write_backend("fp8toy", tmp_path)
   sys.path.insert(0, str(folder))
@@ -175,7 +175,7 @@ def test_a_cast_from_float64_rounds_once(device):
 def test_emu_wmma_with_fp8_inputs_multiplies_exactly_and_accumulates_in_float32(dt, md):
   # the built-in 4x4x4 half tensor core with fp8 inputs, as sm_89's m16n8k32 takes e4m3/e5m2 with float accumulation
   import dataclasses
-  from kc.runtime.emulator import BUILTIN_TENSOR_CORES, EmuRenderer
+  from kc.emu import BUILTIN_TENSOR_CORES, EmuRenderer
   tc = dataclasses.replace(BUILTIN_TENSOR_CORES[0], dtype_in=dt)
   renderer = EmuRenderer()
   renderer.tensor_cores = [tc]

@@ -3,8 +3,8 @@ error, a segfault) recorded as such, with reproducers that fail when run."""
 import json, os, re, subprocess, sys, textwrap
 import numpy as np
 import pytest
-from kc.fuzz import FuzzConfig, case_seed, fuzz, generate, kc_lines, np_lines, summary
-from kc.fuzz.check import FAILURES, OUTCOMES, judge, reference
+from kc.tools.fuzz import FuzzConfig, case_seed, fuzz, generate, kc_lines, np_lines, summary
+from kc.tools.fuzz.check import FAILURES, OUTCOMES, judge, reference
 from kc import dtypes
 from kc.testing.tolerance import EXACT, Tolerance, tolerance
 
@@ -22,7 +22,7 @@ def test_every_generated_case_has_a_sound_reference():
 
 
 def test_tolerance_is_the_core_table():
-  from kc.fuzz.tolerance import FLOATS, chain_bound
+  from kc.tools.fuzz.tolerance import FLOATS, chain_bound
   from kc.testing import tolerance as core
   # one inexact step's bound is the core table's numbers for the float types the fuzzer generates, every op class
   # included (a ulp bound as an rtol of that many ulps at 1.0)
@@ -69,7 +69,7 @@ kc.api.CompiledKernel.__call__ = _broken
 
 def _run_cli(tmp_path, env, *extra):
   out = tmp_path / "out"
-  p = subprocess.run([sys.executable, "-m", "kc.cli", "fuzz", "--device", "CLANG", "--n", "12", "--seed", "5", "--opts", "none",
+  p = subprocess.run([sys.executable, "-m", "kc.tools.cli", "fuzz", "--device", "CLANG", "--n", "12", "--seed", "5", "--opts", "none",
                       "--out", str(out), "--json", str(tmp_path / "r.json"), "--minimize", "20", *extra],
                      env=env, capture_output=True, text=True, timeout=300)
   return p, json.loads((tmp_path / "r.json").read_text())
@@ -105,8 +105,8 @@ def test_injected_crash_and_untyped_error_are_recorded_and_the_run_goes_on(tmp_p
 # ***** outcomes: a refusal while building is typed, a kc.KcError after it is an internal error *****
 
 from kc import errors as E  # noqa: E402
-from kc.fuzz.worker import Job, error_kind, run_job  # noqa: E402
-from kc.runtime.emulator import OutOfBoundsError  # noqa: E402
+from kc.tools.fuzz.worker import Job, error_kind, run_job  # noqa: E402
+from kc.emu import OutOfBoundsError  # noqa: E402
 
 
 @pytest.mark.parametrize("stage", ["build", "opts", "run"])
@@ -131,7 +131,7 @@ _JOB = ("k1 = A.arg(1, dtypes.float32, (4, 3))", "k2 = k1.sum(axis=(1,))", "sink
 
 def test_a_rewrite_error_after_the_build_is_an_internal_failure(monkeypatch):
   import kc.api
-  from kc.fuzz.check import Reference
+  from kc.tools.fuzz.check import Reference
   def broken(sink, k, dev): raise E.RewriteError("injected: the rewrite did not reach a fixed point")
   monkeypatch.setattr(kc.api, "_compile_kernel", broken)
   ref = Reference({0: np.zeros(4, np.float32)}, {0: EXACT})
@@ -191,12 +191,12 @@ def test_planted_build_time_refusal_is_typed_and_passes_the_run(tmp_path):
   assert all(r["stage"] == "build" for r in data["results"])
   assert not any(r["reproducer"] for r in data["results"]) and "injected: refused while building" in p.stdout
 
-# ***** the generator families (kc.fuzz.families) *****
+# ***** the generator families (kc.tools.fuzz.families) *****
 
-from kc.fuzz.families import FAMILIES, pick_family  # noqa: E402
-from kc.fuzz.recipe import NARROW_FLOATS, evaluate, narrow_round  # noqa: E402
-from kc.fuzz.check import output_comparison  # noqa: E402
-from kc.fuzz.tolerance import output_bound  # noqa: E402
+from kc.tools.fuzz.families import FAMILIES, pick_family  # noqa: E402
+from kc.tools.fuzz.recipe import NARROW_FLOATS, evaluate, narrow_round  # noqa: E402
+from kc.tools.fuzz.check import output_comparison  # noqa: E402
+from kc.tools.fuzz.tolerance import output_bound  # noqa: E402
 
 _SEEDS = range(200)
 
@@ -213,7 +213,7 @@ def _kc_dtype(kc_src: str) -> str: return kc_src.split("dtypes.")[1].split(",")[
 
 
 def test_families_are_drawn_by_seed_and_classic_keeps_the_old_generator():
-  from kc.fuzz.classic import Generator
+  from kc.tools.fuzz.classic import Generator
   drawn = [pick_family(case_seed(1, i)) for i in range(400)]
   assert set(drawn) == set(FAMILIES) and 0.5 < drawn.count("classic") / len(drawn) < 0.7
   for i in range(40):   # a classic seed makes exactly the kernel the generator made before there were families
@@ -328,7 +328,7 @@ def test_low_precision_matmuls_against_a_once_rounded_reference():
 
 
 def test_big_int64_sums_and_padto_unroll_opts_on_them():
-  from kc.fuzz.worker import random_opts
+  from kc.tools.fuzz.worker import random_opts
   rs = _family("bigsum", range(40))
   assert {_kc_dtype(_inputs(r)[0][0]) for r in rs} == {"int64", "uint64"}
   assert all(np.abs(_inputs(r)[0][1].astype(np.float64)).min() >= 2 ** 40 for r in rs)
@@ -367,14 +367,14 @@ def test_checker_flags_a_planted_special(got, want, ok):
 
 
 def test_bound_ignores_infinite_values_and_narrow_outputs_are_decoded():
-  from kc.fuzz.check import judge
-  from kc.fuzz.worker import Reply
+  from kc.tools.fuzz.check import judge
+  from kc.tools.fuzz.worker import Reply
   r = next(r for r in _family("specials") if r.output_dtypes() and np.isinf(reference(r).want[0]).any()
            and not output_bound(r, evaluate(r), r.outputs[0]).exact)
   ref = reference(r)
   assert np.isfinite(ref.bounds[0].atol) and np.isfinite(ref.bounds[0].rtol)
   dt, want = ref.narrow[0], ref.want[0]
-  from kc.fuzz.recipe import narrow_bits
+  from kc.tools.fuzz.recipe import narrow_bits
   assert judge(ref, Reply(outputs={0: narrow_bits(want, dt)})).outcome == "ok"
   planted = want.copy()
   planted[np.isinf(planted)] *= -1   # +inf <-> -inf
@@ -583,8 +583,8 @@ def test_narrow_float_steps_with_python_scalars_are_ml_dtypes_steps():
 
 def test_later_ops_run_on_clang_and_emu():
   # one kernel per later op (classic and specials), each under no opts and random ones: kc matches numpy
-  from kc.fuzz.check import check
-  from kc.fuzz.worker import DeviceWorker
+  from kc.tools.fuzz.check import check
+  from kc.tools.fuzz.worker import DeviceWorker
   picked = {}
   for r in _later_recipes():
     for op in set(r.ops()) & set(_LATER + ("pow",)): picked.setdefault((op, r.family), r)

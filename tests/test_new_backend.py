@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes
-from kc.cli import main
-from kc.new_backend import NewBackendError, backend_names, compatible_range, write_backend
+from kc.tools.cli import main
+from kc.tools.new_backend import NewBackendError, backend_names, compatible_range, write_backend
 from kc.runtime import plugins
 
 NAME = "nbtoy"  # a name no installed plugin takes

@@ -8,8 +8,8 @@ from kc import ast as A
 from kc.errors import KcError
 from kc.ir.dtype import dtypes
 from kc.kernel import Opt, OptOps
-from kc.fuzz.generate import generate
-from kc.fuzz.recipe import kc_lines
+from kc.tools.fuzz.generate import generate
+from kc.tools.fuzz.recipe import kc_lines
 from kc.runtime.cache import CacheWarning
 from kc.runtime.opt_cache import DB_NAME, OptCache, OptCacheWarning, OptEntry, OptKey, ast_key, opt_cache, opts_from_json, \
   opts_to_json, renderer_identity

@@ -138,7 +138,7 @@ def test_a_name_no_plugin_has_is_warned_about(monkeypatch):
 
 def _kc(*args: str, **env: str) -> subprocess.CompletedProcess:
   import os
-  return subprocess.run([sys.executable, "-m", "kc.cli", *args], capture_output=True, text=True, timeout=120,
+  return subprocess.run([sys.executable, "-m", "kc.tools.cli", *args], capture_output=True, text=True, timeout=120,
                         env={**os.environ, "KC_DEVICE": "", **env})
 
 

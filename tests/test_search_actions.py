@@ -5,7 +5,7 @@ import kc
 from kc import KernelOptError, Opt, OptOps, dtypes
 from kc import ast as A
 from kc.kernel import Kernel
-from kc.examples import EXAMPLES
+from kc.ast.examples import EXAMPLES
 from kc.search import SearchLimits, action_list, next_kernels
 from kc.search.actions import expand, kernel_limit_violation, local_bytes, program_limit_violation, upcast_cap
 from target_renderers import cpu_limits, gpu_limits, tensor_core_gpu_limits

@@ -1,11 +1,11 @@
-"""kc.split_reduce: a large reduce with few outputs becomes a partial and a combine kernel (what kc.compile runs as a
+"""kc.schedule.split_reduce: a large reduce with few outputs becomes a partial and a combine kernel (what kc.compile runs as a
 SplitCompiledKernel), checked against numpy on every device that runs here; and the ASTs it leaves alone."""
 import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes
 from kc.api import SplitCompiledKernel
-from kc.split_reduce import MIN_REDUCE, MIN_REDUCE_THREADS, TEMP, min_reduce, split_reduce
+from kc.schedule.split_reduce import MIN_REDUCE, MIN_REDUCE_THREADS, TEMP, min_reduce, split_reduce
 
 DEVICES = [d for d in ("CLANG", "EMU", "OPENCL") if kc.Device.unavailable_reason(d) is None]
 N = MIN_REDUCE * 2  # the transform's own tests: large enough for a device with work-groups

@@ -256,12 +256,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
   # codegen is a function of an optimized kernel AST and a renderer; the Kernel drives it (linearize, to_program)
   ("codegen", ("kc.codegen.*",)),
   ("kernel", ("kc.kernel.*",)),
+  # the scheduler: how a program over arrays becomes kernels (movement on UOp graphs, the split of a large reduce)
+  ("schedule", ("kc.schedule.*",)),
   ("search", ("kc.search.*",)),
   ("runtime", ("kc.runtime.*",)),
-  # importing the package kc itself runs kc/__init__.py, which imports everything: it is the top layer. The builder's
-  # helpers (ast_movement, ast_promotion) sit with the builder.
-  ("top", ("kc", "kc.api", "kc.ast", "kc.ast_movement", "kc.ast_promotion", "kc.split_reduce", "kc.cli", "kc.backend", "kc.examples",
-           "kc.fuzz.*", "kc.new_backend.*")),
+  # the EMU device, a backend that lives in the core: it builds on the runtime (CompiledDevice, HostAllocator, the plugin
+  # API) and nothing below imports it; kc.Device finds it through the kc.backends entry point
+  ("emu", ("kc.emu.*",)),
+  # importing the package kc itself runs kc/__init__.py, which imports everything: it is the top layer, with the api,
+  # the front end (kc.ast, the builder: its promotion tables and example programs), the backend contract and the tools
+  # (the kc command, kc fuzz, the new-backend template)
+  ("top", ("kc", "kc.api", "kc.backend", "kc.ast.*", "kc.tools.*")),
 ]
 
 

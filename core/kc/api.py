@@ -15,7 +15,7 @@ from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 from kc.shape.view import fmt_shape
-from kc.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
+from kc.schedule.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
 
 OptsArg = Union[str, Opt, Sequence[Opt], None]
 
@@ -31,13 +31,13 @@ class CompiledKernel:
     self.ast, self.kernel, self.program, self.device, self._handle = ast, kernel, program, device, handle
     dev = Device[device]
     # where the device's vector loads need aligned addresses, each buffer's widest vector access is its alignment
-    self.specs = buffer_specs(ast, program.name, program.vector_bytes() if dev.renderer.aligned_vectors else None)
+    self.specs = buffer_specs(ast, program.name, program.vector_bytes() if kernel.renderer.aligned_vectors else None)
     self._allocator = dev.allocator
     self._outputs = [s for s in self.specs if s.output]
     # without Variables the launch and the emptiness never change: decide them once
     self._static = not kernel.vars
     self._dims = program.launch_dims({}) if self._static else None
-    self._empty = all(s.elements_at({}) == 0 for s in self._outputs) if self._static else None
+    self._empty = self._static and all(s.elements_at({}) == 0 for s in self._outputs)
     # the launch takes buffers in the program's order; most programs use index order, which needs no reordering
     self._order = None if list(program.globals) == list(range(len(self.specs))) else tuple(program.globals)
 
@@ -58,11 +58,11 @@ class CompiledKernel:
     args = import_producers(args, specs, self.device, self._allocator, launch_stream)
     if self._static:
       if var_vals: self._var_values(var_vals)  # raises: the kernel takes no Variables
-      vals, empty, (global_size, local_size) = {}, self._empty, self._dims
+      vals, empty = {}, self._empty
     else:
       vals = self._var_values(var_vals)
       empty = all(s.elements_at(vals) == 0 for s in self._outputs)
-      global_size, local_size = self.program.launch_dims(vals)
+    global_size, local_size = self.launch_dims(vals)
     if empty:  # nothing to write: check the arguments, launch nothing
       for spec, arg in zip(specs, args): spec.check(arg, self.device, vals)
       return 0.0
@@ -76,6 +76,10 @@ class CompiledKernel:
     for copy_back in copies: copy_back()
     if debug_level() >= 2: self._report(seconds, vals)
     return seconds
+
+  def launch_dims(self, vals: dict[str, int]) -> tuple[Optional[list[int]], Optional[list[int]]]:
+    """The program's global and local size with the Variables at `vals` (computed once where there are none)."""
+    return self._dims if self._dims is not None else self.program.launch_dims(vals)
 
   def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
     """Run the program on `bufs` (in buffer-index order) and wait for it; its run time in seconds. A `stream` (the
@@ -105,7 +109,7 @@ class CompiledKernel:
 
 
 class SplitCompiledKernel(CompiledKernel):
-  """A large reduce with few outputs, compiled as two kernels (kc.split_reduce): a partial kernel that reduces
+  """A large reduce with few outputs, compiled as two kernels (kc.schedule.split_reduce): a partial kernel that reduces
   chunks of the reduce axis in parallel into a temporary buffer, allocated once here on the device, and a combine
   kernel that reduces the partials and computes what followed the reduce. It is called exactly as a CompiledKernel,
   with the original AST's buffers; `.program` and `.kernel` are the partial kernel's (the one that does the work),
@@ -122,8 +126,8 @@ class SplitCompiledKernel(CompiledKernel):
 
   def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
     pick = lambda order: [self._temp if i == TEMP else bufs[i] for i in order]
-    seconds = self.partial._launch(pick(self.split.partial_buffers), vals, *self.partial._dims, stream)
-    return seconds + self.combine._launch(pick(self.split.combine_buffers), vals, *self.combine._dims, stream)
+    seconds = self.partial._launch(pick(self.split.partial_buffers), vals, *self.partial.launch_dims(vals), stream)
+    return seconds + self.combine._launch(pick(self.split.combine_buffers), vals, *self.combine.launch_dims(vals), stream)
 
   def _report(self, seconds: float, vals: dict[str, int]):
     print(f"{self.device:8s} split into {self.name} and {self.combine.name} ({self.split.parts} parts)")
@@ -146,13 +150,13 @@ def optimize(k: Kernel, opts: OptsArg) -> Kernel:
       raise OptsError("opts='beam' searches on a device: use kc.compile(sink, device, opts='beam') or kc.api.beam_opts")
     raise OptsError(f"opts must be {OPTS_CHOICES}, got {opts!r}")
   one = isinstance(opts, Opt)
-  if one: opts = [opts]
-  if not isinstance(opts, (list, tuple)):
+  opt_list = [opts] if isinstance(opts, Opt) else opts
+  if not isinstance(opt_list, (list, tuple)):
     raise OptsError(f"opts must be {OPTS_CHOICES}, got {type(opts).__name__} {opts!r}")
-  if (bad := next((i for i, o in enumerate(opts) if not isinstance(o, Opt)), None)) is not None:
+  if (bad := next((i for i, o in enumerate(opt_list) if not isinstance(o, Opt)), None)) is not None:
     raise OptsError(f"opts must be {OPTS_CHOICES}, got {type(opts).__name__} {opts!r}: opts[{bad}] is "
-                    f"{type(opts[bad]).__name__} {opts[bad]!r}, not a kc.Opt")
-  for i, o in enumerate(opts):
+                    f"{type(opt_list[bad]).__name__} {opt_list[bad]!r}, not a kc.Opt")
+  for i, o in enumerate(opt_list):
     where = "opts" if one else f"opts[{i}]"
     try: k.apply_opt(o)
     except InvalidOptError as e: raise InvalidOptError(f"{where}: {e}") from None  # the message names the Opt already
@@ -231,7 +235,7 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   KC_TC gives (read once per compile; see kc.config).
 
   With the hand-coded opts, a large reduce with few outputs (a full sum) becomes two kernels that use every core
-  or compute unit (a SplitCompiledKernel, see kc.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
+  or compute unit (a SplitCompiledKernel, see kc.schedule.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
   one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
   dev = Device[device or Device.DEFAULT]
   opts, tc_level = resolve_opts(opts), read("KC_TC")

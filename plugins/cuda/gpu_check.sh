@@ -145,7 +145,7 @@ install_kc() {
   "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index \
     -e . -e plugins/cuda -e conformance
 }
-kc_cli() { "$PYTHON" -c 'import sys; from kc.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
+kc_cli() { "$PYTHON" -c 'import sys; from kc.tools.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
 show_nvrtc() {  # needs no GPU: NVRTC and the headers it compiles with, and one kernel through both
   "$PYTHON" - <<'EOF'
 from kc_cuda.compiler import NVRTCCompiler, bindings_major, cuda_headers, nvrtc_version

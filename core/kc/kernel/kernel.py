@@ -125,6 +125,17 @@ class Kernel:
   the optimizations change is `state` (a KernelState), whose fields are also attributes of the Kernel. `tc_level` is
   the tensor-core level its TC opts apply at (TC_LEVELS; kc.compile passes the configured one)."""
   state: KernelState
+  # KernelState's fields, which the loop after the class makes properties of the Kernel that read and write `state`
+  sts: list[ShapeTracker]
+  applied_opts: list[Opt]
+  group_for_reduces: int
+  upcasted: int
+  local_dims: int
+  tensor_core: Optional[TensorCore]
+  tensor_core_opts: Optional[TensorCoreOptions]
+  tc_level: int
+  bufs_for_tensor_core: dict[UOp, tuple[int, int]]
+  dont_use_locals: bool
 
   def __init__(self, ast: UOp, renderer: Optional[Renderer] = None, tc_level: int = 1, opts: Optional[Renderer] = None):
     # opts= is the renderer's older keyword (the seeds' name): accepted, never both

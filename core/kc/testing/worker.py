@@ -1,6 +1,6 @@
 """Work in a process of its own, so that a job that segfaults or hangs costs that job, not the caller.
 
-BEAM's compile pool (kc.search.executor), kc fuzz's per-device worker (kc.fuzz.worker) and the conformance suite's
+BEAM's compile pool (kc.search.executor), kc fuzz's per-device worker (kc.tools.fuzz.worker) and the conformance suite's
 worker (kc_conformance.worker) all run jobs here, and all get one classification of what became of a job, an Outcome:
 
   ok       the job returned (`value`)

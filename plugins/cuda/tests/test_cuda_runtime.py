@@ -81,7 +81,7 @@ def test_device_choice_from_the_environment(monkeypatch):
 @pytest.mark.skipif(REASON is None, reason="a CUDA GPU is available here")
 def test_devices_command_shows_the_reason():
   if "CUDA" not in kc.Device.names(): pytest.skip("the CUDA device is not registered (kc-cuda not installed)")
-  out = subprocess.run([sys.executable, "-m", "kc.cli", "devices"], capture_output=True, text=True, timeout=120).stdout
+  out = subprocess.run([sys.executable, "-m", "kc.tools.cli", "devices"], capture_output=True, text=True, timeout=120).stdout
   assert "CUDA" in out and REASON[:40] in out
 
 

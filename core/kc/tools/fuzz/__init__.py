@@ -1,6 +1,6 @@
 """kc fuzz: random kernels x random legal opts on any registered device, checked against numpy.
 
-    from kc.fuzz import FuzzConfig, fuzz, summary
+    from kc.tools.fuzz import FuzzConfig, fuzz, summary
     results = fuzz(FuzzConfig(devices=("CLANG",), n=100, seed=1))
     print(summary(results))
 
@@ -8,10 +8,10 @@ Every failure (a wrong answer, an internal error: a kc.KcError on a kernel the b
 a crash or a hang of the worker process) leaves a minimized, standalone reproducer script in the output folder; a
 kernel kc.ast refuses to build is a typed refusal, not a failure. `kc fuzz` is the command-line front end.
 """
-from kc.fuzz.generate import case_seed, generate
-from kc.fuzz.recipe import Node, Recipe, kc_lines, np_lines
-from kc.fuzz.report import Result, summary, write_json
-from kc.fuzz.runner import MODES, FuzzConfig, fuzz
+from kc.tools.fuzz.generate import case_seed, generate
+from kc.tools.fuzz.recipe import Node, Recipe, kc_lines, np_lines
+from kc.tools.fuzz.report import Result, summary, write_json
+from kc.tools.fuzz.runner import MODES, FuzzConfig, fuzz
 
 __all__ = ["FuzzConfig", "fuzz", "summary", "write_json", "Result", "generate", "case_seed", "Recipe", "Node",
            "kc_lines", "np_lines", "MODES"]

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import numpy as np
 from kc import ast as A
 from kc.ir.dtype import dtypes, least_upper_dtype
-from kc.fuzz.recipe import Node, Recipe, eval_node, input_node, is_exact, value_dtype
+from kc.tools.fuzz.recipe import Node, Recipe, eval_node, input_node, is_exact, value_dtype
 
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64", "uint64")   # the 64-bit ones come from int sums
 FLOAT_DTYPES = ("float16", "float32")

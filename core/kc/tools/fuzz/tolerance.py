@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from kc.ir.dtype import dtypes
 from kc.testing.tolerance import EXACT, Tolerance, tolerance
-from kc.fuzz.recipe import Recipe, exact_nodes, value_dtype
+from kc.tools.fuzz.recipe import Recipe, exact_nodes, value_dtype
 
 _ORDER = ("arith", "reduce", "transcendental")   # loosest last
 FLOATS = ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")   # most precise first

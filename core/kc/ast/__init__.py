@@ -2,7 +2,7 @@
 
 One builder expression is one kernel. Movement ops become ShapeTracker views at the leaves (the loads and the shaped
 constants); the operators, reduces, indexing and dtype rules are numpy 2's (docs/AST.md lists each op with its numpy
-namesake, and kc.ast_promotion holds the dtype tables). Illegal combinations raise InvalidASTError (or DTypeError for
+namesake, and kc.ast.promotion holds the dtype tables). Illegal combinations raise InvalidASTError (or DTypeError for
 a dtype rule) here, at build time, not later in code generation.
 
 An expression has two shapes. Its *kernel shape* is what the kernel computes over: every shape in a kernel has one
@@ -18,8 +18,8 @@ from __future__ import annotations
 import builtins, math
 from typing import Optional
 import numpy as np
-import kc.ast_promotion as P
-from kc.ast_movement import Move, extents, move
+from kc.ast import promotion as P
+from kc.schedule.movement import Move, extents, move
 from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.errors import DTypeError, InvalidASTError, KcError, ShapeError
 from kc.shape import ShapeTracker
@@ -27,7 +27,7 @@ from kc.shape.view import fmt_shape
 from kc.ir.uop import Ops, UOp, sint
 
 Scalar = P.Scalar
-# Python's scalars (weak) and numpy's (strong: kc.ast_promotion)
+# Python's scalars (weak) and numpy's (strong: kc.ast.promotion)
 _SCALARS = (bool, int, float) + P.NUMPY_SCALARS
 NDARRAY_OPERAND = ("np.ndarray operands are not kc expressions; use A.const or an A.arg buffer (kc passes arrays to "
                    "kernels as buffers, when the kernel runs)")

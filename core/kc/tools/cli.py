@@ -133,7 +133,7 @@ def _run_example(name: str, device: str, opts: str) -> tuple[float, float]:
   """(max abs error against numpy, seconds) of one example on one device."""
   import numpy as np
   from kc.api import compile as kc_compile
-  from kc.examples import example
+  from kc.ast.examples import example
   sink, inputs, ref = example(name).build()
   ck = kc_compile(sink, device, opts)
   out = np.zeros(ref.shape, ref.dtype)
@@ -203,7 +203,7 @@ def _self_test(name: str) -> int:
 def cmd_render(args) -> int:
   from kc.api import optimize
   from kc.runtime.device import Device
-  from kc.examples import example
+  from kc.ast.examples import example
   from kc.kernel import Kernel
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
@@ -232,7 +232,7 @@ def cmd_bench(args) -> int:
   import numpy as np
   from kc.api import compile as kc_compile
   from kc.runtime.device import Device
-  from kc.examples import EXAMPLES
+  from kc.ast.examples import EXAMPLES
   devices = args.device or Device.available()
   rows, failed = [], 0
   for dev in devices:
@@ -342,12 +342,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def cmd_fuzz(args) -> int:
-  """Random kernels x opts modes on the chosen devices against numpy; non-zero when any fails (kc.fuzz.check.FAILURES:
+  """Random kernels x opts modes on the chosen devices against numpy; non-zero when any fails (kc.tools.fuzz.check.FAILURES:
   a wrong answer, an internal or untyped error, a crash or a hang)."""
   import time
   from kc.runtime.device import Device
-  from kc.fuzz import FuzzConfig, fuzz, summary, write_json
-  from kc.fuzz.check import FAILURES
+  from kc.tools.fuzz import FuzzConfig, fuzz, summary, write_json
+  from kc.tools.fuzz.check import FAILURES
   cfg = FuzzConfig(devices=tuple(args.device or [Device.DEFAULT]), n=args.n, seed=args.seed,
                    modes=tuple(m.strip() for m in args.opts.split(",") if m.strip()), timeout=args.timeout, out_dir=args.out,
                    minimize_seconds=args.minimize, families=tuple(f.strip() for f in args.family.split(",") if f.strip()))
@@ -454,7 +454,7 @@ def _beam_command(args) -> int:
   from kc.api import DEFAULT_BEAM_WIDTH, beam_opts, beam_width_from_env, optimize
   from kc.kernel import Kernel
   from kc.runtime.device import Device
-  from kc.examples import example
+  from kc.ast.examples import example
   if (args.example is None) == (args.ast is None): raise UsageError("kc beam takes an EXAMPLE or --ast FILE (one of them)")
   sink, what = (example(args.example).build()[0], args.example) if args.example is not None else (load_ast_file(args.ast), args.ast)
   device = Device.spec(args.device).name if args.device else Device.DEFAULT
@@ -488,7 +488,7 @@ def _beam_command(args) -> int:
 
 def cmd_new_backend(args) -> int:
   """Write a backend plugin package to start from, and say what to do with it next."""
-  from kc.new_backend import backend_names, write_backend
+  from kc.tools.new_backend import backend_names, write_backend
   root = write_backend(args.name, args.dir)
   n = backend_names(args.name)
   print(f"wrote {root}/ (distribution {n.distribution}, package {n.package}, device {n.device}):")
@@ -542,11 +542,11 @@ def build_parser() -> argparse.ArgumentParser:
   z.add_argument("--out", default="kc-fuzz-failures", metavar="DIR", help="where reproducers go (default ./kc-fuzz-failures)")
   z.add_argument("--timeout", type=float, default=60.0, metavar="SEC", help="seconds a case may run before it counts as a hang")
   z.add_argument("--minimize", type=float, default=120.0, metavar="SEC", help="seconds per device for minimizing failures")
-  z.add_argument("--family", default="", metavar="F[,F]", help="only kernels of these generator families (kc.fuzz.families): "
+  z.add_argument("--family", default="", metavar="F[,F]", help="only kernels of these generator families (kc.tools.fuzz.families): "
                  "classic, specials, intdiv, computed, compare, lowp_matmul, bigsum, bigindex (default: all, drawn by seed)")
   z.set_defaults(fn=cmd_fuzz)
   bm = sub.add_parser("beam", help="BEAM search for an example kernel (or one from a file): the chosen opts and their speedup")
-  from kc.examples import EXAMPLES
+  from kc.ast.examples import EXAMPLES
   bm.add_argument("example", nargs="?", choices=list(EXAMPLES), default=None, help="a named example kernel (or give --ast)")
   bm.add_argument("--ast", default=None, metavar="FILE", help="a Python file that leaves a kc.ast sink in the variable `sink`")
   bm.add_argument("--device", default=None, help="the device to search on (default: the default device)")

@@ -26,8 +26,8 @@ from typing import Optional, Sequence
 import numpy as np
 from kc import ast as A, dtypes
 from kc.errors import KcError
-from kc.fuzz.classic import Generator, _broadcasts
-from kc.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
+from kc.tools.fuzz.classic import Generator, _broadcasts
+from kc.tools.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
 
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface
 FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.09, "intdiv": 0.06, "computed": 0.07, "compare": 0.06,

@@ -3,12 +3,12 @@ of a run's cases."""
 from __future__ import annotations
 from typing import Optional
 import numpy as np
-from kc.fuzz.families import build, pick_family
-from kc.fuzz.recipe import Recipe
+from kc.tools.fuzz.families import build, pick_family
+from kc.tools.fuzz.recipe import Recipe
 
 
 def generate(seed: int, size: float = 1.0, family: Optional[str] = None) -> Recipe:
-  """The random kernel of `seed` (`size` < 1 shrinks its shapes). The family (kc.fuzz.families.FAMILIES) is drawn
+  """The random kernel of `seed` (`size` < 1 shrinks its shapes). The family (kc.tools.fuzz.families.FAMILIES) is drawn
   from the seed unless given; "classic" kernels are the ones classic.Generator made before the families existed."""
   return build(family or pick_family(seed), seed, size)
 

@@ -5,10 +5,10 @@ are run (a hang costs the whole timeout, so hangs get only a few).
 """
 from __future__ import annotations
 from dataclasses import replace
-from kc.fuzz.check import Verdict, check, reference
-from kc.fuzz.generate import generate
-from kc.fuzz.recipe import Recipe, evaluate, input_node, value_dtype
-from kc.fuzz.worker import DeviceWorker, OptsSpec
+from kc.tools.fuzz.check import Verdict, check, reference
+from kc.tools.fuzz.generate import generate
+from kc.tools.fuzz.recipe import Recipe, evaluate, input_node, value_dtype
+from kc.tools.fuzz.worker import DeviceWorker, OptsSpec
 
 _HANG_TRIES = 3
 

@@ -11,13 +11,13 @@ from itertools import chain, zip_longest
 from typing import Callable, Optional
 from kc.runtime.device import Device
 from kc.errors import ConfigError, KcError
-from kc.fuzz.check import FAILURES, Reference, Verdict, check, reference
-from kc.fuzz.families import FAMILIES, pick_family
-from kc.fuzz.generate import case_seed, generate
-from kc.fuzz.minimize import minimize, same_failure
-from kc.fuzz.recipe import Recipe
-from kc.fuzz.report import Result, write_reproducer
-from kc.fuzz.worker import DeviceWorker
+from kc.tools.fuzz.check import FAILURES, Reference, Verdict, check, reference
+from kc.tools.fuzz.families import FAMILIES, pick_family
+from kc.tools.fuzz.generate import case_seed, generate
+from kc.tools.fuzz.minimize import minimize, same_failure
+from kc.tools.fuzz.recipe import Recipe
+from kc.tools.fuzz.report import Result, write_reproducer
+from kc.tools.fuzz.worker import DeviceWorker
 
 MODES = ("none", "hand", "random")
 
@@ -32,7 +32,7 @@ class FuzzConfig:
   out_dir: str = "kc-fuzz-failures"
   minimize_tries: int = 30            # candidate runs per failure
   minimize_seconds: float = 120.0     # per device, for all its failures together; later ones are written as found
-  families: tuple[str, ...] = ()      # generate only kernels of these families (kc.fuzz.families.FAMILIES); () is all
+  families: tuple[str, ...] = ()      # generate only kernels of these families (kc.tools.fuzz.families.FAMILIES); () is all
 
   def validate(self) -> "FuzzConfig":
     if not self.devices: raise ConfigError("kc fuzz needs at least one device")

@@ -65,7 +65,7 @@ class Recipe:
   outputs: tuple[int, ...]
   data: dict[int, np.ndarray] = field(compare=False)
   seed: int = 0
-  family: str = "classic"       # the generator that made it (kc.fuzz.families); generate(seed, size, family) remakes it
+  family: str = "classic"       # the generator that made it (kc.tools.fuzz.families); generate(seed, size, family) remakes it
   specials: bool = False        # NaN and infs may occur in the middle (numpy's IEEE answers are the reference)
 
   def live(self) -> list[int]:
@@ -142,7 +142,7 @@ def eval_node(r: Recipe, i: int, values: dict[int, np.ndarray]) -> np.ndarray:
 
 # the names numpy templates use: numpy, and kc's codec for the float types numpy lacks (a reproducer imports the same)
 NP_NAMES = {"np": np, "rnd": narrow_round, "decode": narrow_values}
-NP_IMPORTS = "from kc.fuzz.recipe import narrow_round as rnd, narrow_values as decode  # noqa: F401"
+NP_IMPORTS = "from kc.tools.fuzz.recipe import narrow_round as rnd, narrow_values as decode  # noqa: F401"
 
 
 def evaluate(r: Recipe) -> dict[int, np.ndarray]:

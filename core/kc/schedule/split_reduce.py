@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 from typing import Optional
-from kc.ast_movement import Move, move, shape_of
+from kc.schedule.movement import Move, move, shape_of
 from kc.errors import KcError
 from kc.helpers import round_up
 from kc.ir.dtype import DType, ImageDType, dtypes

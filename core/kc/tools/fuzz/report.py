@@ -5,9 +5,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 import numpy as np
-from kc.fuzz.check import FAILURES, OUTCOMES, Reference
-from kc.fuzz.recipe import NP_IMPORTS, Recipe, kc_lines, np_lines
-from kc.fuzz.worker import OptsSpec
+from kc.tools.fuzz.check import FAILURES, OUTCOMES, Reference
+from kc.tools.fuzz.recipe import NP_IMPORTS, Recipe, kc_lines, np_lines
+from kc.tools.fuzz.worker import OptsSpec
 
 _INLINE_ELEMENTS = 256   # inputs up to this size are written into the script; larger ones go to an .npz beside it
 
@@ -16,7 +16,7 @@ _INLINE_ELEMENTS = 256   # inputs up to this size are written into the script; l
 class Result:
   """One case on one device under one opts mode."""
   case: int
-  seed: int                 # the case's own seed (kc.fuzz.generate.generate(seed) rebuilds its kernel)
+  seed: int                 # the case's own seed (kc.tools.fuzz.generate.generate(seed) rebuilds its kernel)
   device: str
   mode: str
   opts: OptsSpec
@@ -25,7 +25,7 @@ class Result:
   stage: str = ""
   ops: list = field(default_factory=list)
   reproducer: Optional[str] = None
-  family: str = ""          # the generator family of the case (kc.fuzz.families)
+  family: str = ""          # the generator family of the case (kc.tools.fuzz.families)
 
   def kind(self) -> str:
     """What failures have in common, for counting: the outcome and the error's type and normalized message, or for a
@@ -79,7 +79,7 @@ def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts:
     "import kc",
     "from kc import Opt, OptOps, ast as A, dtypes  # noqa: F401",
     NP_IMPORTS,
-    "from kc.fuzz.check import output_comparison",
+    "from kc.tools.fuzz.check import output_comparison",
     "from kc.testing.tolerance import Tolerance",
     "nan, inf = float('nan'), float('inf')  # as the input lists below spell them",
     "",

@@ -270,7 +270,7 @@ import subprocess, sys
 
 
 def test_the_conformance_suite_passes_on_${entry_point}():
-  r = subprocess.run([sys.executable, "-m", "kc.cli", "conformance", "--device", "${device}"], capture_output=True, text=True)
+  r = subprocess.run([sys.executable, "-m", "kc.tools.cli", "conformance", "--device", "${device}"], capture_output=True, text=True)
   assert r.returncode == 0, f"kc conformance --device ${device} failed:\\n{r.stdout[-6000:]}\\n{r.stderr[-3000:]}"
 '''
 

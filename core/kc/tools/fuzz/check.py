@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 from typing import Optional
 import numpy as np
 from kc.ir.dtype import dtypes
-from kc.fuzz.recipe import Recipe, evaluate, kc_lines, narrow_values, soundness_problem
-from kc.fuzz.tolerance import output_bound
-from kc.fuzz.worker import DeviceWorker, Job, OptsSpec, Reply
+from kc.tools.fuzz.recipe import Recipe, evaluate, kc_lines, narrow_values, soundness_problem
+from kc.tools.fuzz.tolerance import output_bound
+from kc.tools.fuzz.worker import DeviceWorker, Job, OptsSpec, Reply
 from kc.testing.compare import Comparison, compare
 from kc.testing.tolerance import Tolerance
 
