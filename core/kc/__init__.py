@@ -9,13 +9,14 @@ from kc.ir.rewrite import UPat, PatternMatcher, graph_rewrite
 from kc.ir.symbolic import resolve, sym_infer, ssimplify, smax, smin
 from kc.shape import ShapeTracker, View
 from kc.runtime.device import Device, Buffer
-from_dlpack = Buffer.from_dlpack  # kc.from_dlpack(x, device=None, copy=False): a Buffer over any DLPack producer's memory
 from kc.kernel import Kernel, Opt, OptOps
 from kc.renderer import Renderer, TensorCore, Program
 from kc.api import compile, run, CompiledKernel, SplitCompiledKernel  # noqa: A004
-from kc import ast  # noqa: E402
-from kc import config  # noqa: E402
-from kc.config import Context  # noqa: E402  (kc.Context(KC_BEAM=2): a scoped override of environment knobs)
+from kc import ast
+from kc import config
+from kc.config import Context  # kc.Context(KC_BEAM=2): a scoped override of environment knobs
+
+from_dlpack = Buffer.from_dlpack  # kc.from_dlpack(x, device=None, copy=False): a Buffer over any DLPack producer's memory
 
 __version__ = _distribution_version("kc-core")
 
