@@ -50,10 +50,11 @@ def random_opts(sink, device: str, seed: int) -> list:
   padding a reduce that is then unrolled is a combination single random opts rarely hit. That choice comes from a
   random stream of its own, so the opts the plain draws give a seed stay those they were."""
   from kc.runtime.device import Device
+  from kc.config import read
   from kc.errors import KernelOptError
   from kc.kernel import Kernel, Opt, OptOps
   rng = random.Random(seed)
-  k = Kernel(sink, Device[device].renderer)
+  k = Kernel(sink, Device[device].renderer, tc_level=read("KC_TC"))  # the level kc.run will apply the opts at
   tries: list[Opt] = []
   if k.renderer.tensor_cores and rng.random() < 0.5: tries.append(Opt(OptOps.TC, rng.choice((0, 0, 1)), rng.choice((0, 1, 2))))
   for _ in range(rng.randint(1, 8)):
