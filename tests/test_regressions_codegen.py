@@ -37,9 +37,11 @@ CHAINS = {
   "sum0.sum1": ((2, 3), lambda x: x.sum(0, keepdims=True).sum(1, keepdims=True), lambda a: a.sum(0, keepdims=True).sum(1, keepdims=True)),
   "max0.sum1": ((4, 6), lambda x: x.max(0, keepdims=True).sum(1, keepdims=True), lambda a: a.max(0, keepdims=True).sum(1, keepdims=True)),
   "prod0.sum1": ((3, 5), lambda x: x.prod(0, keepdims=True).sum(1, keepdims=True), lambda a: a.prod(0, keepdims=True).sum(1, keepdims=True)),
-  "max02.sum13": ((2, 2, 2, 4), lambda x: x.max((0, 2), keepdims=True).sum((1, 3), keepdims=True), lambda a: a.max((0, 2), keepdims=True).sum((1, 3), keepdims=True)),
+  "max02.sum13": ((2, 2, 2, 4), lambda x: x.max((0, 2), keepdims=True).sum((1, 3), keepdims=True),
+                  lambda a: a.max((0, 2), keepdims=True).sum((1, 3), keepdims=True)),
   "sum01+sum1": ((4, 2), lambda x: x.sum((0, 1), keepdims=True) + x.sum(1, keepdims=True), lambda a: a.sum() + a.sum(1, keepdims=True)),
-  "(x-sum1).max0": ((3, 4), lambda x: (x - x.sum(1, keepdims=True)).max(0, keepdims=True), lambda a: (a - a.sum(1, keepdims=True)).max(0, keepdims=True)),
+  "(x-sum1).max0": ((3, 4), lambda x: (x - x.sum(1, keepdims=True)).max(0, keepdims=True),
+                    lambda a: (a - a.sum(1, keepdims=True)).max(0, keepdims=True)),
 }
 
 
@@ -128,7 +130,8 @@ def test_random_reduce_chains_with_random_opts(device):
 
 def test_outputs_that_reduce_different_axes_are_refused():
   x = X(4, 4)
-  with pytest.raises(InvalidASTError, match=r"one shape .* got \(4, 1\), \(1, 4\)"): A.sink(A.store(0, x.sum(1, keepdims=True)), A.store(2, x.sum(0, keepdims=True)))
+  with pytest.raises(InvalidASTError, match=r"one shape .* got \(4, 1\), \(1, 4\)"):
+    A.sink(A.store(0, x.sum(1, keepdims=True)), A.store(2, x.sum(0, keepdims=True)))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -225,12 +228,14 @@ def test_work_group_beyond_the_device_limit_is_refused():
   k.apply_opt(Opt(OptOps.LOCAL, 0, 4))
   small = _SmallGroups()
   small.local_max, small.max_work_group_size = (4, 4, 2), None
-  with pytest.raises(KernelOptError, match=r"work-group of 64 threads \(local dims \(64,\)\) exceeds the renderer's local_max \(4, 4, 2\) \(32 threads\)"):
+  with pytest.raises(KernelOptError,
+                     match=r"work-group of 64 threads \(local dims \(64,\)\) exceeds the renderer's local_max \(4, 4, 2\) \(32 threads\)"):
     Kernel(A.sink(A.store(0, X(64, 4) * 2.0)), small).apply_opt(Opt(OptOps.LOCAL, 0, 64))
 
 
 def test_opt_errors_say_why_in_numbers():
-  with pytest.raises(KernelOptError, match=r"3 does not divide 16 \(axis 0\)"): Kernel(A.sink(A.store(0, X(16) * 2.0)), kc.Device["EMU"].renderer).apply_opt(Opt(OptOps.UPCAST, 0, 3))
+  with pytest.raises(KernelOptError, match=r"3 does not divide 16 \(axis 0\)"):
+    Kernel(A.sink(A.store(0, X(16) * 2.0)), kc.Device["EMU"].renderer).apply_opt(Opt(OptOps.UPCAST, 0, 3))
 
 
 @pytest.mark.skipif(_opencl_reason() is not None, reason="no OpenCL device")

@@ -170,7 +170,9 @@ DEFAULT_BEAM_WIDTH = 2
 def beam_width_from_env() -> int:
   """KC_BEAM: the beam width that opts=None (the default) searches with; 0 or unset: hand-coded opts."""
   width = read("KC_BEAM")
-  if width < 0: raise ConfigError(f"KC_BEAM={width} is not a beam width: set it to a number of candidates kept per round (> 0), or 0 for hand-coded opts")
+  if width < 0:
+    raise ConfigError(f"KC_BEAM={width} is not a beam width: set it to a number of candidates kept per round (> 0), "
+                      "or 0 for hand-coded opts")
   return width
 
 

@@ -49,7 +49,8 @@ def print_uops(name: str, uops: list[UOp]) -> None:
   pos = {u: i for i, u in enumerate(uops)}
   print(f"{name}: {len(uops)} uops")
   for i, u in enumerate(uops):
-    print(f"{i:4d} {u.op.name:14s} {str(u.dtype.name if hasattr(u.dtype, 'name') else u.dtype):16s} {[pos.get(s, '-') for s in u.src]!s:24s} {u.arg!r}")
+    dtype_name = str(u.dtype.name if hasattr(u.dtype, 'name') else u.dtype)
+    print(f"{i:4d} {u.op.name:14s} {dtype_name:16s} {[pos.get(s, '-') for s in u.src]!s:24s} {u.arg!r}")
 
 
 def _check_launch_limits(prg: Program, renderer) -> None:

@@ -115,7 +115,8 @@ def _upcast_expanded_axes(k: OptimizingKernel) -> None:
     for axis, amt in itertools.product(range(k.first_reduce), [3, 4]):
       if axis in done or not isinstance(k.full_shape[axis], int) or k.full_shape[axis] % amt != 0: continue
       if any(st.views[-1].strides[axis] == 0 and not any(x[1] == 0 for x in k.upcasted_axis(i)) for i, st in enumerate(k.sts)):
-        choices.append((sum(_positive(st.views[-1].strides[axis]) for st in k.sts), sum(_stride_weight(st.views[-1].strides[axis]) for st in k.sts), axis, amt))
+        choices.append((sum(_positive(st.views[-1].strides[axis]) for st in k.sts),
+                        sum(_stride_weight(st.views[-1].strides[axis]) for st in k.sts), axis, amt))
     if not choices: break
     _, _, axis, amt = sorted(choices)[0]
     if axis in k.sts[0].unit_stride_axes() and (width := _widest_vector(k)) and k.full_shape[axis] % width == 0: amt = width
@@ -209,7 +210,8 @@ def _unroll_window(k: OptimizingKernel) -> None:
 
 def _unroll_reduce(k: OptimizingKernel) -> None:
   """Unroll a small last reduce axis entirely (and a second one if both are tiny), else by 4."""
-  if not (k.first_reduce < k.first_upcast and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(r for _, _, r in k.upcasted_axis(k.full_buf_index)))
+  if not (k.first_reduce < k.first_upcast
+          and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(r for _, _, r in k.upcasted_axis(k.full_buf_index)))
           and (k.upcasted == 0 or prod(k.full_shape[-k.upcasted:]) < 64)):
     return
   if isinstance(s := k.full_unupcasted_shape[-1], int) and s <= 32:

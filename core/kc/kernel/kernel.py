@@ -277,7 +277,7 @@ class Kernel:
       # fake strides that stop merges across the image's (height, width, 4) axes
       if groups := get_contraction(self.output_shape, img.shape):
         special: tuple = ()
-        for i, g in enumerate(groups):
+        for g in groups:
           piece = tuple(self.output_shape[x] for x in g)
           special += strides_for_shape(piece)
         shapes.append(self.output_shape)
@@ -334,8 +334,10 @@ class Kernel:
       size = self.full_shape[axis]
       check(not (isinstance(size, int) and size == 0), f"axis {axis} has size 0 (the kernel does no work): nothing to {opt.op.name}")
       amt = opt.amt if opt.amt != 0 else size
-      check(isinstance(amt, int) and amt != 1, f"{opt.op.name} by {amt if isinstance(amt, int) else amt.render()} is meaningless (1 or a symbolic amount)")
-      if opt.op is not OptOps.PADTO: check(resolve(size % amt == 0, False), f"{amt} does not divide {size if isinstance(size, int) else size.render()} (axis {axis})")
+      check(isinstance(amt, int) and amt != 1,
+            f"{opt.op.name} by {amt if isinstance(amt, int) else amt.render()} is meaningless (1 or a symbolic amount)")
+      if opt.op is not OptOps.PADTO:
+        check(resolve(size % amt == 0, False), f"{amt} does not divide {size if isinstance(size, int) else size.render()} (axis {axis})")
     else: amt = -1
 
     if self.reduceop is not None and (opt.op in (OptOps.GROUP, OptOps.GROUPTOP) or
@@ -344,7 +346,8 @@ class Kernel:
       upcast_sz = prod(a for a, b in zip(self.full_shape[self.first_upcast:], self.sts[0].shape[self.first_upcast:]) if a == b)
       local_sz = prod(self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces])
       smem_sz = amt * acc_sz * upcast_sz * local_sz
-      check(resolve(smem_sz <= self.renderer.shared_max, False), f"exceeds maximum shared memory size: needs {smem_sz}, max {self.renderer.shared_max}")
+      check(resolve(smem_sz <= self.renderer.shared_max, False),
+            f"exceeds maximum shared memory size: needs {smem_sz}, max {self.renderer.shared_max}")
 
     if opt.op is OptOps.LOCAL:
       check(self.renderer.has_local, "target does not support local")
@@ -359,7 +362,8 @@ class Kernel:
       check(len(all_axes) == len(set(all_axes)), "can't group with parallel reduces")
       # a chain of reduces over different axes (x.sum(0).sum(1)) would combine a group's partial results inside
       # another reduce's loop, where only some threads run each step
-      check(len(self.reduceops) == 1, f"can't group a kernel with {len(self.reduceops)} reduces (a chain of reduces over different axes); only a single reduce is grouped")
+      check(len(self.reduceops) == 1, f"can't group a kernel with {len(self.reduceops)} reduces (a chain of reduces over different axes); "
+                                      "only a single reduce is grouped")
       self.shift_to(axis, amt, top=opt.op is OptOps.GROUPTOP, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     elif opt.op is OptOps.UNROLL:
@@ -386,11 +390,13 @@ class Kernel:
       self.shift_to(axis, amt, insert_before=self.first_reduce + self.group_for_reduces)
       self.group_for_reduces += 1
     elif opt.op is OptOps.NOLOCALS:
-      check(self.renderer.has_local and not self.dont_use_locals, "NOLOCALS is meaningless if target does not support local or already not using locals")
+      check(self.renderer.has_local and not self.dont_use_locals,
+            "NOLOCALS is meaningless if target does not support local or already not using locals")
       check(self.local_dims == 0 and self.group_for_reduces == 0, "can't have no locals with locals")
       self.dont_use_locals = True
     elif opt.op is OptOps.SWAP:
-      check(axis < amt < self.global_dims, f"swap is only for globals with axis < amt, getting amt={amt}, axis={axis}, global_dims={self.global_dims}")
+      check(axis < amt < self.global_dims,
+            f"swap is only for globals with axis < amt, getting amt={amt}, axis={axis}, global_dims={self.global_dims}")
       permute = list(range(self.shape_len))
       permute[axis], permute[amt] = permute[amt], permute[axis]
       self.reshape_and_permute(None, permute)
@@ -450,7 +456,8 @@ class Kernel:
     dims = self.full_shape[self.first_reduce - self.local_dims:self.first_reduce + self.group_for_reduces]
     if not all_int(dims): return
     if (limits := self.renderer.local_max) is not None:
-      check(prod(dims) <= prod(limits), f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the renderer's local_max {limits} ({prod(limits)} threads)")
+      check(prod(dims) <= prod(limits),
+            f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the renderer's local_max {limits} ({prod(limits)} threads)")
     if (most := self.renderer.max_work_group_size) is not None:
       check(prod(dims) <= most, f"a work-group of {prod(dims)} threads (local dims {dims}) exceeds the device's max work-group size {most}")
 
@@ -462,7 +469,8 @@ class Kernel:
     tc = self.tensor_core
     staged = prod(1 if self.first_reduce <= j < self.first_upcast else s for j, s in enumerate(self.full_shape))
     need = 2 * staged * tc.dtype_in.itemsize
-    check(resolve(need <= self.renderer.shared_max, False), f"tensor-core level 3 stages {need} bytes of inputs in local memory, more than shared_max {self.renderer.shared_max}")
+    check(resolve(need <= self.renderer.shared_max, False),
+          f"tensor-core level 3 stages {need} bytes of inputs in local memory, more than shared_max {self.renderer.shared_max}")
 
   def _create_tc_opts(self, reduceop: UOp, tc: "TensorCore", axis: int, opt_level: int) -> Optional[TensorCoreOptions]:
     has_cast = tc.dtype_in != tc.dtype_out
@@ -569,7 +577,8 @@ class Kernel:
     share a name: the name is part of the source, and a source that depended on what the process compiled before
     (a per-process counter) would miss the compile cache in every other process."""
     if "name" not in self.__dict__:
-      kind = "r" if self.reduceop is not None else ("C" if all(x.op in GroupOp.Buffer or x.op in (Ops.VIEW, Ops.DEFINE_GLOBAL) for x in self.ast.parents) else "E")
+      kind = "r" if self.reduceop is not None else \
+        ("C" if all(x.op in GroupOp.Buffer or x.op in (Ops.VIEW, Ops.DEFINE_GLOBAL) for x in self.ast.parents) else "E")
       suffix = colored("_", "BLACK").join(colored(x.render() if isinstance(x, UOp) else str(x), c) for x, c in zip(self.full_shape, self.colors()))
       name = kind + (f"{len(self.ast.src)}" if len(self.ast.src) > 1 else "") + "_" + suffix
       self.__dict__["name"] = name

@@ -9,8 +9,8 @@ reaches is checked.
 A numpy argument must have the declared shape, ignoring size-1 dims (a reduce keeps its axes as 1, so a (M, 1, N)
 output takes an (M, N) array), or be 1-D with as many elements (frameworks that hold flat buffers). Its dtype must
 be the buffer's; for the dtypes numpy lacks (bfloat16, fp8e4m3, fp8e5m2) either ml_dtypes' array type of that name or the
-raw bits in the unsigned int of the same size (uint16, uint8). A non-contiguous input is copied, which is correct and only slower; an output is written in
-place, so it must be C-contiguous and writeable.
+raw bits in the unsigned int of the same size (uint16, uint8). A non-contiguous input is copied, which is correct and only
+slower; an output is written in place, so it must be C-contiguous and writeable.
 
 Any other DLPack producer (a torch, cupy or jax array) is read through its capsule (`import_producers`) and follows the
 same rules: host memory becomes a numpy array over the producer's memory (so CLANG and EMU use it in place, and a GPU

@@ -22,6 +22,7 @@ from kc.search.result import RoundStats, SearchEvent, SearchInterrupted, SearchR
 from kc.search.timing import Launcher, SearchBuffers, TimingPlan, time_launcher
 
 FINAL_RUNS = 5  # runs of each side in the final head-to-head (interleaved, after one warm-up each)
+DEFAULT_TIMING = TimingPlan()  # TimingPlan is frozen, so every search can share one default
 
 
 class SearchWarning(UserWarning):
@@ -136,19 +137,22 @@ def _validate(kernel: Any, device: Any, width: Any, min_gain: Any, max_rounds: A
   if not isinstance(kernel, Kernel): raise KcError(f"beam_search takes a kc.Kernel, got {type(kernel).__name__}")
   if kernel.applied_opts: raise KcError(f"beam_search starts from a kernel with no opts applied; this one has {kernel.applied_opts}")
   missing = [a for a in ("name", "compiler", "runtime", "allocator") if not hasattr(device, a)]
-  if missing: raise KcError(f"beam_search needs a device (kc.Device[name]) with .name .compiler .runtime .allocator; {device!r} lacks {', '.join(missing)}")
+  if missing:
+    raise KcError(f"beam_search needs a device (kc.Device[name]) with .name .compiler .runtime .allocator; {device!r} lacks {', '.join(missing)}")
   def whole(x): return isinstance(x, int) and not isinstance(x, bool)
   if not whole(width) or width < 1: raise ConfigError(f"beam width is an int >= 1, got {width!r}")
   if not isinstance(min_gain, (int, float)) or isinstance(min_gain, bool) or not 0 <= min_gain < 1:
     raise ConfigError(f"min_gain is a fraction in [0, 1), got {min_gain!r}")
-  if max_rounds is not None and (not whole(max_rounds) or max_rounds < 0): raise ConfigError(f"max_rounds is None or an int >= 0, got {max_rounds!r}")
-  if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0: raise ConfigError(f"timeout is seconds > 0, got {timeout!r}")
+  if max_rounds is not None and (not whole(max_rounds) or max_rounds < 0):
+    raise ConfigError(f"max_rounds is None or an int >= 0, got {max_rounds!r}")
+  if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+    raise ConfigError(f"timeout is seconds > 0, got {timeout!r}")
   if not whole(seed): raise ConfigError(f"seed is an int, got {seed!r}")
 
 
 def beam_search(kernel: Kernel, device: Any, width: int = 2, *, min_gain: float = 0.01, max_rounds: Optional[int] = None,
                 timeout: float = 30.0, executor: Any = None, progress: Optional[Callable[[SearchEvent], None]] = None,
-                seed: int = 0, limits: SearchLimits = DEFAULT_LIMITS, timing: TimingPlan = TimingPlan()) -> SearchResult:
+                seed: int = 0, limits: SearchLimits = DEFAULT_LIMITS, timing: TimingPlan = DEFAULT_TIMING) -> SearchResult:
   """The fastest opts found for `kernel` (a kc.Kernel with no opts applied; it is not changed) on `device` (an
   object with .name .renderer .compiler .runtime .allocator, as kc.Device[name] is).
 

@@ -252,7 +252,8 @@ def cmd_bench(args) -> int:
       row = {"device": dev, "example": name, "compile_s": compile_s, "run_s": statistics.median(times), "max_abs_error": err, "ok": err <= 1e-3}
       failed += not row["ok"]
       rows.append(row)
-      print(f"{dev:8s} {name:10s} compile {compile_s * 1e3:8.1f} ms  run {row['run_s'] * 1e6:10.1f} us  error {err:.2g}{'' if row['ok'] else '  WRONG'}")
+      print(f"{dev:8s} {name:10s} compile {compile_s * 1e3:8.1f} ms  run {row['run_s'] * 1e6:10.1f} us  "
+            f"error {err:.2g}{'' if row['ok'] else '  WRONG'}")
   if args.json:
     with open(args.json, "w") as f: json.dump({"kc": kc.__version__, "results": rows}, f, indent=2)
   return 1 if failed else 0

@@ -284,7 +284,8 @@ as a starting point: it works as it is, and each file is the place to change one
 | file | what it is |
 |---|---|
 | `pyproject.toml` | the distribution `${dist}`; its entry point `${entry_point}` in the group `kc.backends` is how kc finds it |
-| `${package}/__init__.py` | the `kc_backends` hook: a `BackendSpec` naming the device, its priority, its availability check, and the factories of its renderer and device |
+| `${package}/__init__.py` | the `kc_backends` hook: a `BackendSpec` naming the device, its priority, its availability check, \
+and the factories of its renderer and device |
 | `${package}/renderer.py` | `${cls}Renderer`, a `CStyleLanguage`: the device's limits, dtypes and C spellings |
 | `${package}/compiler.py` | `${cls}Compiler`, a kc `Compiler`: source to shared library with `cc`; `identity()` keys the compile cache |
 | `${package}/runtime.py` | `${cls}Program`: loads a compiled kernel with ctypes and launches it on host memory |

@@ -13,7 +13,7 @@ from kc.backend import PLUGIN_API_VERSION, BackendSpec, register, unregister
 from kc.runtime import dlpack
 
 pytest.importorskip("kc_cuda.compiler")
-from test_cuda_runtime import H100, FakeDriver, cu  # noqa: E402  (the stand-in driver and the GPU it describes)
+from test_cuda_runtime import H100, FakeDriver  # noqa: E402  (the stand-in driver and the GPU it describes)
 
 NAME = "FAKECUDA"
 
