@@ -185,6 +185,12 @@ def test_kernel_state_fields_are_the_kernels_attributes(gpu):
   assert k.state.upcasted == 3
 
 
+def test_kernel_declares_exactly_the_state_fields():
+  # the Kernel's annotations are what type checkers see of the properties made from KernelState: a field added to
+  # one and not the other is a missing or a stale attribute for mypy
+  assert {f.name for f in dataclasses.fields(KernelState)} == {n for n in Kernel.__annotations__ if n != "state"}
+
+
 def test_state_copy_shares_nothing_mutable(gpu):
   k = Kernel(matmul(), gpu)
   k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
