@@ -18,19 +18,14 @@ def declared(renderer) -> dict:
   """The renderer's declarations as plain data (the report's `capabilities`)."""
   return {
     "locals": bool(renderer.has_local), "shared": bool(renderer.has_shared), "float4": bool(renderer.supports_float4),
-    "images": bool(getattr(renderer, "has_images", False)),
-    "dtypes": sorted(dt.name for dt in dtypes.all if _supports(renderer, dt)),
+    "images": bool(renderer.has_images),
+    "dtypes": sorted(dt.name for dt in dtypes.all if renderer.supports_dtype(dt)),
     "tensor_cores": sorted({f"{tc.dtype_in.name}->{tc.dtype_out.name}" for tc in renderer.tensor_cores}),
     "tensor_core_shapes": sorted(str(tc) for tc in renderer.tensor_cores),
     "global_max": list(renderer.global_max) if renderer.global_max is not None else None,
     "local_max": list(renderer.local_max) if renderer.local_max is not None else None,
     "shared_max": renderer.shared_max,
   }
-
-
-def _supports(renderer, dt: DType) -> bool:
-  fn = getattr(renderer, "supports_dtype", None)
-  return True if fn is None else bool(fn(dt))
 
 
 def capability_set(caps: dict) -> frozenset[str]:

@@ -51,7 +51,7 @@ class Target:
   def have(self) -> frozenset[str]: return capability_set(self.capabilities)
 
   @property
-  def arch(self) -> str: return getattr(self.renderer, "arch", "") or ""
+  def arch(self) -> str: return self.renderer.arch or ""
 
   def describe(self) -> dict:
     """The report's `device` section; as much as is known when something fails on the way."""
