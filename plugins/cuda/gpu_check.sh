@@ -142,6 +142,12 @@ EOF
     || echo "torch is not importable: the benchmark leaves out the torch.matmul comparison"
 }
 install_kc() {
+  # a distribution named `kc` (kc-core's name before 0.1's rename, or another project's) provides the same import
+  # package and would register its own EMU entry point: it goes before kc-core is installed
+  if "$PYTHON" -m pip show -q kc >/dev/null 2>&1; then
+    echo "removing the installed distribution kc: kc-core provides the kc package"
+    "$PYTHON" -m pip uninstall -y -q --disable-pip-version-check kc
+  fi
   "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index \
     -e . -e plugins/cuda -e conformance
 }
