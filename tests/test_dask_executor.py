@@ -51,7 +51,8 @@ def test_every_source_gives_one_outcome_and_errors_are_outcomes(local):
 def test_a_hanging_compile_times_out_and_costs_only_itself(local):
   RELEASE.clear()
   try:
-    got = _by_index(local.compile_many(EchoCompiler(), ["ok 1", "hang 2", "ok 3"], timeout=0.5))
+    # the limit is what the hanging compile costs; the others must finish within it on a busy machine too
+    got = _by_index(local.compile_many(EchoCompiler(), ["ok 1", "hang 2", "ok 3"], timeout=5.0))
   finally:
     RELEASE.set()
   assert got[0].lib == b"ok 1" and got[2].lib == b"ok 3"
