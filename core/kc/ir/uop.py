@@ -39,6 +39,10 @@ class Ops(IntEnum):
   WHERE = auto(); MULACC = auto()
   # control flow
   BARRIER = auto(); RANGE = auto(); IF = auto(); ENDRANGE = auto(); ENDIF = auto()
+  # programs (kc.schedule): a value materialised in an intermediate buffer, src (value, VIEW of its kernel shape), arg
+  # its numpy shape. It lives only in program graphs, above the kernels: the scheduler turns it into a kernel that
+  # stores the value and LOADs of a buffer where it is read, so no kernel AST ever holds one
+  BUFFER = auto()
 
   def __repr__(self): return f"Ops.{self.name}"
   def __str__(self): return f"Ops.{self.name}"

@@ -1,0 +1,341 @@
+"""The scheduler: a program (a SINK of STOREs over a UOp graph) cut into kernels.
+
+kc.ast builds a program graph in which every value is computed where it is used, as one kernel would compute it, and
+marks with a BUFFER node each value that one kernel cannot carry further (a reduce result reshaped, or broadcast to a
+size its reduce did not loop over, ...). The scheduler decides the kernels from that graph:
+
+1. The program's outputs are grouped by the shape they are stored through: stores of one shape share a loop nest and
+   are one kernel (today's one-kernel programs are exactly this group), stores of different shapes are separate kernels.
+2. Every BUFFER is a kernel of its own that stores the value into an intermediate buffer; where the value is read, the
+   kernel LOADs that buffer through the same view. Elementwise work and movement stay fused into the consumer: they
+   are part of the consumer's graph and never materialised.
+3. A kernel that the Kernel cannot run as one loop nest (reduces that nest over axes no load spans) has the values
+   broadcast into its reduces materialised as well, innermost first, until it verifies.
+4. Kernels that store through the same shape and do not depend on each other are merged (several outputs of one loop
+   nest), then ordered so that every intermediate is written before it is read, and every caller's buffer is read by
+   all its readers before a kernel writes it.
+
+Each kernel's buffers are renumbered 0..n-1 (the caller's buffers first, in index order, then the intermediates), so
+a one-kernel program's AST is the program itself: the same source, opts and cache keys as a single kernel.
+Intermediates are planned in one arena (kc.schedule.memory): allocated once per compiled program, reused by buffers
+whose lifetimes do not overlap."""
+from __future__ import annotations
+import functools
+from dataclasses import dataclass
+from typing import Optional
+from kc.codegen.verify import st_arg, verify_ast
+from kc.errors import InvalidASTError
+from kc.ir.dtype import DType, dtypes
+from kc.ir.uop import Ops, UOp, sint
+from kc.schedule.memory import TempBuffer, plan_arena
+from kc.shape import ShapeTracker
+from kc.shape.view import fmt_shape
+
+
+@dataclass(frozen=True)
+class BufferRef:
+  """One buffer of a scheduled kernel: the caller's buffer `index` (temp=False) or intermediate `index` (temp=True)."""
+  temp: bool
+  index: int
+
+  def __repr__(self): return f"{'t' if self.temp else 'b'}{self.index}"
+
+
+@dataclass(frozen=True)
+class ScheduledKernel:
+  """One kernel of a program: its AST (buffers numbered 0..n-1) and, per buffer index, the buffer it stands for."""
+  ast: UOp
+  buffers: tuple[BufferRef, ...]
+
+  @property
+  def outputs(self) -> tuple[BufferRef, ...]: return tuple(self.buffers[s.src[0].arg] for s in self.ast.src)
+
+  @property
+  def shape(self) -> tuple[sint, ...]: return st_arg(self.ast.src[0]).shape
+
+  def describe(self) -> str:
+    reads = sorted({self.buffers[u.src[0].arg] for u in self.ast.toposort if u.op is Ops.LOAD
+                    and u.src[0].op is Ops.DEFINE_GLOBAL}, key=lambda r: (r.temp, r.index))
+    return f"{fmt_shape(self.shape)} writes {list(self.outputs)} reads {reads}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+  """A program's kernels in launch order and its intermediate buffers, laid out in one arena of `peak_bytes`."""
+  sink: UOp
+  kernels: tuple[ScheduledKernel, ...]
+  temps: tuple[TempBuffer, ...]
+  peak_bytes: int
+
+  @property
+  def single(self) -> bool:
+    """One kernel and no intermediate: the program is that kernel (kc.compile's one-kernel path)."""
+    return len(self.kernels) == 1 and not self.temps
+
+  def describe(self) -> list[str]:
+    lines = [f"kernel {i}: {k.describe()}" for i, k in enumerate(self.kernels)]
+    if self.temps: lines.append(f"{len(self.temps)} intermediates, {self.peak_bytes} bytes at peak")
+    return lines
+
+
+def kernel_nodes(root: UOp) -> dict[UOp, None]:
+  """The nodes of one kernel under `root`: its toposort without the graphs of the BUFFERs it reads (other kernels)."""
+  out: dict[UOp, None] = {}
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    node, expanded = stack.pop()
+    if node in out: continue
+    if expanded or node.op is Ops.BUFFER: out[node] = None
+    else:
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+  return out
+
+
+def realize(value: UOp, shape: tuple[sint, ...], logical: Optional[tuple] = None) -> UOp:
+  """The BUFFER that holds `value` (of kernel shape `shape`), stored contiguously; `logical` is its numpy shape."""
+  size = _count(shape)
+  ptr = value.dtype.ptr() if size is None else value.dtype.ptr(size=size)
+  return UOp(Ops.BUFFER, ptr, (value, ShapeTracker.from_shape(shape).to_uop()), tuple(shape if logical is None else logical))
+
+
+def _count(shape) -> Optional[int]:
+  n = 1
+  for d in shape:
+    if not isinstance(d, int): return None
+    n *= d
+  return n
+
+
+# ***** a kernel under construction: its stores, each to a caller's buffer (a DEFINE_GLOBAL) or to a BUFFER *****
+
+@dataclass(frozen=True)
+class _Store:
+  target: UOp  # DEFINE_GLOBAL (the caller's) or BUFFER (an intermediate)
+  view: UOp
+  value: UOp
+  arg: object  # the STORE's arg: the numpy shape of what is stored
+
+  @property
+  def shape(self) -> tuple: return self.view.arg.shape
+
+
+def _reads(stores: list[_Store]) -> set[UOp]:
+  """The BUFFERs a kernel reads."""
+  return {u for s in stores for u in kernel_nodes(s.value) if u.op is Ops.BUFFER}
+
+
+def _caller_reads(stores: list[_Store]) -> set[int]:
+  return {u.src[0].arg for s in stores for u in kernel_nodes(s.value) if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL}
+
+
+def _number(stores: list[_Store], temp_ids: dict[UOp, int]) -> ScheduledKernel:
+  """The kernel's AST with its buffers numbered 0..n-1: the caller's in index order, then the intermediates."""
+  nodes = [u for s in stores for u in kernel_nodes(s.value)]
+  callers = sorted({u.arg for u in nodes if u.op is Ops.DEFINE_GLOBAL} | {s.target.arg for s in stores if s.target.op is Ops.DEFINE_GLOBAL})
+  temps = sorted({u for u in nodes if u.op is Ops.BUFFER} | {s.target for s in stores if s.target.op is Ops.BUFFER},
+                 key=lambda b: temp_ids[b])
+  refs = [BufferRef(False, i) for i in callers] + [BufferRef(True, temp_ids[b]) for b in temps]
+  new_index = {r: i for i, r in enumerate(refs)}
+  mapping: dict[UOp, UOp] = {}
+  for u in nodes:
+    if u.op is Ops.DEFINE_GLOBAL: mapping[u] = u.replace(arg=new_index[BufferRef(False, u.arg)])
+    elif u.op is Ops.BUFFER: mapping[u] = UOp(Ops.DEFINE_GLOBAL, u.dtype, (), new_index[BufferRef(True, temp_ids[u])])
+
+  def target(s: _Store) -> UOp:
+    if s.target.op is Ops.DEFINE_GLOBAL: return s.target.replace(arg=new_index[BufferRef(False, s.target.arg)])
+    return UOp(Ops.DEFINE_GLOBAL, s.target.dtype, (), new_index[BufferRef(True, temp_ids[s.target])])
+  out = [UOp(Ops.STORE, dtypes.void, (target(s), s.view, _substitute(s.value, mapping)), s.arg) for s in stores]
+  return ScheduledKernel(UOp(Ops.SINK, dtypes.void, tuple(out)), tuple(refs))
+
+
+def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+  """`root` with the keys of `mapping` replaced, walking one kernel only (a BUFFER's own graph is another kernel)."""
+  memo: dict[UOp, UOp] = dict(mapping)
+  for node in kernel_nodes(root):
+    if node in memo: continue
+    new_src = tuple(memo[s] for s in node.src)
+    memo[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg)
+  return memo[root]
+
+
+def _verified(stores: list[_Store]) -> Optional[InvalidASTError]:
+  """None where the stores are one kernel the Kernel can run, else why not."""
+  temp_ids = {b: i for i, b in enumerate(sorted(_reads(stores) | {s.target for s in stores if s.target.op is Ops.BUFFER},
+                                                key=lambda b: id(b)))}
+  try: verify_ast(_number(stores, temp_ids).ast)
+  except InvalidASTError as e: return e
+  return None
+
+
+# ***** making a kernel verify: materialise what is broadcast into its reduces *****
+
+def _nested_values(stores: list[_Store]) -> list[UOp]:
+  """The computed values (those holding a reduce) read inside another reduce, innermost first: each becomes a BUFFER."""
+  holds_reduce: dict[UOp, bool] = {}
+  order = [u for s in stores for u in kernel_nodes(s.value)]
+  for u in order:
+    holds_reduce[u] = u.op is Ops.REDUCE_AXIS or any(holds_reduce.get(x, False) for x in u.src if x.op is not Ops.BUFFER)
+  found: dict[UOp, None] = {}
+  for r in order:
+    if r.op is not Ops.REDUCE_AXIS: continue
+    for u in kernel_nodes(r.src[0]):
+      # a broadcast VIEW of a reduce result, or a reduce result itself, inside this reduce's input
+      if u.op is Ops.VIEW and u.src and holds_reduce.get(u.src[0]): found[u.src[0]] = None
+      elif u.op is Ops.REDUCE_AXIS: found[u] = None
+  inner = [u for u in found if not any(v in found and v is not u for v in kernel_nodes(u) if v.op is Ops.REDUCE_AXIS)]
+  return inner or list(found)
+
+
+def _materialise(stores: list[_Store], values: list[UOp]) -> list[_Store]:
+  """The stores with each of `values` read from a BUFFER of its own: VIEW(value) becomes a LOAD through the view."""
+  shapes = _shapes(stores)
+  mapping: dict[UOp, UOp] = {}
+  bufs = {v: realize(v, shapes[v]) for v in values}
+  for s in stores:
+    for u in kernel_nodes(s.value):
+      if u.op is Ops.VIEW and u.src and u.src[0] in bufs: mapping[u] = UOp(Ops.LOAD, u.dtype, (bufs[u.src[0]], u.arg.to_uop()), shapes[u.src[0]])
+  for v, b in bufs.items(): mapping.setdefault(v, UOp(Ops.LOAD, v.dtype, (b, ShapeTracker.from_shape(shapes[v]).to_uop()), shapes[v]))
+  return [_Store(s.target, s.view, _substitute(s.value, mapping), s.arg) for s in stores]
+
+
+def _shapes(stores: list[_Store]) -> dict[UOp, tuple]:
+  from kc.schedule.movement import shape_of
+  cache: dict = {}
+  out = {}
+  for s in stores:
+    for u in kernel_nodes(s.value):
+      if u.op is Ops.BUFFER: cache[u] = None; continue
+      out[u] = shape_of(u, cache)
+  return out
+
+
+def _legal(stores: list[_Store]) -> list[_Store]:
+  """The stores, with values materialised until they are one kernel the Kernel can run."""
+  err = _verified(stores)
+  while err is not None:
+    values = _nested_values(stores)
+    if not values: raise err
+    stores = _materialise(stores, values)
+    err = _verified(stores)
+  return stores
+
+
+# ***** the schedule *****
+
+def _groups(stores: list[_Store]) -> list[list[_Store]]:
+  """Stores of one shape are one kernel (one loop nest), in the order their first store was given."""
+  groups: dict[tuple, list[_Store]] = {}
+  for s in stores: groups.setdefault(s.shape, []).append(s)
+  return list(groups.values())
+
+
+def _split_illegal(group: list[_Store]) -> list[list[_Store]]:
+  """A group that does not verify as one kernel even with its reduces materialised is run store by store."""
+  if len(group) == 1 or _verified(group) is None: return [group]
+  return [[s] for s in group]
+
+
+def _check_program(sink: UOp) -> list[_Store]:
+  if not isinstance(sink, UOp) or sink.op is not Ops.SINK or not sink.src or any(x.op is not Ops.STORE for x in sink.src):
+    raise InvalidASTError(f"a program is a SINK of STOREs, got {getattr(sink, 'op', sink)!r}")
+  for s in sink.src:
+    if len(s.src) != 3 or s.src[0].op is not Ops.DEFINE_GLOBAL or s.src[1].op is not Ops.VIEW:
+      raise InvalidASTError(f"STORE is (DEFINE_GLOBAL, VIEW, value), got {[x.op for x in s.src]}")
+  dts: dict[int, DType] = {}
+  for u in sink.toposort:
+    if u.op is Ops.DEFINE_GLOBAL and dts.setdefault(u.arg, u.dtype.base) != u.dtype.base:
+      raise InvalidASTError(f"buffer {u.arg} is used as {dts[u.arg].name} and as {u.dtype.base.name}; one buffer has one dtype")
+  return [_Store(s.src[0], s.src[1], s.src[2], s.arg) for s in sink.src]
+
+
+@functools.lru_cache(maxsize=256)
+def schedule(sink: UOp) -> Schedule:
+  """The kernels of a program, in launch order, and its intermediates' arena. See the module's docstring for the
+  rules. Raises InvalidASTError for a graph that is not a program, or whose kernels cannot be ordered (a buffer of
+  the caller's read after a kernel that writes it must run first)."""
+  units: list[list[_Store]] = []
+  for group in _groups(_check_program(sink)): units.extend(_split_illegal(_legal(group)))
+  # every BUFFER read anywhere is a kernel that stores it (found breadth-first, so a value is one kernel even when
+  # several kernels read it)
+  seen: dict[UOp, None] = {}
+  pending = [b for u in units for b in _reads(u)]
+  while pending:
+    b = pending.pop(0)
+    if b in seen: continue
+    seen[b] = None
+    unit = _legal([_Store(b, b.src[1], b.src[0], b.arg)])
+    units.append(unit)
+    pending.extend(x for x in _reads(unit) if x not in seen)
+  units = _merge(units)
+  ordered = _order(units)
+  temp_ids: dict[UOp, int] = {}
+  for u in ordered:
+    for s in u:
+      if s.target.op is Ops.BUFFER: temp_ids[s.target] = len(temp_ids)
+  kernels = tuple(_number(u, temp_ids) for u in ordered)
+  temps, peak = plan_arena(kernels, [_temp_of(b) for b in temp_ids])
+  return Schedule(sink, kernels, temps, peak)
+
+
+def _temp_of(b: UOp) -> tuple[DType, sint]:
+  return b.dtype.base, (b.dtype.size if b.dtype.size != -1 else _symbolic_count(b.src[1].arg.shape))
+
+
+def _symbolic_count(shape) -> sint:
+  n: sint = 1
+  for d in shape: n = n * d
+  return n
+
+
+def _writes(unit: list[_Store]) -> set[UOp]: return {s.target for s in unit}
+
+
+def _depends(a: list[_Store], b: list[_Store], units: list[list[_Store]]) -> bool:
+  """Whether unit a reads, directly or through other units, what unit b writes."""
+  producer = {s.target: i for i, u in enumerate(units) for s in u if s.target.op is Ops.BUFFER}
+  stack, seen = list(_reads(a)), set()
+  writes = _writes(b)
+  while stack:
+    x = stack.pop()
+    if x in writes: return True
+    if x in seen or x not in producer: continue
+    seen.add(x)
+    stack.extend(_reads(units[producer[x]]))
+  return False
+
+
+def _merge(units: list[list[_Store]]) -> list[list[_Store]]:
+  """Units that store through one shape and do not depend on each other become one kernel where it verifies."""
+  out: list[list[_Store]] = []
+  for u in units:
+    for i, v in enumerate(out):
+      if v[0].shape != u[0].shape or _depends(u, v, out + [u]) or _depends(v, u, out + [u]): continue
+      if _caller_reads(u) & {s.target.arg for s in v if s.target.op is Ops.DEFINE_GLOBAL}: continue
+      if _caller_reads(v) & {s.target.arg for s in u if s.target.op is Ops.DEFINE_GLOBAL}: continue
+      if _verified(v + u) is None:
+        out[i] = v + u
+        break
+    else: out.append(u)
+  return out
+
+
+def _order(units: list[list[_Store]]) -> list[list[_Store]]:
+  """A launch order: producers of intermediates before their readers; readers of a caller's buffer before its writer."""
+  producer = {s.target: i for i, u in enumerate(units) for s in u if s.target.op is Ops.BUFFER}
+  after: list[set[int]] = [set() for _ in units]  # after[i]: the units i must follow
+  for i, u in enumerate(units):
+    after[i] |= {producer[b] for b in _reads(u)}
+    written = {s.target.arg for s in u if s.target.op is Ops.DEFINE_GLOBAL}
+    after[i] |= {j for j, v in enumerate(units) if j != i and _caller_reads(v) & written}
+  order: list[int] = []
+  done: set[int] = set()
+  while len(order) < len(units):
+    ready = [i for i in range(len(units)) if i not in done and after[i] <= done]
+    if not ready:
+      raise InvalidASTError("the program reads a buffer of the caller's after writing it in another kernel (an output "
+                            "index that is also an input of a later step); use separate input and output indices")
+    # the outputs in the order given, each after what it needs: the last-given unit that is ready goes last
+    i = ready[0]
+    order.append(i); done.add(i)
+  return [units[i] for i in order]
