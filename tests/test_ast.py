@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, Ops
+from kc.errors import ShapeError
 from kc.ast import promotion as P
 from kc.ir.dtype import least_upper_dtype
 
@@ -156,8 +157,9 @@ def test_reduce_results_reshape(device):
   s = x.sum(1)
   assert s.shape == (4,) and s.reshape(4, 1).shape == (4, 1) and s[None].shape == (1, 4)
   same(run(s.reshape(1, 4, 1) * 2.0, {1: a}, device), (a.sum(1) * 2).reshape(1, 4, 1), rtol=1e-5)
-  same(run(x.sum(0).reshape(2, 3), {1: a}, device), a.sum(0).reshape(2, 3), rtol=1e-5)  # only stored: a general reshape
-  with pytest.raises(InvalidASTError, match="can only be stored"): x.sum(0).reshape(2, 3) + 1.0
+  same(run(x.sum(0).reshape(2, 3), {1: a}, device), a.sum(0).reshape(2, 3), rtol=1e-5)  # stored as the reduce's output
+  # a general reshape of a reduce result computed with: the reduce is materialised by a kernel of its own
+  same(run(x.sum(0).reshape(2, 3) + 1.0, {1: a}, device), a.sum(0).reshape(2, 3) + 1.0, rtol=1e-5)
   with pytest.raises(InvalidASTError, match="cannot reshape"): s.reshape(5)
   # the stored output holds exactly the logical elements
   out = np.zeros(4, np.float32)
@@ -216,11 +218,16 @@ def test_reduce_broadcast_along_a_kept_axis_is_computed_per_row(device):
   assert 4 in reduce.src[0].src[1].arg.shape
 
 
-def test_legacy_kept_axes_expand_still_works(device):
+def test_reduce_results_broadcast_as_numpy_does(device):
+  """(4, 6) - (4,) does not broadcast in numpy, so it does not here (no kept-axes reading); (6, 4) - (4,) does, and the
+  row maxima are then read along the other axis."""
   a = np.random.default_rng(5).standard_normal((4, 6)).astype(np.float32)
   x = A.arg(1, dtypes.float32, (4, 6))
-  same(run((x - x.max(1).expand(4, 6)).exp2().sum(1), {1: a}, device), np.exp2(a - a.max(1, keepdims=True)).sum(1), rtol=1e-5)
-  same(run(x - x.max(1), {1: a}, device), a - a.max(1, keepdims=True))  # (4,6) - (4,) fails in numpy: the kept form is used
+  with pytest.raises(ShapeError, match="broadcast"): x.max(1).expand(4, 6)
+  with pytest.raises(InvalidASTError, match="do not broadcast"): x - x.max(1)
+  same(run((x - x.max(1, keepdims=True)).exp2().sum(1), {1: a}, device), np.exp2(a - a.max(1, keepdims=True)).sum(1), rtol=1e-5)
+  same(run(x.T - x.max(1), {1: a}, device), a.T - a.max(1))
+  same(run((x.T - x.max(1)).sum(0), {1: a}, device), (a.T - a.max(1)).sum(0), rtol=1e-5)
 
 
 def test_typed_errors():

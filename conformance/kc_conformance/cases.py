@@ -340,7 +340,7 @@ def sum_and_max(rng):
 def softmax_denominator(rng):
   a = uniform(rng, (8, 32), -4.0, 4.0)
   x = arg(1, (8, 32))
-  out = (x - x.max(1).expand(8, 32)).exp2().sum(1)
+  out = (x - x.max(1, keepdims=True).expand(8, 32)).exp2().sum(1)
   want = np.exp2(a.astype(np.float64) - a.max(1, keepdims=True)).sum(1, keepdims=True).astype(np.float32)
   return single(A.sink(A.store(0, out)), {1: a}, {0: want})
 
@@ -349,8 +349,8 @@ def softmax_denominator(rng):
 def softmax(rng):
   a = uniform(rng, (6, 16), -4.0, 4.0)
   x = arg(1, (6, 16))
-  e = (x - x.max(1).expand(6, 16)).exp2()
-  out = e * e.sum(1).recip().expand(6, 16)
+  e = (x - x.max(1, keepdims=True).expand(6, 16)).exp2()
+  out = e * e.sum(1, keepdims=True).recip().expand(6, 16)
   ea = np.exp2(a.astype(np.float64) - a.max(1, keepdims=True))
   return single(A.sink(A.store(0, out)), {1: a}, {0: (ea / ea.sum(1, keepdims=True)).astype(np.float32)})
 
@@ -359,7 +359,7 @@ def softmax(rng):
 def variance(rng):
   a = uniform(rng, (8, 24))
   x = arg(1, (8, 24))
-  mean = (x.sum(1) * (1 / 24)).expand(8, 24)
+  mean = (x.sum(1, keepdims=True) * (1 / 24)).expand(8, 24)
   out = ((x - mean) * (x - mean)).sum(1) * (1 / 24)
   return single(A.sink(A.store(0, out)), {1: a}, {0: a.astype(np.float64).var(1, keepdims=True).astype(np.float32)})
 

@@ -1,4 +1,4 @@
-"""kc.compile and kc.run: one kernel AST to a callable on a device."""
+"""kc.compile and kc.run: a program (one or more kernels, kc.schedule decides) to a callable on a device."""
 from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -16,6 +16,9 @@ from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 from kc.shape.view import fmt_shape
 from kc.schedule.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
+from kc.schedule.scheduler import schedule
+from kc.runtime.arguments import BufferSpec
+from kc.ir.dtype import dtypes
 
 OptsArg = Union[str, Opt, Sequence[Opt], None]
 
@@ -35,7 +38,8 @@ class CompiledKernel:
     self._allocator = dev.allocator
     self._outputs = [s for s in self.specs if s.output]
     # without Variables the launch and the emptiness never change: decide them once
-    self._static = not kernel.vars
+    self.vars: list[UOp] = list(kernel.vars)
+    self._static = not self.vars
     self._dims = program.launch_dims({}) if self._static else None
     self._empty = self._static and all(s.elements_at({}) == 0 for s in self._outputs)
     # the launch takes buffers in the program's order; most programs use index order, which needs no reordering
@@ -95,7 +99,7 @@ class CompiledKernel:
           f"{mem / max(seconds, 1e-9) / 1e9:8.2f} GB/s")
 
   def _var_values(self, var_vals: dict) -> dict[str, int]:
-    wanted = {v.arg[0]: v for v in self.kernel.vars}
+    wanted = {v.arg[0]: v for v in self.vars}
     unknown = set(var_vals) - set(wanted)
     if unknown: raise SymbolicError(f"{self.name} has no Variables {sorted(unknown)}; it takes {sorted(wanted)}")
     vals = {}
@@ -132,6 +136,70 @@ class SplitCompiledKernel(CompiledKernel):
   def _report(self, seconds: float, vals: dict[str, int]):
     print(f"{self.device:8s} split into {self.name} and {self.combine.name} ({self.split.parts} parts)")
     super()._report(seconds, vals)
+
+
+class CompiledProgram(CompiledKernel):
+  """A program of several kernels (kc.schedule.Schedule) compiled for one device, called exactly as a CompiledKernel:
+  the program's buffers in buffer-index order (numpy arrays, kc.Buffers or DLPack producers) and its Variables by
+  name, each checked against the program's declared shapes and dtypes. Its kernels run in the schedule's order, each
+  compiled once here; the intermediates live in one arena on the device, allocated here and never visible to the
+  caller. `.kernels` holds each kernel's CompiledKernel, `.programs` their Programs, `.schedule` the plan; `.program`
+  and `.kernel` are the first kernel's. A call returns the kernels' run times' sum. Calls share the arena: one
+  CompiledProgram must not be called from two threads at once (compile one per thread)."""
+
+  def __init__(self, sink: UOp, plan, kernels: list[CompiledKernel], device: str):
+    self.ast, self.schedule, self.kernels, self.device = sink, plan, kernels, device
+    self.kernel, self.program, self._handle = kernels[0].kernel, kernels[0].program, None
+    self.programs = tuple(p for ck in kernels for p in getattr(ck, "programs", (ck.program,)))
+    self.specs = _program_specs(plan, kernels)
+    self._allocator = Device[device].allocator
+    self._outputs = [s for s in self.specs if s.output]
+    self.vars = sorted({v.arg[0]: v for ck in kernels for v in ck.vars}.values(), key=lambda v: v.arg)
+    self._static = not self.vars
+    self._dims, self._order = None, None
+    self._empty = self._static and all(s.elements_at({}) == 0 for s in self._outputs)
+    arena = Buffer(device, plan.peak_bytes, dtypes.uint8).allocate() if plan.peak_bytes else None
+    self._temps = [Buffer(device, t.size, t.dtype, base=arena, offset=t.offset).allocate() for t in plan.temps]
+    if debug_level() >= 2:
+      for line, ck in zip(plan.describe(), kernels): print(f"{device:8s} schedule {ck.name:32s} {line}")
+      if plan.temps: print(f"{device:8s} schedule {plan.describe()[-1]}")
+
+  @property
+  def name(self) -> str: return "+".join(ck.name for ck in self.kernels)
+
+  def __repr__(self): return f"<CompiledProgram of {len(self.kernels)} kernels ({self.name}) on {self.device}>"
+
+  def launch_dims(self, vals: dict[str, int]) -> tuple[Optional[list[int]], Optional[list[int]]]: return None, None
+
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
+    seconds = 0.0
+    for sk, ck in zip(self.schedule.kernels, self.kernels):
+      args = [self._temps[r.index] if r.temp else bufs[r.index] for r in sk.buffers]
+      seconds += ck._launch(args, vals, *ck.launch_dims(vals), stream)
+    return seconds
+
+  def _report(self, seconds: float, vals: dict[str, int]):
+    print(f"{self.device:8s} {self.name:40s} {seconds * 1e6:10.1f} us  ({len(self.kernels)} kernels)")
+
+
+def _program_specs(plan, kernels: list[CompiledKernel]) -> list:
+  """The program's BufferSpec per caller's buffer index, from its kernels' specs: an output where a kernel writes it,
+  with the shape that kernel declares; the views of every kernel; the strictest alignment."""
+  by_index: dict[int, list] = {}
+  for sk, ck in zip(plan.kernels, kernels):
+    for spec in ck.specs:
+      if not (ref := sk.buffers[spec.index]).temp: by_index.setdefault(ref.index, []).append(spec)
+  name = "+".join(ck.name for ck in kernels)
+  specs = []
+  for i in range(len(by_index)):
+    found = by_index[i]
+    main = next((s for s in found if s.output), found[0])
+    shapes = {s.shape for s in found if s.shape is not None and s.output == main.output}
+    spec = BufferSpec(name, i, main.dtype, main.output, main.shape if len(shapes) <= 1 else None,
+                      tuple(v for s in found for v in s.views), main.declared)
+    spec.alignment = max(s.alignment for s in found)
+    specs.append(spec)
+  return specs
 
 
 OPTS_CHOICES = "'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt"
@@ -229,7 +297,10 @@ def beam_opts(sink: UOp, device: Optional[str] = None, width: Optional[int] = No
 
 
 def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split_reduce: bool = True) -> CompiledKernel:  # noqa: A001
-  """Optimize, render and compile one kernel AST for `device` (default: kc.Device.DEFAULT).
+  """Schedule, optimize, render and compile a program (a kc.ast sink, or one kernel AST) for `device` (default:
+  kc.Device.DEFAULT). A program of one kernel is a CompiledKernel; one that kc.schedule cuts into several is a
+  CompiledProgram, called the same way, with `opts` applied to each kernel: "hand", "none" and "beam" (each kernel
+  searched and cached on its own), or one entry per kernel in a list (each an opts value for that kernel).
 
   opts: "hand" (the hand-coded heuristics), "none", "beam" (BEAM search of width KC_BEAM, default 2, on the device;
   its result is kept in the opt cache, so compiling the same kernel again searches nothing), a kc.Opt or a list of
@@ -240,6 +311,27 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   or compute unit (a SplitCompiledKernel, see kc.schedule.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
   one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
   dev = Device[device or Device.DEFAULT]
+  plan = schedule(sink) if isinstance(sink, UOp) and sink.op is Ops.SINK else None
+  if plan is not None and not plan.single:
+    per_kernel = _per_kernel_opts(opts, len(plan.kernels))
+    kernels = [_compile_kernel_ast(k.ast, dev, o, split_reduce) for k, o in zip(plan.kernels, per_kernel)]
+    return CompiledProgram(sink, plan, kernels, dev.name)
+  return _compile_kernel_ast(sink, dev, opts, split_reduce)
+
+
+def _per_kernel_opts(opts: OptsArg, n: int) -> list:
+  """`opts` for each of a program's n kernels: one choice for all ("hand", "none", "beam", None), or a list of n."""
+  if opts is None or isinstance(opts, str): return [opts] * n
+  if not (isinstance(opts, (list, tuple)) and opts and all(isinstance(o, (str, list, tuple)) or o is None for o in opts)):
+    raise OptsError(f"opts={opts!r} are the opts of one kernel, and this program is {n} kernels (kc.schedule): give "
+                    f"'hand', 'none' or 'beam' for all of them, or a list of {n} entries, one per kernel")
+  if len(opts) != n:
+    raise OptsError(f"opts has {len(opts)} entries for a program of {n} kernels: give one per kernel, in schedule order "
+                    "(kc.schedule.schedule(sink).kernels)")
+  return list(opts)
+
+
+def _compile_kernel_ast(sink: UOp, dev, opts: OptsArg, split_reduce: bool) -> CompiledKernel:
   opts, tc_level = resolve_opts(opts), read("KC_TC")
   if isinstance(opts, str) and opts == "beam":
     return _compile_kernel(sink, beam_opts(sink, dev.name, tc_level=tc_level).kernel, dev)

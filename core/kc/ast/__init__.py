@@ -25,6 +25,7 @@ from kc.errors import DTypeError, InvalidASTError, KcError, ShapeError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.ir.uop import Ops, UOp, sint
+from kc.schedule.scheduler import kernel_nodes, realize, schedule
 
 Scalar = P.Scalar
 # Python's scalars (weak) and numpy's (strong: kc.ast.promotion)
@@ -74,18 +75,18 @@ def _axes(axis, ndim: int, what: str) -> tuple[int, ...]:
 
 
 class Expr:
-  """A value of the kernel: a UOp, its kernel shape, which kernel axes are hidden (size 1, not part of numpy's shape),
-  and, for a reshape only a store can follow, the shape it was given."""
-  __slots__ = ("uop", "kshape", "hidden", "stored")
+  """A value of the program: a UOp, its kernel shape, and which kernel axes are hidden (size 1, not part of numpy's
+  shape)."""
+  __slots__ = ("uop", "kshape", "hidden")
 
-  def __init__(self, uop: UOp, kshape: tuple[sint, ...], hidden: tuple[int, ...] = (), stored: Optional[tuple] = None):
-    self.uop, self.kshape, self.hidden, self.stored = uop, tuple(kshape), tuple(sorted(hidden)), stored
+  def __init__(self, uop: UOp, kshape: tuple[sint, ...], hidden: tuple[int, ...] = ()):
+    self.uop, self.kshape, self.hidden = uop, tuple(kshape), tuple(sorted(hidden))
 
   @property
   def dtype(self) -> DType: return self.uop.dtype
   @property
   def shape(self) -> tuple[sint, ...]:
-    return self.stored if self.stored is not None else tuple(s for i, s in enumerate(self.kshape) if i not in self.hidden)
+    return tuple(s for i, s in enumerate(self.kshape) if i not in self.hidden)
   @property
   def ndim(self) -> int: return len(self.shape)
   @property
@@ -121,11 +122,17 @@ class Expr:
     raise InvalidASTError("the truth value of a kc.ast expression is not known until the kernel runs; compare with "
                           "A.store outputs instead, or use .where")
 
-  def _live(self) -> "Expr":
-    if self.stored is not None:
-      raise InvalidASTError(f"a reduce result reshaped to {fmt_shape(self.stored)} can only be stored: the kernel computes it "
-                            f"as {fmt_shape(self.kshape)}; reshape before the reduce to compute with that shape")
-    return self
+  def realize(self) -> "Expr":
+    """This value materialised: computed by a kernel of its own into an intermediate buffer, and read from there.
+    kc.ast realizes a value itself where one kernel cannot carry it further (kc.schedule); this is the explicit form."""
+    if self.uop.op is Ops.LOAD and not self.hidden and self.uop.src[1].arg.contiguous: return self
+    buf = realize(self.uop, self.kshape, self.shape)
+    return Expr(UOp(Ops.LOAD, self.dtype, (buf, ShapeTracker.from_shape(self.shape).to_uop()), self.shape), self.shape)
+
+  def _buffered(self) -> "Expr":
+    """This value read from an intermediate buffer through its own kernel shape: any movement applies to it."""
+    buf = realize(self.uop, self.kshape, self.shape)
+    return Expr(UOp(Ops.LOAD, self.dtype, (buf, ShapeTracker.from_shape(self.kshape).to_uop()), self.shape), self.kshape, self.hidden)
 
   @property
   def _logical(self) -> list[int]:
@@ -133,8 +140,14 @@ class Expr:
     return [i for i in range(len(self.kshape)) if i not in self.hidden]
 
   def _with(self, mv: Move, hidden: Optional[tuple[int, ...]] = None) -> "Expr":
-    new = mv.apply(ShapeTracker.from_shape(self.kshape)).shape
-    return Expr(move(self.uop, mv, self.kshape), new, self.hidden if hidden is None else hidden)
+    new = mv.apply(ShapeTracker.from_shape(self.kshape)).shape  # a move numpy refuses fails here, for every value
+    try: uop = move(self.uop, mv, self.kshape)
+    except InvalidASTError:
+      # a move one kernel cannot push through a reduce (a reduce result reshaped, or broadcast to another size): the
+      # value is materialised, and the move applies to its buffer's view
+      if not any(u.op is Ops.REDUCE_AXIS for u in kernel_nodes(self.uop)): raise
+      uop = move(self._buffered().uop, mv, self.kshape)
+    return Expr(uop, new, self.hidden if hidden is None else hidden)
 
   def _kernel_move(self, kind: str, arg, what: str, hidden: Optional[tuple[int, ...]] = None) -> "Expr":
     try: return self._with(Move(kind, arg), hidden)
@@ -146,18 +159,12 @@ class Expr:
   def reshape(self, *shape) -> "Expr":
     shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, UOp)) else shape
     shape = self._infer(tuple(shape))
-    if shape == self.shape and self.stored is None: return self
+    if shape == self.shape: return self
     if self.size is not None and _size(shape) != self.size:
       raise ShapeError(f"reshape: cannot reshape {fmt_shape(self.shape)} ({self.size} elements) to {fmt_shape(shape)}")
-    if self.stored is None and [s for s in shape if s != 1] == [s for s in self.shape if s != 1]: return self._regroup(shape)
-    try:
-      if self.stored is not None: raise InvalidASTError("stored only")
-      # the kernel shape becomes the new shape: the hidden (size-1) axes are reshaped away with the rest
-      return self._kernel_move("reshape", shape, "reshape", hidden=())
-    except InvalidASTError:
-      # a reshape that cannot move the reduce's input: the stored output is contiguous, so the value can still be stored
-      if _size(shape) is None: raise
-      return Expr(self.uop, self.kshape, self.hidden, shape)
+    if [s for s in shape if s != 1] == [s for s in self.shape if s != 1]: return self._regroup(shape)
+    # the kernel shape becomes the new shape: the hidden (size-1) axes are reshaped away with the rest
+    return self._kernel_move("reshape", shape, "reshape", hidden=())
 
   def _infer(self, shape: tuple) -> tuple[sint, ...]:
     if builtins.sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise ShapeError(f"reshape: at most one -1 in {shape}")
@@ -194,7 +201,7 @@ class Expr:
     order = tuple(order[0]) if len(order) == 1 and not isinstance(order[0], int) else order
     if sorted(a % self.ndim if isinstance(a, int) and -self.ndim <= a < self.ndim else a for a in order) != list(range(self.ndim)):
       raise ShapeError(f"permute: {order} is not an order of the {self.ndim} axes of {fmt_shape(self.shape)}")
-    lg, korder = self._live()._logical, list(range(len(self.kshape)))
+    lg, korder = self._logical, list(range(len(self.kshape)))
     for j, a in enumerate(order): korder[lg[j]] = lg[a % self.ndim]
     return self._kernel_move("permute", tuple(korder), "permute")
 
@@ -205,7 +212,7 @@ class Expr:
   def _per_axis(self, arg, hidden_value, what: str) -> tuple:
     arg = tuple(arg)
     if len(arg) != self.ndim: raise InvalidASTError(f"{what}: {arg!r} has {len(arg)} entries for the {self.ndim} axes of {fmt_shape(self.shape)}")
-    out, lg = [hidden_value] * len(self.kshape), self._live()._logical
+    out, lg = [hidden_value] * len(self.kshape), self._logical
     for j, a in enumerate(arg): out[lg[j]] = tuple(a) if isinstance(a, (tuple, list)) else a
     return tuple(out)
 
@@ -213,19 +220,16 @@ class Expr:
   def shrink(self, arg) -> "Expr": return self._kernel_move("shrink", self._per_axis(arg, (0, 1), "shrink"), "shrink")
 
   def flip(self, axes) -> "Expr":
-    axes = _axes(axes, self._live().ndim, "flip")
+    axes = _axes(axes, self.ndim, "flip")
     return self._kernel_move("flip", tuple(self._logical[a] for a in axes), "flip")
 
   def expand(self, *shape) -> "Expr":
-    """numpy's broadcast_to. A reduce result may also be expanded in its kept-axes form (x.max(1).expand(x.shape))."""
+    """numpy's broadcast_to."""
     shape = _shape(shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, UOp)) else shape)
-    try: return self._broadcast_to(shape)
-    except InvalidASTError:
-      if not self.hidden or len(shape) != len(self.kshape): raise
-      return Expr(self.uop, self.kshape)._broadcast_to(shape)
+    return self._broadcast_to(shape)
 
   def _broadcast_to(self, shape: tuple) -> "Expr":
-    me = self._live()
+    me = self
     if len(shape) < me.ndim or any(o != 1 and o != n for o, n in zip(me.shape, shape[len(shape) - me.ndim:])):
       raise ShapeError(f"expand: {fmt_shape(me.shape)} does not broadcast to {fmt_shape(shape)}")
     me = me._lead(len(shape))
@@ -242,7 +246,7 @@ class Expr:
   def windows(self, axis: int, size: int) -> "Expr":
     """numpy's sliding_window_view(x, size, axis): `axis` (length n) becomes the n - size + 1 window starts and a new
     last axis of `size` walks each window: out[..., i, ..., j] = self[..., i + j, ...]."""
-    k = self._live()._logical[_axes(axis, self.ndim, "windows")[0]]
+    k = self._logical[_axes(axis, self.ndim, "windows")[0]]
     # the window axis is the last kernel axis, so it is the last logical one too; the hidden axes keep their places
     try: return self._with(Move("windows", (k, size)))
     except InvalidASTError: raise
@@ -395,7 +399,7 @@ class Expr:
 
   def _rounding(self, fn) -> "Expr":
     """floor, ceil and trunc: floats rounded in their dtype; numpy 2 returns ints and bools unchanged."""
-    return _unary_uop(self, fn) if dtypes.is_float(self.dtype) else self._live()
+    return _unary_uop(self, fn) if dtypes.is_float(self.dtype) else self
 
   def sign(self) -> "Expr":
     """numpy's sign: -1, 0 or 1 in the operand's dtype; NaN stays NaN, -0.0 gives 0.0; bools are refused, as numpy
@@ -444,7 +448,7 @@ class Expr:
   # ***** reduces: numpy's axis and keepdims (default False) *****
 
   def _reduce(self, op: Ops, axis, keepdims: bool, acc: Optional[DType] = None) -> "Expr":
-    me = self._live()
+    me = self
     axes = _axes(axis, me.ndim, "reduce")
     kaxes = tuple(sorted(me._logical[a] for a in axes))
     src = me.uop if acc is None else me.uop.cast(acc)
@@ -500,7 +504,7 @@ class Expr:
     return v.sqrt().cast(out)
 
   def _count(self, axis, what: str) -> int:
-    n = _size([self._live().shape[a] for a in _axes(axis, self.ndim, what)])
+    n = _size([self.shape[a] for a in _axes(axis, self.ndim, what)])
     if n is None:
       raise InvalidASTError(f"{what} over a symbolic axis of {fmt_shape(self.shape)}: the count is not known when "
                             "building")
@@ -534,13 +538,8 @@ def _broadcast_shape(shapes: list[tuple]) -> Optional[tuple]:
 def _align(name: str, xs: list[Expr]) -> list[Expr]:
   """numpy broadcasting of the logical shapes, with the hidden axes of every operand lined up in one kernel shape.
   Operands whose hidden axes sit in the same place over the same sizes share them (x.sum(1) + y.sum(1)); others
-  get their own kernel axes. Where numpy's rule fails but the kept-axes form of a reduce result broadcasts
-  (x - x.max(1) on a non-square x), that form is used: it is what reduces meant before keepdims existed."""
-  xs = [x._live() for x in xs]
+  get their own kernel axes."""
   shape = _broadcast_shape([x.shape for x in xs])
-  if shape is None and any(x.hidden for x in xs):
-    kept = [Expr(x.uop, x.kshape) if x.hidden else x for x in xs]
-    if (kshape := _broadcast_shape([x.shape for x in kept])) is not None: xs, shape = kept, kshape
   if shape is None: raise InvalidASTError(f"{name}: shapes {', '.join(fmt_shape(x.shape) for x in xs)} do not broadcast")
   xs = [x._lead(len(shape)) for x in xs]
   if all(x.kshape == xs[0].kshape and x.hidden == xs[0].hidden for x in xs): layout = None
@@ -599,7 +598,7 @@ def _operands(name: str, xs) -> tuple[list, Optional[Expr]]:
   _check_operands(name, xs)
   exprs = [x for x in xs if isinstance(x, Expr)]
   if not exprs: raise InvalidASTError(f"{name} needs at least one kc.ast expression")
-  aligned = iter(_align(name, exprs) if len(exprs) > 1 else [exprs[0]._live()])
+  aligned = iter(_align(name, exprs) if len(exprs) > 1 else [exprs[0]])
   return [next(aligned) if isinstance(x, Expr) else x for x in xs], None
 
 
@@ -623,7 +622,6 @@ def _elementwise(op: Ops, *xs, dtype_rule=None) -> Expr:
 
 
 def _unary_uop(x: Expr, fn) -> Expr:
-  x = x._live()
   return Expr(fn(x.uop), x.kshape, x.hidden)
 
 
@@ -790,7 +788,6 @@ def _arg_extreme(x: Expr, axis, keepdims: bool, largest: bool) -> Expr:
   to N = 2**B) is reshaped into B axes of 2, and bit b of the index is the coordinate of axis b, which a constant
   padded on that axis (0 then 2**(B-1-b)) holds. Two fused reduces over those B axes follow: the extreme value
   (NaN-propagating), then the largest N-1-index among the elements that equal it or are NaN, which is the first."""
-  x = x._live()
   name = "argmax" if largest else "argmin"
   if axis is None:
     flat = _arg_extreme(x.reshape(-1), 0, False, largest)
@@ -1019,12 +1016,15 @@ def const(value: Scalar, dtype: DType, shape) -> Expr:
 
 def store(idx: int, expr: Expr) -> UOp:
   """Write `expr` to buffer argument `idx`: its logical elements, contiguous, in order (the kernel view is its kernel
-  shape, which differs from the logical one only by size-1 axes or, for a stored-only reshape, by a contiguous reshape)."""
+  shape, which differs from the logical one only by size-1 axes). A value read whole and in order from an
+  intermediate (a reduce result reshaped) is stored as the value itself: the intermediate would be a copy."""
   if not isinstance(expr, Expr): raise InvalidASTError(f"store takes a kc.ast expression, got {type(expr).__name__}")
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
-  buf = UOp(Ops.DEFINE_GLOBAL, _pointer(expr.dtype, expr.kshape), (), idx)
+  value, view = expr.uop, ShapeTracker.from_shape(expr.kshape).to_uop()
+  if value.op is Ops.LOAD and value.src[0].op is Ops.BUFFER and value.src[1].arg.contiguous: value, view = value.src[0].src
+  buf = UOp(Ops.DEFINE_GLOBAL, _pointer(expr.dtype, view.arg.shape), (), idx)
   # the arg is the logical (numpy) shape of what is stored: kc.run allocates its outputs in it; codegen ignores it
-  return UOp(Ops.STORE, dtypes.void, (buf, ShapeTracker.from_shape(expr.kshape).to_uop(), expr.uop), tuple(expr.shape))
+  return UOp(Ops.STORE, dtypes.void, (buf, view, value), tuple(expr.shape))
 
 
 def _check_buffer_indices(stores) -> None:
@@ -1037,18 +1037,14 @@ def _check_buffer_indices(stores) -> None:
 
 
 def sink(*stores: UOp) -> UOp:
-  """The kernel: its STOREs. Buffer indices must not repeat between outputs."""
+  """The program: its STOREs, each to its own buffer index. kc.schedule decides its kernels (one where it can be
+  one; the scheduling is checked here, so a program that cannot run fails when it is built)."""
   if not stores or not all(isinstance(s, UOp) and s.op is Ops.STORE for s in stores): raise InvalidASTError("sink takes one or more A.store(...)")
   idxs = [s.src[0].arg for s in stores]
   if len(set(idxs)) != len(idxs): raise InvalidASTError(f"two stores to the same buffer index: {idxs}")
   _check_buffer_indices(stores)
-  ranks = {len(s.src[1].arg.shape) for s in stores}
-  if len(ranks) > 1:
-    raise InvalidASTError(f"the outputs of one kernel need one kernel rank, got {sorted(ranks)}: add size-1 axes (reshape) "
-                          "so that every stored value has the same number of axes")
-  from kc.codegen.verify import verify_ast
   out = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  verify_ast(out)
+  schedule(out)
   return out
 
 

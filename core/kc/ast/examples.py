@@ -63,9 +63,9 @@ def _softmax():
   R, C = 16, 64
   a = _rand(rng, R, C)
   x = A.arg(1, dtypes.float32, (R, C))
-  e = (x - x.max(1)).exp2()
+  e = (x - x.max(1, keepdims=True)).exp2()
   ref = np.exp2(a - a.max(1, keepdims=True))
-  return A.sink(A.store(0, e / e.sum(1))), {1: a}, ref / ref.sum(1, keepdims=True)
+  return A.sink(A.store(0, e / e.sum(1, keepdims=True))), {1: a}, ref / ref.sum(1, keepdims=True)
 
 
 def _layernorm_stats():
@@ -73,7 +73,7 @@ def _layernorm_stats():
   R, C = 32, 256
   a = _rand(rng, R, C)
   x = A.arg(1, dtypes.float32, (R, C))
-  mean = x.sum(1) * (1 / C)
+  mean = x.sum(1, keepdims=True) * (1 / C)
   var = ((x - mean) * (x - mean)).sum(1) * (1 / C)
   return A.sink(A.store(0, var)), {1: a}, a.var(1, keepdims=True)
 
