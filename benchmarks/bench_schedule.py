@@ -143,6 +143,7 @@ class KcResult:
   kernels: Optional[int]  # what kc.schedule.schedule decides; None: no scheduler in this kc, or no program
   peak_bytes: Optional[int]  # the schedule's intermediate memory
   seconds: Optional[float]
+  launched: Optional[int] = None  # kernels a call of kc.compile's program launches (a split reduce adds one)
   why: str = ""  # why there is no time
 
 
@@ -173,7 +174,8 @@ def run_kc(program: Program, xs: list[np.ndarray], want: tuple[np.ndarray, ...],
   outs = [np.empty(w.shape, w.dtype) for w in want]
   prg(*outs, *xs)
   check("kc CLANG", program, outs, want)
-  return KcResult(kernels, peak, median_time(lambda: prg(*outs, *xs), repeats=repeats))
+  launched = len(getattr(prg, "programs", (prg.program,)))
+  return KcResult(kernels, peak, median_time(lambda: prg(*outs, *xs), repeats=repeats), launched=launched)
 
 
 # ***** tinygrad *****
@@ -221,6 +223,12 @@ def ratio(a: Optional[float], b: Optional[float]) -> str: return "n/a" if a is N
 def count(n: Optional[int]) -> str: return "n/a" if n is None else str(n)
 
 
+def kc_kernels(r: KcResult) -> str:
+  """The scheduler's count, and the run-time count where kc.compile's split-reduce made it larger."""
+  if r.kernels is None or r.launched is None or r.launched == r.kernels: return count(r.kernels)
+  return f"{r.kernels} ({r.launched} at run time: split reduce)"
+
+
 def geomean(pairs) -> str:
   ratios = [a / b for a, b in pairs if a is not None and b is not None]
   return f"{statistics.geometric_mean(ratios):.3g} (of {len(ratios)})" if ratios else "n/a"
@@ -232,7 +240,7 @@ def table(kc_res: dict[str, KcResult], tg: dict, np_times: dict[str, float]) -> 
            f"{tgv} TinyJit ms | numpy ms | kc/numpy | kc/tinygrad | kc/TinyJit |", "|---|" + "---:|" * 10]
   for p in PROGRAMS:
     k, t, n = kc_res[p.name], tg.get(p.name, {}), np_times[p.name]
-    lines.append(f"| {p.name} | {count(k.kernels)} | {t.get('kernels', 'n/a')} | {count(k.peak_bytes)} | "
+    lines.append(f"| {p.name} | {kc_kernels(k)} | {t.get('kernels', 'n/a')} | {count(k.peak_bytes)} | "
                  f"{ms(k.seconds)} | {ms(t.get('seconds'))} | {ms(t.get('jit_seconds'))} | {ms(n)} | "
                  f"{ratio(k.seconds, n)} | {ratio(k.seconds, t.get('seconds'))} | "
                  f"{ratio(k.seconds, t.get('jit_seconds'))} |")
@@ -253,7 +261,8 @@ INTRO = (
   "`kc.schedule.schedule(sink)` decides (`len(s.kernels)`; intermediates: `s.peak_bytes`) and what tinygrad's "
   "`Tensor.schedule()` of the outputs holds (kernels only, not buffer copies). kc.compile's split-reduce may add a "
   "combine kernel at run time, splitting one large reduce into a partial and a combine kernel for parallelism "
-  "(kc.schedule.split_reduce); the count here is the scheduler's. Times: medians of whole warm calls in ms: kc's "
+  "(kc.schedule.split_reduce); the count is the scheduler's, with the run-time count beside it where a split "
+  "added kernels. Times: medians of whole warm calls in ms: kc's "
   "compiled program called with numpy arrays (outputs in place) on all {cores} cores; tinygrad's realize of the "
   "freshly built graph (its kernels cached, its Python scheduling counted, as a user's code pays it) and its TinyJit "
   "replay (the captured kernels alone), on its single-threaded CLANG device; numpy in float32, its BLAS on every "
@@ -264,8 +273,11 @@ INTRO = (
 def report(args, sizes: Sizes, kc_res: dict[str, KcResult], tg: dict, np_times: dict, notes: list[str]) -> str:
   from bench_clang import host_line
   flags = f"--repeats {args.repeats}" + (" --quick" if args.quick else "")
+  # the machine is shared: a load above its core count shows in every column, numpy's threaded BLAS most
+  load = "load average {:.2f}, {:.2f}, {:.2f} at the end of the run".format(*os.getloadavg())
   return "\n".join([f"## Multi-kernel programs (`python benchmarks/bench_schedule.py {flags}`)", "",
-                    INTRO.format(tg=TINYGRAD_VERSION, cores=os.cpu_count()), "", host_line(), "", *describe(sizes), "",
+                    INTRO.format(tg=TINYGRAD_VERSION, cores=os.cpu_count()), "", f"{host_line()}; {load}", "",
+                    *describe(sizes), "",
                     *table(kc_res, tg, np_times)] + [f"- {n}" for n in notes])
 
 
@@ -285,7 +297,7 @@ def main():
   kc_res: dict[str, KcResult] = {}
   for p, xs in runs:
     r = kc_res[p.name] = run_kc(p, xs, refs[p.name], args.repeats)
-    print(f"{p.name}: kc {count(r.kernels)} kernels, {ms(r.seconds)} ms {r.why}", flush=True)
+    print(f"{p.name}: kc {kc_kernels(r)} kernels, {ms(r.seconds)} ms {r.why}", flush=True)
   # numpy's BLAS threads keep spinning for a while after a call returns: numpy is timed after kc, apart from it
   time.sleep(1.0)
   np_times = {p.name: median_time(lambda p=p, xs=xs: p.numpy(*xs), repeats=args.repeats) for p, xs in runs}

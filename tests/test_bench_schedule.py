@@ -26,8 +26,22 @@ def test_program_matches_numpy_on_clang(clang, program, sizes):
   want = B.reference(program, xs)
   assert len(want) == program.outputs
   outs = [np.empty(w.shape, w.dtype) for w in want]
-  kc.compile(B.kc_sink(program, xs), "CLANG")(*outs, *xs)
+  sink = B.kc_sink(program, xs)
+  prg = kc.compile(sink, "CLANG")
+  prg(*outs, *xs)
   assert B.mismatch(program, outs, want) == ""
+  ran = kc.run(sink, {program.outputs + i: x for i, x in enumerate(xs)}, "CLANG")  # outputs shaped as numpy's
+  assert B.mismatch(program, [ran[i] for i in range(program.outputs)], want) == ""
+  # the table's kernel counts: the scheduler's, never more than a call launches (a split reduce launches one more)
+  scheduled, peak = B.kc_schedule(sink)
+  if scheduled is not None:
+    assert 1 <= scheduled <= len(getattr(prg, "programs", (prg.program,))) and peak >= 0
+
+
+def test_kernel_count_names_a_split_reduce():
+  assert B.kc_kernels(B.KcResult(kernels=2, peak_bytes=0, seconds=1.0, launched=2)) == "2"
+  assert B.kc_kernels(B.KcResult(kernels=1, peak_bytes=0, seconds=1.0, launched=2)) == "1 (2 at run time: split reduce)"
+  assert B.kc_kernels(B.KcResult(kernels=None, peak_bytes=None, seconds=None, why="no op")) == "n/a"
 
 
 def test_mismatch_catches_a_wrong_output():
