@@ -154,6 +154,7 @@ def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
   memo: dict[UOp, UOp] = dict(mapping)
   for node in kernel_nodes(root):
     if node in memo: continue
+    if node.op is Ops.BUFFER: memo[node] = node; continue  # another kernel's value: read as it is
     new_src = tuple(memo[s] for s in node.src)
     memo[node] = node if new_src == node.src else UOp(node.op, node.dtype, new_src, node.arg)
   return memo[root]
@@ -184,7 +185,20 @@ def _nested_values(stores: list[_Store]) -> list[UOp]:
       if u.op is Ops.VIEW and u.src and holds_reduce.get(u.src[0]): found[u.src[0]] = None
       elif u.op is Ops.REDUCE_AXIS: found[u] = None
   inner = [u for u in found if not any(v in found and v is not u for v in kernel_nodes(u) if v.op is Ops.REDUCE_AXIS)]
-  return inner or list(found)
+  if inner: return inner
+  # no nesting: reduces side by side over axes no one load spans (x.sum(0) * x.sum(1) broadcast together); the one
+  # over the most elements stays in the kernel, the others are materialised
+  under = {v for r in order if r.op is Ops.REDUCE_AXIS for v in kernel_nodes(r.src[0]) if v is not r}
+  top = [r for r in dict.fromkeys(order) if r.op is Ops.REDUCE_AXIS and r not in under]
+  return sorted(top, key=lambda r: -_elements(r.src[0]))[1:]
+
+
+def _elements(u: UOp) -> int:
+  """How many elements the loads under a value span (the size of the loop nest a reduce of it runs)."""
+  from kc.schedule.movement import extents
+  n = 1
+  for d in extents(u): n *= d if isinstance(d, int) else 1
+  return n
 
 
 def _materialise(stores: list[_Store], values: list[UOp]) -> list[_Store]:

@@ -1,0 +1,168 @@
+"""kc.schedule: programs of several kernels mean what numpy means, one-kernel programs are unchanged, intermediates are
+planned without overlapping lifetimes, and a program compiles to one callable with the one-kernel call convention."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+import kc
+from kc import ast as A, dtypes
+from kc.errors import ArgumentError, InvalidASTError, OptsError
+from kc.ir.uop import Ops
+from kc.schedule import schedule
+
+DEVICES = ["CLANG", "EMU"]
+
+
+def rand(shape, seed=0):
+  return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def run(expr, inputs, device):
+  return kc.run(A.sink(A.store(0, expr)), inputs, device)[0]
+
+
+# each: (name, builder of the kc.ast value from x (M, N), its numpy twin, the kernels kc schedules)
+PROGRAMS = [
+  ("reduce result reshaped, then computed with", lambda x: x.sum(0).reshape(2, -1) + 1.0, lambda a: a.sum(0).reshape(2, -1) + 1.0, 2),
+  ("reduce result broadcast along the other axis", lambda x: x.T - x.max(1), lambda a: a.T - a.max(1), 1),
+  ("a reduce of it", lambda x: (x.T - x.max(1)).sum(1), lambda a: (a.T - a.max(1)).sum(1), 1),
+  ("reduce of a reshaped reduce", lambda x: x.sum(0).reshape(2, -1).sum(1), lambda a: a.sum(0).reshape(2, -1).sum(1), 2),
+  ("reduce result flipped and padded", lambda x: x.sum(1)[::-1].reshape(-1, 1) * x, lambda a: a.sum(1)[::-1].reshape(-1, 1) * a, 1),
+  ("standardize", lambda x: (x - x.mean()) / x.std(), lambda a: (a - a.mean()) / a.std(), 1),
+  ("softmax", lambda x: (e := (x - x.max(1, keepdims=True)).exp()) / e.sum(1, keepdims=True),
+   lambda a: (e := np.exp(a - a.max(1, keepdims=True))) / e.sum(1, keepdims=True), 1),
+  ("a reduce result broadcast to a new leading axis", lambda x: (x.sum(0) + x.reshape(1, *x.shape)).sum(2),
+   lambda a: (a.sum(0) + a.reshape(1, *a.shape)).sum(2), 1),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,build,twin,kernels", PROGRAMS, ids=[p[0] for p in PROGRAMS])
+def test_programs_mean_what_numpy_means(name, build, twin, kernels, device):
+  a = rand((4, 6))
+  x = A.arg(1, dtypes.float32, (4, 6))
+  sink = A.sink(A.store(0, build(x)))
+  assert len(schedule(sink).kernels) == kernels
+  np.testing.assert_allclose(kc.run(sink, {1: a}, device)[0], twin(a), rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 7), n=st.integers(1, 7), axis=st.sampled_from([0, 1]), move=st.sampled_from(["flip", "pad", "reshape", "T"]),
+       op=st.sampled_from(["sum", "max", "mean"]))
+def test_movement_after_reduces_property(m, n, axis, move, op):
+  """Any movement of a reduce result, combined again with the input it came from (numpy's broadcasting), on CLANG."""
+  a = rand((m, n), seed=m * 10 + n)
+  x = A.arg(1, dtypes.float32, (m, n))
+  r, ra = getattr(x, op)(axis), getattr(a, op)(axis)
+  if move == "flip": r, ra = r[::-1], ra[::-1]
+  elif move == "pad": r, ra = r.pad(((1, 2),)), np.pad(ra, ((1, 2),))
+  elif move == "reshape": r, ra = r.reshape(-1, 1), ra.reshape(-1, 1)
+  else: r, ra = r.reshape(1, -1).T, ra.reshape(1, -1).T
+  try: want = ra * a.sum() + ra.sum()
+  except ValueError: return
+  got = run(r * x.sum() + r.sum(), {1: a}, "CLANG")
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_outputs_of_different_shapes_share_a_sink(device):
+  a = rand((4, 6))
+  x = A.arg(1, dtypes.float32, (4, 6))
+  sink = A.sink(A.store(0, x.sum(0)), A.store(2, x.sum(1)), A.store(3, x * 2), A.store(4, x.max(1)))
+  plan = schedule(sink)
+  # x.sum(1) and x.max(1) share a loop nest: one kernel stores both
+  assert len(plan.kernels) == 3 and sorted(len(k.ast.src) for k in plan.kernels) == [1, 1, 2]
+  out = kc.run(sink, {1: a}, device)
+  for i, want in [(0, a.sum(0)), (2, a.sum(1)), (3, a * 2), (4, a.max(1))]:
+    assert out[i].shape == want.shape
+    np.testing.assert_allclose(out[i], want, rtol=1e-5, atol=1e-5)
+
+
+def test_one_kernel_programs_are_the_program_itself():
+  x = A.arg(1, dtypes.float32, (16, 64))
+  for e in [x + 1, (x - x.max(1, keepdims=True)).exp2().sum(1), x.sum(1).reshape(4, 4), x.std(1)]:
+    sink = A.sink(A.store(0, e))
+    plan = schedule(sink)
+    assert plan.single and plan.kernels[0].ast is sink and plan.peak_bytes == 0
+    assert type(kc.compile(sink, "CLANG", opts="none")) is kc.CompiledKernel
+
+
+def test_a_stored_reshape_of_a_reduce_is_one_kernel():
+  """x.sum(0).reshape(2, 3) stored: the intermediate would be a copy, so the reduce's kernel writes the output."""
+  x = A.arg(1, dtypes.float32, (4, 6))
+  sink = A.sink(A.store(0, x.sum(0).reshape(2, 3)))
+  assert schedule(sink).single and not any(u.op is Ops.BUFFER for u in sink.toposort)
+
+
+def chain(x, a, steps):
+  """A program whose every step materialises a (8, 8) intermediate read by the next step, and its numpy twin."""
+  y, ya = x, a
+  for _ in range(steps):
+    y, ya = (y.sum(0).reshape(8, 8) + 1.0).reshape(64, 1) * x, (ya.sum(0).reshape(8, 8) + 1.0).reshape(64, 1) * a
+  return y, ya
+
+
+def test_intermediates_with_overlapping_lifetimes_never_share_bytes():
+  a = rand((64, 64)) * 0.01
+  x = A.arg(1, dtypes.float32, (64, 64))
+  y, ya = chain(x, a, 3)
+  side = x.sum(1).reshape(8, 8).T + x.max(0).reshape(8, 8)  # intermediates live beside the chain's
+  sink = A.sink(A.store(0, y), A.store(2, side.sum(0).reshape(2, 4) * side.max()))
+  plan = schedule(sink)
+  assert len(plan.temps) >= 4
+  for t in plan.temps:
+    for u in plan.temps:
+      if t.index < u.index and t.offset < u.offset + u.nbytes and u.offset < t.offset + t.nbytes:
+        assert t.last < u.first or u.last < t.first, (t, u)
+  sa = a.sum(1).reshape(8, 8).T + a.max(0).reshape(8, 8)
+  out = kc.run(sink, {1: a}, "CLANG")
+  np.testing.assert_allclose(out[0], ya, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(out[2], sa.sum(0).reshape(2, 4) * sa.max(), rtol=1e-4, atol=1e-5)
+
+
+def test_intermediates_are_reused_when_lifetimes_end():
+  x = A.arg(1, dtypes.float32, (64, 64))
+  plan = schedule(A.sink(A.store(0, chain(x, np.zeros((64, 64), np.float32), 4)[0])))
+  # four (8, 8) intermediates, each read only by the next kernel: two slots of 256 bytes take turns
+  assert len(plan.temps) == 4 and len(plan.kernels) == 5 and plan.peak_bytes == 2 * 256
+
+
+def test_compiled_program_call_convention():
+  a = rand((4, 6))
+  x = A.arg(1, dtypes.float32, (4, 6))
+  sink = A.sink(A.store(0, x.sum(0).reshape(2, 3) + 1.0))
+  prg = kc.compile(sink, "CLANG")
+  assert isinstance(prg, kc.CompiledKernel) and len(prg.kernels) == 2 and len(prg.programs) == 2
+  out = np.zeros((2, 3), np.float32)
+  prg(out, a)
+  np.testing.assert_allclose(out, a.sum(0).reshape(2, 3) + 1, rtol=1e-5)
+  buf_out, buf_in = kc.Buffer("CLANG", 6, dtypes.float32).allocate(), kc.Buffer("CLANG", 24, dtypes.float32).allocate()
+  buf_in.copyin(memoryview(a.reshape(-1)))
+  prg(buf_out, buf_in)
+  got = np.zeros(6, np.float32)
+  buf_out.copyout(memoryview(got))
+  np.testing.assert_allclose(got.reshape(2, 3), out)
+  with pytest.raises(ArgumentError): prg(out, np.zeros((5, 6), np.float32))
+  with pytest.raises(ArgumentError): prg(out)
+
+
+def test_opts_apply_per_kernel():
+  x = A.arg(1, dtypes.float32, (4, 6))
+  sink = A.sink(A.store(0, x.sum(0).reshape(2, 3) + 1.0))
+  for opts in ["none", "hand", ["none", "hand"], [[], "none"]]: assert len(kc.compile(sink, "CLANG", opts=opts).kernels) == 2
+  with pytest.raises(OptsError, match="2 kernels"): kc.compile(sink, "CLANG", opts=[kc.Opt(kc.OptOps.UPCAST, 0, 2)])
+  with pytest.raises(OptsError, match="one per kernel"): kc.compile(sink, "CLANG", opts=["none"])
+
+
+def test_debug_2_prints_a_line_per_kernel(capsys):
+  x = A.arg(1, dtypes.float32, (4, 6))
+  sink = A.sink(A.store(0, x.sum(0).reshape(2, 3) + 1.0))
+  with kc.Context(DEBUG=2): kc.compile(sink, "CLANG", opts="none")
+  lines = [l for l in capsys.readouterr().out.splitlines() if "schedule" in l]
+  assert len(lines) == 3 and "kernel 0" in lines[0] and "kernel 1" in lines[1] and "bytes at peak" in lines[2]
+
+
+def test_what_numpy_refuses_is_still_refused():
+  x = A.arg(1, dtypes.float32, (4, 6))
+  with pytest.raises(InvalidASTError, match="do not broadcast"): x - x.max(1)
+  with pytest.raises(InvalidASTError, match="cannot reshape"): x.sum(0).reshape(4)
+  with pytest.raises(InvalidASTError, match="out of range"): x.sum(0).sum(1)
