@@ -166,3 +166,22 @@ def test_what_numpy_refuses_is_still_refused():
   with pytest.raises(InvalidASTError, match="do not broadcast"): x - x.max(1)
   with pytest.raises(InvalidASTError, match="cannot reshape"): x.sum(0).reshape(4)
   with pytest.raises(InvalidASTError, match="out of range"): x.sum(0).sum(1)
+
+
+def test_an_expand_that_would_multiply_reduce_work_materialises_instead():
+  """p @ v after a softmax expands p along v's columns: recomputing the softmax per column would multiply its work by
+  64, so p is materialised (two kernels); a small program recomputes instead and stays one kernel."""
+  import math
+  def attention(M, N, D):
+    q, k, v = (A.arg(i, dtypes.float32, s) for i, s in ((1, (M, D)), (2, (N, D)), (3, (N, D))))
+    s = (q @ k.T) / math.sqrt(D)
+    e = (s - s.max(1, keepdims=True)).exp()
+    return A.sink(A.store(0, (e / e.sum(1, keepdims=True)) @ v))
+  assert len(schedule(attention(64, 64, 32)).kernels) == 2
+  assert len(schedule(attention(4, 4, 2)).kernels) == 1
+  rng = np.random.default_rng(1)
+  qa, ka, va = (rng.standard_normal(s).astype(np.float32) for s in ((64, 32), (64, 32), (64, 32)))
+  sa = qa @ ka.T / math.sqrt(32)
+  ea = np.exp(sa - sa.max(1, keepdims=True))
+  got = kc.run(attention(64, 64, 32), {1: qa, 2: ka, 3: va}, "CLANG")[0]
+  np.testing.assert_allclose(got, (ea / ea.sum(1, keepdims=True)) @ va, rtol=1e-4, atol=1e-5)

@@ -34,6 +34,26 @@ NDARRAY_OPERAND = ("np.ndarray operands are not kc expressions; use A.const or a
                    "kernels as buffers, when the kernel runs)")
 
 
+# recomputing a reduce per element of an expand is kept while it adds at most this factor of reduce work...
+RECOMPUTE_FACTOR = 4
+# ...or this many elements of reduce work in all (small programs stay one kernel)
+RECOMPUTE_ELEMENTS = 1 << 16
+
+
+def _reduce_work(u: UOp) -> int:
+  """The elements a value's reduces loop over, in all (each reduce's input extent; symbolic axes count as 1)."""
+  total = 0
+  for r in kernel_nodes(u):
+    if r.op is Ops.REDUCE_AXIS: total += math.prod(d if isinstance(d, int) else 1 for d in extents(r.src[0]))
+  return total
+
+
+def _recomputes(before: UOp, after: UOp) -> bool:
+  """Whether a move turned `before` into `after` by multiplying its reduce work beyond what recomputing is worth."""
+  old, new = _reduce_work(before), _reduce_work(after)
+  return new > RECOMPUTE_FACTOR * old and new - old > RECOMPUTE_ELEMENTS
+
+
 def _value(x):
   """The Python value of a scalar operand (a numpy scalar's or 0-d array's .item())."""
   return x.item() if isinstance(x, (np.generic, np.ndarray)) else x
@@ -147,6 +167,10 @@ class Expr:
       # value is materialised, and the move applies to its buffer's view
       if not any(u.op is Ops.REDUCE_AXIS for u in kernel_nodes(self.uop)): raise
       uop = move(self._buffered().uop, mv, self.kshape)
+    else:
+      # an expand of a reduce result along an axis it kept recomputes the reduce for every new element: cheap for a
+      # few, but a materialised result is read instead where that would multiply the reduce work (p @ v after a softmax)
+      if mv.kind == "expand" and _recomputes(self.uop, uop): uop = move(self._buffered().uop, mv, self.kshape)
     return Expr(uop, new, self.hidden if hidden is None else hidden)
 
   def _kernel_move(self, kind: str, arg, what: str, hidden: Optional[tuple[int, ...]] = None) -> "Expr":
