@@ -11,7 +11,8 @@ from typing import Optional, Union
 import numpy as np
 from kc.testing.worker import CRASH, HANG, Worker, lost_device
 
-# opts as data that crosses the process boundary: a mode name, or a list of (OptOps name, axis, amt)
+# opts as data that crosses the process boundary: a mode name, a list of (OptOps name, axis, amt), or for a program of
+# several kernels (kc.schedule) one such list per kernel
 OptsSpec = Union[str, list]
 _RANDOM_OPS = ("UPCAST", "UPCAST", "UNROLL", "UNROLL", "LOCAL", "GROUP", "GROUPTOP", "PADTO", "SWAP", "NOLOCALS")
 _PAD_UNROLL_P = 0.4   # the share of reduce kernels whose random opts include a PADTO + UNROLL pair
@@ -38,21 +39,35 @@ class Reply:
 
 
 def opts_from_spec(spec: OptsSpec):
-  """A mode name for kc.compile, or the list of kc.Opt."""
+  """A mode name for kc.compile, the list of kc.Opt, or a list of those per kernel of a program."""
   from kc.kernel import Opt, OptOps
-  return spec if isinstance(spec, str) else [Opt(OptOps[op], axis, amt) for op, axis, amt in spec]
+  if isinstance(spec, str): return spec
+  if per_kernel(spec): return [opts_from_spec(s) for s in spec]
+  return [Opt(OptOps[op], axis, amt) for op, axis, amt in spec]
 
 
-def random_opts(sink, device: str, seed: int) -> list:
+def per_kernel(spec: OptsSpec) -> bool:
+  """Whether `spec` is one list of opts per kernel of a program (an opt is a (name, axis, amt) entry, a kernel's list
+  is not)."""
+  if isinstance(spec, str) or not spec: return False
+  return all(isinstance(s, list) and not (s and isinstance(s[0], str)) for s in spec)
+
+
+def random_opts(sink, device: str, seed: Union[int, str]) -> list:
   """A random legal opt list: random Opt(op, axis, amt) tried one after another on the kernel; those the kernel refuses
   (kc.KernelOptError) are skipped. A tensor-core opt goes first where the device has tensor cores. A reduce kernel
   gets, often, a PADTO of a reduce axis next to an UNROLL of it (either order), with an UPCAST or GROUP now and then:
   padding a reduce that is then unrolled is a combination single random opts rarely hit. That choice comes from a
-  random stream of its own, so the opts the plain draws give a seed stay those they were."""
+  random stream of its own, so the opts the plain draws give a seed stay those they were. A program of several
+  kernels (kc.schedule) gets one such list per kernel, each drawn from the seed and the kernel's place."""
   from kc.runtime.device import Device
   from kc.config import read
   from kc.errors import KernelOptError
+  from kc.ir.uop import Ops
   from kc.kernel import Kernel, Opt, OptOps
+  from kc.schedule import schedule
+  if sink.op is Ops.SINK and not (plan := schedule(sink)).single:
+    return [random_opts(sk.ast, device, f"{seed}:{i}") for i, sk in enumerate(plan.kernels)]
   rng = random.Random(seed)
   k = Kernel(sink, Device[device].renderer, tc_level=read("KC_TC"))  # the level kc.run will apply the opts at
   tries: list[Opt] = []
