@@ -29,6 +29,11 @@ _LATER_P = 0.2
 _LATER_OPS = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite",
               "square", "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows", "__lshift__",
               "__rshift__")
+# the share of steps followed by a step only a program of several kernels can run (Generator.scheduled), and of
+# reduces that drop their axes (keepdims=False); both drawn from the scheduler's stream (Generator.wide)
+_SCHEDULED_P = 0.2
+_DROP_AXES_P = 0.5
+_SCHEDULED_OPS = ("cumsum", "cumprod", "concatenate", "stack")
 _BITCAST = {"int8": ("uint8",), "uint8": ("int8",), "int16": ("uint16", "float16"), "uint16": ("int16", "float16"),
             "float16": ("int16", "uint16"), "int32": ("float32",), "float32": ("int32",)}
 
@@ -42,6 +47,8 @@ def features() -> frozenset[str]:
   if "keepdims" in inspect.signature(E.sum).parameters: have.add("keepdims")
   if E.__eq__ is not object.__eq__: have.add("eq_operator")
   have.update(name.strip("_") for name in _LATER_OPS if callable(getattr(E, name, None)))
+  # the scans are methods (x.cumsum(axis)), the joins functions of the module (A.concatenate([...], axis))
+  have.update(name for name in _SCHEDULED_OPS if callable(getattr(E, name, None)) or callable(getattr(A, name, None)))
   return frozenset(have)
 
 
@@ -64,17 +71,28 @@ class Generator:
     # the later ops' own stream: whether a step gets one and every draw it makes come from here, so the kernel's stream
     # gives the same draws as before they existed, and a seed none is drawn for makes the kernel it made then
     self.more = np.random.default_rng([seed, 0x6C61746572])
+    # the stream of every choice only a program of several kernels (kc.schedule) can run: a reduce result moved,
+    # reduced again or broadcast to another shape, keepdims=False, outputs of several shapes, scans and joins. A seed
+    # that draws none of them (`widened` stays False) makes the kernel it made when kc.ast was one kernel
+    self.wide = np.random.default_rng([seed, 0x7363686564])
+    self.widened = False
     self.nodes: list[Node] = []
     self.values: dict[int, np.ndarray] = {}
     self.data: dict[int, np.ndarray] = {}
     self.exact: set[int] = set()
-    self.reduced: set[int] = set()   # nodes computed from a reduce: only an expand may move them (kc.ast's rule)
+    self.reduced: set[int] = set()   # nodes computed from a reduce: moving one takes an intermediate buffer
 
   # ***** random draws (each draw consumes the same randomness whatever `size` is) *****
 
   def chance(self, p: float) -> bool: return bool(self.rng.random() < p)
   def pick(self, xs): return xs[int(self.rng.integers(len(xs)))]
   def dim(self, hi: int) -> int: return 1 + int(self.rng.random() * hi * self.size)
+
+  def widen(self, p: float) -> bool:
+    """A choice of the scheduler's stream: True with probability p (and the kernel is no longer the old one)."""
+    if self.wide.random() >= p: return False
+    self.widened = True
+    return True
 
   def shape(self) -> tuple[int, ...]:
     ndim = int(self.rng.integers(1, 4))
@@ -101,7 +119,8 @@ class Generator:
     return i
 
   def _keep(self, node: Node, v: np.ndarray) -> bool:
-    if v.size > MAX_ELEMENTS or v.ndim == 0 or v.ndim > 4: return False
+    # a 0-d value (a full reduce without keepdims) only where the scheduler's stream has made the kernel a new one
+    if v.size > MAX_ELEMENTS or (v.ndim == 0 and not self.widened) or v.ndim > 4: return False
     if v.dtype.kind == "f":
       if (dt := value_dtype(v, node)) not in _LIMIT: return False
       with np.errstate(all="ignore"):
@@ -158,9 +177,8 @@ class Generator:
     weights = np.array([w for w, _ in moves])
     move = moves[int(self.rng.choice(len(moves), p=weights / weights.sum()))][1]
     y = move(x)
-    if self.more.random() < _LATER_P:
-      z = self.later(x if y is None else y)
-      if z is not None: return z
+    if self.more.random() < _LATER_P and (z := self.later(x if y is None else y)) is not None: y = z
+    if self.widen(_SCHEDULED_P) and (z := self.scheduled(x if y is None else y)) is not None: y = z
     return y
 
   def operand(self, x: int, dtype: Optional[str] = None) -> Optional[int]:
@@ -284,21 +302,27 @@ class Generator:
 
   def axes(self, x: int) -> tuple[int, ...]:
     nd = len(self.shp(x))
+    if nd == 0: return ()   # a 0-d value has no axis to reduce (the reduces refuse it)
     return tuple(sorted(int(a) for a in self.rng.choice(nd, size=int(self.rng.integers(1, nd + 1)), replace=False)))
 
+  def keepdims(self) -> bool:
+    """Whether a reduce keeps its axes: numpy's default (False) is drawn from the scheduler's stream."""
+    return "keepdims" not in features() or not self.widen(_DROP_AXES_P)
+
   def reduce_node(self, x: int, op: str, axes: tuple[int, ...]) -> Optional[int]:
-    dt, keep = self.dt(x), ", keepdims=True" if "keepdims" in features() else ""
-    ax = f"axis={axes}"
+    if not self.shp(x): return None
+    dt, kd = self.dt(x), self.keepdims()
+    keep = f", keepdims={kd}" if "keepdims" in features() else ""
+    ax = f"axis={axes}, keepdims={kd}"
     if op in ("sum", "prod"):
-      if dt == "float16": n = f"{{0}}.astype(np.float32).{op}({ax}, keepdims=True).astype(np.float16)"
-      elif dt == "float32": n = f"{{0}}.{op}({ax}, keepdims=True)"
-      else: n = f"{{0}}.{op}({ax}, keepdims=True)"   # numpy widens small ints (and bools) to 64 bits, as kc.ast does
+      if dt == "float16": n = f"{{0}}.astype(np.float32).{op}({ax}).astype(np.float16)"
+      else: n = f"{{0}}.{op}({ax})"   # numpy widens small ints (and bools) to 64 bits, as kc.ast does
       kind = "reduce"
     elif op == "mean":
       if not _isf(dt): return None
-      n, kind = f"{{0}}.astype(np.float32).mean({ax}, keepdims=True).astype({_np(dt)})", "reduce"
-    else: n, kind = f"{{0}}.{op}({ax}, keepdims=True)", "arith"
-    return self.add(Node(op, f"{{0}}.{op}({ax}{keep})", n, (x,), kind), reduced=True)
+      n, kind = f"{{0}}.astype(np.float32).mean({ax}).astype({_np(dt)})", "reduce"
+    else: n, kind = f"{{0}}.{op}({ax})", "arith"
+    return self.add(Node(op, f"{{0}}.{op}(axis={axes}{keep})", n, (x,), kind), reduced=True)
 
   def reduce_op(self, x: int) -> str:
     if self.dt(x) == "bool": return self.pick(("sum", "max"))
@@ -307,10 +331,12 @@ class Generator:
     return self.pick(ops)
 
   def reduce(self, x: int) -> Optional[int]:
+    if not self.shp(x): return None
     return self.reduce_node(x, self.reduce_op(x), self.axes(x))
 
   def fused(self, x: int) -> Optional[int]:
     """x combined with a reduce of itself broadcast back (x - x.max(1)), then often reduced again."""
+    if not self.shp(x): return None
     r = self.reduce_node(x, self.pick(("max", "sum")), self.axes(x))
     if r is None or self.dt(x) == "bool": return r
     op, sym = self.pick((("sub", "-"), ("add", "+"), ("mul", "*")))
@@ -344,7 +370,8 @@ class Generator:
 
   def movement(self, x: int) -> Optional[int]:
     shape = self.shp(x)
-    if x in self.reduced: return self.expand(x)
+    # a reduce result moved otherwise than by an expand is read from an intermediate buffer (kc.schedule)
+    if not shape or (x in self.reduced and not self.widen(0.6)): return self.expand(x)
     moves = [self.reshape, self.expand, self.pad, self.shrink, self.flip] + ([self.permute] if len(shape) > 1 else [])
     if "getitem" in features(): moves.append(self.getitem)
     return self.pick(moves)(x)
@@ -354,6 +381,7 @@ class Generator:
 
   def reshape(self, x: int) -> Optional[int]:
     shape = list(self.shp(x))
+    if not shape: return self.mv("reshape", x, repr((1,)), "{0}.reshape((1,))")   # a 0-d value has one element
     kind = int(self.rng.integers(4))
     if kind == 0 and len(shape) > 1:   # merge two neighbours
       i = int(self.rng.integers(len(shape) - 1))
@@ -376,7 +404,7 @@ class Generator:
   def expand(self, x: int) -> Optional[int]:
     shape = self.shp(x)
     if 1 not in shape:
-      if x in self.reduced or len(shape) >= 4: return None
+      if len(shape) >= 4 or (x in self.reduced and not self.widen(0.6)): return None
       x = self.mv("reshape", x, repr((1,) + shape), f"{{0}}.reshape({(1,) + shape})")
       if x is None: return None
       shape = (1,) + shape
@@ -396,6 +424,7 @@ class Generator:
     return self.mv("shrink", x, repr(tuple(arg)), f"{{0}}[{sl}]")
 
   def flip(self, x: int) -> Optional[int]:
+    if not self.shp(x): return None
     axes = tuple(sorted(int(a) for a in self.rng.choice(len(self.shp(x)), size=int(self.rng.integers(1, len(self.shp(x)) + 1)), replace=False)))
     return self.mv("flip", x, repr(axes), f"np.flip({{0}}, {axes})")
 
@@ -488,7 +517,7 @@ class Generator:
     return self.node("shift", f"{{0}} {sym} {{1}}", f"{{0}} {sym} {{1}}", (x, y))
 
   def later_reduce(self, x: int) -> Optional[int]:
-    if x in self.reduced: return None   # a reduce of a reduce is not one kernel
+    if not self.shp(x) or (x in self.reduced and not self.widen(0.6)): return None   # reduces of reduces: kc.schedule
     if self.chance(0.6) and (self.isint(x) or self.dt(x) in ("float32", "float16", "bfloat16")): return self.var_std(x)
     return self.arg_extreme(x)
 
@@ -508,16 +537,18 @@ class Generator:
                      reduced=True)
 
   def arg_extreme(self, x: int) -> Optional[int]:
-    """argmax or argmin along one axis, or of the flattened array (keepdims: a 0-d result is no kernel output). The
+    """argmax or argmin along one axis, or of the flattened array (its keepdims from the scheduler's stream). The
     first index wins a tie, and a NaN wins over numbers: an inexact operand could break a near tie either way."""
     if "argmax" not in features(): return None
     op = self.pick(("argmax", "argmin"))
-    axis, keep = (None, True) if self.chance(0.3) else (int(self.rng.integers(len(self.shp(x)))), self.chance(0.5))
+    if self.chance(0.3): axis, keep = None, self.keepdims()
+    else: axis, keep = int(self.rng.integers(len(self.shp(x)))), self.chance(0.5)
     args = f"axis={axis}, keepdims={keep}"
     return self.node(op, f"{{0}}.{op}({args})", f"np.{op}({{0}}, {args})", (x,), needs_exact=True, reduced=True)
 
   def later_movement(self, x: int) -> Optional[int]:
-    if x in self.reduced: return self.squeeze(x)   # a reduce result moves only by size-1 axes (and expand)
+    # a reduce result moved otherwise than by its size-1 axes is read from an intermediate buffer (kc.schedule)
+    if not self.shp(x) or (x in self.reduced and not self.widen(0.6)): return self.squeeze(x)
     return self.pick((self.squeeze, self.flatten, self.windows, self.windows))(x)
 
   def squeeze(self, x: int) -> Optional[int]:
@@ -534,11 +565,117 @@ class Generator:
   def windows(self, x: int) -> Optional[int]:
     """numpy's sliding_window_view along one axis: the n - size + 1 window starts in place, the window last."""
     shape = self.shp(x)
+    if not shape: return None
     a = int(self.rng.integers(len(shape)))
     if shape[a] == 0 or len(shape) >= 4 or "windows" not in features(): return None
     size = 1 + int(self.rng.integers(shape[a]))
     return self.add(Node("windows", f"{{0}}.windows({a}, {size})",
                          f"np.lib.stride_tricks.sliding_window_view({{0}}, {size}, axis={a})", (x,)))
+
+  # ***** steps only a program of several kernels runs (kc.schedule), drawn from the scheduler's stream *****
+
+  def scheduled(self, x: int) -> Optional[int]:
+    """One step that takes more than one kernel: a reduce of a reduce on any axes, a reduce result moved (reshaped,
+    permuted, flipped, padded, sliced, windowed, broadcast), a value combined with one of another shape by numpy's
+    right-aligned broadcasting (a reduce result most often), a scan or a join. Its draws all come from self.wide, and
+    one that is not kept leaves no node behind."""
+    n, f = len(self.nodes), features()
+    with self.drawing_from(self.wide):
+      moves = [(3, self.rereduce), (3, self.moved_reduce), (3, self.broadcast_against)]
+      if {"cumsum", "cumprod"} & f: moves.append((1.5, self.scan))
+      if {"concatenate", "stack"} & f: moves.append((1.5, self.join))
+      weights = np.array([w for w, _ in moves])
+      out = moves[int(self.rng.choice(len(moves), p=weights / weights.sum()))][1](x)
+    if out is None: self.forget_from(n)
+    return out
+
+  def a_reduce_result(self, x: int) -> Optional[int]:
+    """A reduce result that has axes: an earlier one now and then, else a new reduce of x."""
+    done = sorted(i for i in self.reduced if self.shp(i))
+    return self.pick(done) if done and self.chance(0.4) else self.reduce(x)
+
+  def rereduce(self, x: int) -> Optional[int]:
+    """A reduce of a reduce result, over any of its axes, each with or without keepdims."""
+    r = self.a_reduce_result(x)
+    return None if r is None else self.reduce(r)
+
+  def moved_reduce(self, x: int) -> Optional[int]:
+    """A reduce result moved: reshaped, permuted, flipped, padded, sliced, indexed, broadcast or windowed."""
+    r = self.a_reduce_result(x)
+    if r is None or not self.shp(r): return r
+    moves = [self.reshape, self.expand, self.pad, self.shrink, self.flip, self.flatten]
+    moves += [self.permute] if len(self.shp(r)) > 1 else []
+    moves += [m for m, op in ((self.getitem, "getitem"), (self.windows, "windows")) if op in features()]
+    return self.pick(moves)(r)
+
+  def broadcast_against(self, x: int) -> Optional[int]:
+    """x combined with a value of another shape under numpy's broadcasting (shapes aligned on the right, the result
+    maybe larger than either): an earlier value, a reduce result most often, or a reduce of x (x - x.max(0))."""
+    shape = self.shp(x)
+    def fits(i: int) -> bool:
+      try: out = np.broadcast_shapes(shape, self.shp(i))
+      except ValueError: return False
+      return i != x and self.shp(i) != shape and int(np.prod(out)) <= MAX_ELEMENTS
+    found = [i for i in self.values if fits(i) and self.nodes[i].op != "input"]
+    reduced = [i for i in found if i in self.reduced]
+    y = self.pick(reduced if reduced and self.chance(0.7) else found) if found and self.chance(0.7) else self.reduce(x)
+    if y is None or (pair := self.agree(x, y)) is None: return None
+    a, b = pair if self.chance(0.6) else pair[::-1]
+    if self.dt(a) == "bool": sym = self.pick(("&", "|", "^"))
+    else: sym = self.pick(("+", "-", "*", "maximum", "minimum"))
+    if sym in ("maximum", "minimum"):
+      return self.add(Node(sym, f"{{0}}.{sym}({{1}})", f"np.{sym}({{0}}, {{1}})", (a, b), "arith"))
+    op = {"+": "add", "-": "sub", "*": "mul"}.get(sym, "bitop")
+    return self.add(Node(op, f"{{0}} {sym} {{1}}", f"{{0}} {sym} {{1}}", (a, b), "arith"))
+
+  def scan(self, x: int) -> Optional[int]:
+    """numpy's cumsum or cumprod along one axis or of the flattened array: small ints and bools widen to 64 bits,
+    half is computed in float32 and rounded once (as kc.ast does; numpy's own half scan rounds every step)."""
+    if not self.shp(x): return None
+    op = self.pick(sorted({"cumsum", "cumprod"} & features()))
+    axis = None if self.chance(0.2) else int(self.rng.integers(len(self.shp(x))))
+    dt = self.dt(x)
+    n = f"np.{op}({{0}}.astype(np.float32), axis={axis}).astype(np.float16)" if dt == "float16" else \
+        f"np.{op}({{0}}, axis={axis})"
+    return self.node(op, f"{{0}}.{op}(axis={axis})", n, (x,), "reduce" if _isf(dt) else "arith", reduced=True)
+
+  def join(self, x: int) -> Optional[int]:
+    """numpy's concatenate (along an axis, or flattened with axis=None) or stack (along a new axis) of x and one or
+    two values of x's dtype: earlier values of a fitting shape (reduce results among them) or new inputs."""
+    op = self.pick(sorted({"concatenate", "stack"} & features()))
+    shape = self.shp(x)
+    if op == "concatenate" and not shape: return None
+    if op == "concatenate": axis = None if self.chance(0.15) else int(self.rng.integers(len(shape)))
+    else: axis = int(self.rng.integers(len(shape) + 1))
+    parts = [x]
+    for _ in range(int(self.rng.integers(1, 3))):
+      if (p := self.join_part(x, op, axis)) is None: return None
+      parts.append(p)
+    names = ", ".join(f"{{{k}}}" for k in range(len(parts)))
+    return self.add(Node(op, f"A.{op}([{names}], axis={axis})", f"np.{op}([{names}], axis={axis})", tuple(parts)))
+
+  def join_part(self, x: int, op: str, axis: Optional[int]) -> Optional[int]:
+    shape = self.shp(x)
+    def fits(s: tuple) -> bool:
+      if op == "stack": return s == shape
+      if axis is None: return len(s) > 0
+      return len(s) == len(shape) and all(a == b for k, (a, b) in enumerate(zip(s, shape)) if k != axis)
+    found = sorted(i for i in self.values if fits(self.shp(i)) and self.nodes[i].op != "input")
+    if found and self.chance(0.6): return self.cast_to(self.pick(found), self.dt(x))
+    if op == "concatenate" and axis is not None: shape = shape[:axis] + (self.dim(4),) + shape[axis + 1:]
+    return self.input(self.dt(x), shape)
+
+  def more_outputs(self, outs: list[int]) -> list[int]:
+    """One or two more outputs of shapes no output has yet (a reduce result most often): one program stores them all,
+    each shape in a kernel of its own."""
+    extra: list[int] = []
+    for _ in range(int(self.rng.integers(1, 3))):
+      shapes = {self.shp(o) for o in outs + extra}
+      cand = sorted(i for i in self.values if self.shp(i) not in shapes and self.nodes[i].op != "input")
+      if not cand: break
+      reduced = [i for i in cand if i in self.reduced]
+      extra.append(self.pick(reduced if reduced and self.chance(0.6) else cand))
+    return extra
 
   # ***** a whole kernel *****
 
@@ -556,6 +693,8 @@ class Generator:
     for _ in range(int(self.rng.integers(3)) if self.chance(0.3) else 0):
       cand = [i for i in self.values if i not in outs and self.nodes[i].op != "input"]
       if cand: outs.append(self.pick(cand))
+    if self.widen(0.3):
+      with self.drawing_from(self.wide): outs += self.more_outputs(outs)
     return self.finish(outs)
 
   def finish(self, outs: list[int], family: str = "classic") -> Recipe:

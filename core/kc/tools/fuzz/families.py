@@ -57,6 +57,8 @@ def build(family: str, seed: int, size: float = 1.0) -> Recipe:
   g = FamilyGenerator(seed, size)
   outs = getattr(g, f"family_{family}")()
   if not outs: outs = [g.fallback()]
+  if g.widen(0.25):   # more outputs, of other shapes: one program, a kernel per shape (kc.schedule)
+    with g.drawing_from(g.wide): outs += g.more_outputs(outs)
   return g.finish(outs, family)
 
 
@@ -208,20 +210,22 @@ class FamilyGenerator(Generator):
     return self.node("cmp", f"{{0}} {sym} {b}", f"{{0}} {sym} {nb}", srcs, needs_exact=True)
 
   def reduce_any(self, x: int, op: str, axes: tuple[int, ...]) -> Optional[int]:
-    """x.op(axis=axes, keepdims=True) with numpy's answer: floats of 16 bits sum in float32 and round once."""
-    dt, ax = self.dt(x), f"axis={axes}"
-    k = f"{{0}}.{op}({ax}, keepdims=True)"
+    """x.op(axis=axes, keepdims=...) with numpy's answer: floats of 16 bits sum in float32 and round once. keepdims
+    is drawn from the scheduler's stream (Generator.keepdims): without it, a full reduce is a 0-d value."""
+    if not axes: return None
+    dt, ax = self.dt(x), f"axis={axes}, keepdims={self.keepdims()}"
+    k = f"{{0}}.{op}({ax})"
     if op in ("sum", "prod", "mean"):
       if dt in ("fp8e4m3", "fp8e5m2"): return None
       if dt in ("float16", "bfloat16"):
-        n = f"{{0}}.astype(np.float32).{op}({ax}, keepdims=True)"
+        n = f"{{0}}.astype(np.float32).{op}({ax})"
         n = f"{n}.astype(np.float16)" if dt == "float16" else n
         return self.node(op, k, n, (x,), "reduce", self.narrow(x), reduced=True)
       if op == "mean" and dt not in FLOATS: return None
       kind = "reduce" if dt in FLOATS else "arith"
-      return self.node(op, k, f"{{0}}.{op}({ax}, keepdims=True)", (x,), kind, reduced=True)
-    if op in ("any", "all"): return self.node(op, k, f"np.{op}({{0}}, {ax}, keepdims=True)", (x,), reduced=True)
-    return self.node(op, k, f"{{0}}.{op}({ax}, keepdims=True)", (x,), narrow=self.narrow(x), reduced=True)
+      return self.node(op, k, f"{{0}}.{op}({ax})", (x,), kind, reduced=True)
+    if op in ("any", "all"): return self.node(op, k, f"np.{op}({{0}}, {ax})", (x,), reduced=True)
+    return self.node(op, k, f"{{0}}.{op}({ax})", (x,), narrow=self.narrow(x), reduced=True)
 
   def same_dtype_operand(self, x: int) -> Optional[int]:
     """Another value of x's dtype that broadcasts to x's shape: an existing one or a new input."""

@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 import numpy as np
 from kc.tools.fuzz.check import FAILURES, OUTCOMES, Reference
-from kc.tools.fuzz.recipe import NP_IMPORTS, Recipe, kc_lines, np_lines
-from kc.tools.fuzz.worker import OptsSpec
+from kc.tools.fuzz.generate import generate
+from kc.tools.fuzz.recipe import NP_IMPORTS, NP_NAMES, Recipe, kc_lines, np_lines
+from kc.tools.fuzz.worker import OptsSpec, per_kernel
 
 _INLINE_ELEMENTS = 256   # inputs up to this size are written into the script; larger ones go to an .npz beside it
 
@@ -26,12 +27,41 @@ class Result:
   ops: list = field(default_factory=list)
   reproducer: Optional[str] = None
   family: str = ""          # the generator family of the case (kc.tools.fuzz.families)
+  numpy: str = ""           # a refusal while building: "refuses" where numpy refuses the numpy twin too, else "accepts"
 
   def kind(self) -> str:
     """What failures have in common, for counting: the outcome and the error's type and normalized message, or for a
     wrong answer the ops of the (minimized) kernel."""
     if self.outcome in ("wrong", "ok"): return f"{self.outcome}: " + "+".join(sorted(set(self.ops) - {"input"}))
     return f"{self.outcome}: {normalize(self.message)}"
+
+
+def numpy_refuses(r: Recipe) -> bool:
+  """Whether numpy refuses the kernel's numpy twin: its lines (as a reproducer runs them) raise."""
+  ns = {**NP_NAMES, "inputs": r.inputs()}
+  try:
+    with np.errstate(all="ignore"): exec("\n".join(np_lines(r)), ns)  # noqa: S102 (the fuzzer's own numpy lines)
+  except Exception:  # noqa: BLE001 (any error of numpy's is its refusal)
+    return True
+  return False
+
+
+def mark_refusals(results: list[Result]) -> None:
+  """Fill `numpy` of every refusal while building (kc.ast refused the program): whether numpy refuses the case's
+  numpy twin too, the case remade from its seed and family. A refusal numpy shares is a correct one; one numpy does
+  not share is a program kc cannot run yet."""
+  verdicts: dict[tuple[int, str], str] = {}
+  for res in results:
+    if res.outcome != "typed-error" or res.stage != "build" or res.numpy: continue
+    key = (res.seed, res.family or "classic")
+    if key not in verdicts: verdicts[key] = "refuses" if numpy_refuses(generate(res.seed, family=key[1])) else "accepts"
+    res.numpy = verdicts[key]
+
+
+def refusal_tag(res: Result) -> str:
+  """What a typed refusal was of: the program (numpy refusing it too, or not) or an opt drawn for it."""
+  if res.stage != "build": return "an opt"
+  return "numpy refuses too" if res.numpy == "refuses" else "numpy accepts"
 
 
 def normalize(msg: str) -> str:
@@ -43,7 +73,9 @@ def normalize(msg: str) -> str:
 
 
 def opts_source(opts: OptsSpec) -> str:
+  """Source for `opts`: a mode name, a list of kc.Opt, or one such list per kernel of a program."""
   if isinstance(opts, str): return repr(opts)
+  if per_kernel(opts): return "[" + ", ".join(opts_source(o) for o in opts) + "]"
   return "[" + ", ".join(f"Opt(OptOps.{op}, {axis}, {amt})" for op, axis, amt in opts) + "]"
 
 
@@ -125,10 +157,16 @@ def summary(results: list[Result]) -> str:
   if len(fams) > 1:
     lines += ["", f"{'family':15s} " + " ".join(f"{o:>14s}" for o in OUTCOMES)]
     lines += [f"{fam:15s} " + " ".join(f"{c[o]:14d}" for o in OUTCOMES) for fam, c in sorted(fams.items())]
-  typed = Counter(f"{r.device}: {normalize(r.message)}" for r in results if r.outcome == "typed-error")
+  mark_refusals(results)
+  refused = [r for r in results if r.outcome == "typed-error"]
+  typed = Counter(f"{r.device}: [{refusal_tag(r)}] {normalize(r.message)}" for r in refused)
   if typed:
-    lines += ["", "typed errors (kc refused the kernel; by message):"]
+    lines += ["", "typed errors (kc refused the kernel or an opt; by message, with whether numpy refuses the program):"]
     lines += [f"  {n:5d}  {msg}" for msg, n in typed.most_common(15)]
+    built = [r for r in refused if r.stage == "build"]
+    shared = sum(r.numpy == "refuses" for r in built)
+    lines.append(f"  {len(built)} refusals of a program, {shared} of them of a program numpy refuses too" +
+                 (" (each refusal is a program numpy also refuses)" if built and shared == len(built) else ""))
   kinds: dict[str, list[Result]] = defaultdict(list)
   for r in results:
     if r.outcome in FAILURES: kinds[f"{r.device}: {r.kind()}"].append(r)
@@ -141,6 +179,7 @@ def summary(results: list[Result]) -> str:
 
 
 def write_json(path: str, config: dict, results: list[Result]) -> None:
+  mark_refusals(results)
   counts = Counter(r.outcome for r in results)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
