@@ -9,14 +9,12 @@ from kc.errors import ConfigError, InvalidOptError, KernelOptError, OptsError, S
 from kc.config import debug_level, read
 from kc.ir.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
-from kc.codegen import verify_ast
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs, import_producers, overlaps
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 from kc.shape.view import fmt_shape
-from kc.schedule.split_reduce import TEMP, SplitReduce, split_reduce as plan_split
-from kc.schedule.scheduler import schedule
+from kc.schedule.scheduler import schedule, with_split_reduces
 from kc.runtime.arguments import BufferSpec
 from kc.ir.dtype import dtypes
 
@@ -112,32 +110,6 @@ class CompiledKernel:
     return vals
 
 
-class SplitCompiledKernel(CompiledKernel):
-  """A large reduce with few outputs, compiled as two kernels (kc.schedule.split_reduce): a partial kernel that reduces
-  chunks of the reduce axis in parallel into a temporary buffer, allocated once here on the device, and a combine
-  kernel that reduces the partials and computes what followed the reduce. It is called exactly as a CompiledKernel,
-  with the original AST's buffers; `.program` and `.kernel` are the partial kernel's (the one that does the work),
-  `.programs` holds both programs in launch order, and a call returns the two run times' sum. Calls share the
-  partials buffer: one SplitCompiledKernel must not be called from two threads at once (compile one per thread)."""
-
-  def __init__(self, ast: UOp, partial: CompiledKernel, combine: CompiledKernel, split: SplitReduce):
-    super().__init__(ast, partial.kernel, partial.program, partial.device, partial._handle)
-    self.partial, self.combine, self.split = partial, combine, split
-    self.programs = (partial.program, combine.program)
-    self._temp = Buffer(partial.device, split.temp_size, split.temp_dtype).allocate()
-
-  def __repr__(self): return f"<SplitCompiledKernel {self.name} + {self.combine.name} on {self.device}>"
-
-  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
-    pick = lambda order: [self._temp if i == TEMP else bufs[i] for i in order]
-    seconds = self.partial._launch(pick(self.split.partial_buffers), vals, *self.partial.launch_dims(vals), stream)
-    return seconds + self.combine._launch(pick(self.split.combine_buffers), vals, *self.combine.launch_dims(vals), stream)
-
-  def _report(self, seconds: float, vals: dict[str, int]):
-    print(f"{self.device:8s} split into {self.name} and {self.combine.name} ({self.split.parts} parts)")
-    super()._report(seconds, vals)
-
-
 class CompiledProgram(CompiledKernel):
   """A program of several kernels (kc.schedule.Schedule) compiled for one device, called exactly as a CompiledKernel:
   the program's buffers in buffer-index order (numpy arrays, kc.Buffers or DLPack producers) and its Variables by
@@ -200,6 +172,27 @@ def _program_specs(plan, kernels: list[CompiledKernel]) -> list:
     spec.alignment = max(s.alignment for s in found)
     specs.append(spec)
   return specs
+
+
+class SplitCompiledKernel(CompiledProgram):
+  """A large reduce with few outputs, compiled as two kernels (the scheduler's split-reduce rule, kc.schedule.
+  split_reduce): a partial kernel that reduces chunks of the reduce axis in parallel into an intermediate, and a
+  combine kernel that reduces the partials and computes what followed the reduce. It is called exactly as a
+  CompiledKernel, with the original AST's buffers; `.program`, `.kernel` and `.name` are the partial kernel's (the one
+  that does the work), `.partial` and `.combine` the two CompiledKernels, `.programs` both programs in launch order."""
+
+  @property
+  def partial(self) -> CompiledKernel: return self.kernels[0]
+  @property
+  def combine(self) -> CompiledKernel: return self.kernels[1]
+  @property
+  def name(self) -> str: return self.program.name
+
+  def __repr__(self): return f"<SplitCompiledKernel {self.name} + {self.combine.name} on {self.device}>"
+
+  def _report(self, seconds: float, vals: dict[str, int]):
+    print(f"{self.device:8s} split into {self.name} and {self.combine.name}")
+    CompiledKernel._report(self, seconds, vals)
 
 
 OPTS_CHOICES = "'hand', 'none', 'beam', a kc.Opt or a list of kc.Opt"
@@ -311,12 +304,20 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   or compute unit (a SplitCompiledKernel, see kc.schedule.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
   one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
   dev = Device[device or Device.DEFAULT]
-  plan = schedule(sink) if isinstance(sink, UOp) and sink.op is Ops.SINK else None
-  if plan is not None and not plan.single:
-    per_kernel = _per_kernel_opts(opts, len(plan.kernels))
-    kernels = [_compile_kernel_ast(k.ast, dev, o, split_reduce) for k, o in zip(plan.kernels, per_kernel)]
-    return CompiledProgram(sink, plan, kernels, dev.name)
-  return _compile_kernel_ast(sink, dev, opts, split_reduce)
+  if not (isinstance(sink, UOp) and sink.op is Ops.SINK): return _compile_one(sink, dev, resolve_opts(opts), read("KC_TC"))
+  plan = schedule(sink)
+  one_kernel = plan.single
+  per_kernel = [resolve_opts(o) for o in _per_kernel_opts(opts, len(plan.kernels))] if not plan.single else [resolve_opts(opts)]
+  if split_reduce and read("KC_SPLIT_REDUCE"):
+    # the split-reduce rule: a kernel compiled with the hand-coded opts becomes a partial and a combine kernel
+    hand = {i for i, o in enumerate(per_kernel) if isinstance(o, str) and o == "hand"}
+    split = with_split_reduces(plan, dev.renderer, hand)
+    per_kernel = [per_kernel[i] for i in split.origin]
+    plan = split.schedule
+  if plan.single: return _compile_schedule_kernel(plan.kernels[0].ast, dev, per_kernel[0])
+  kernels = [_compile_schedule_kernel(k.ast, dev, o) for k, o in zip(plan.kernels, per_kernel)]
+  # one kernel the split-reduce rule made two: the same object as always for it
+  return (SplitCompiledKernel if one_kernel else CompiledProgram)(sink, plan, kernels, dev.name)
 
 
 def _per_kernel_opts(opts: OptsArg, n: int) -> list:
@@ -331,23 +332,11 @@ def _per_kernel_opts(opts: OptsArg, n: int) -> list:
   return list(opts)
 
 
-def _compile_kernel_ast(sink: UOp, dev, opts: OptsArg, split_reduce: bool) -> CompiledKernel:
-  opts, tc_level = resolve_opts(opts), read("KC_TC")
-  if isinstance(opts, str) and opts == "beam":
-    return _compile_kernel(sink, beam_opts(sink, dev.name, tc_level=tc_level).kernel, dev)
-  split = _split_plan(sink, dev.renderer) if split_reduce and read("KC_SPLIT_REDUCE") and opts == "hand" else None
-  if split is not None:
-    parts = _compile_one(split.partial, dev, opts, tc_level), _compile_one(split.combine, dev, opts, tc_level)
-    return SplitCompiledKernel(sink, *parts, split)
-  return _compile_one(sink, dev, opts, tc_level)
-
-
-def _split_plan(sink: UOp, renderer) -> Optional[SplitReduce]:
-  """The split of a reduce AST, or None. The AST is verified first, as the one Kernel would verify it, so that an
-  invalid one fails with an error about the user's shapes, not about those of the partial kernel."""
-  if not isinstance(sink, UOp) or not any(u.op is Ops.REDUCE_AXIS for u in sink.toposort): return None
-  verify_ast(sink)
-  return plan_split(sink, renderer)
+def _compile_schedule_kernel(ast: UOp, dev, opts: OptsArg) -> CompiledKernel:
+  """One kernel of a schedule with its (resolved) opts: "beam" searches it (or takes the opt cache's choice)."""
+  tc_level = read("KC_TC")
+  if isinstance(opts, str) and opts == "beam": return _compile_kernel(ast, beam_opts(ast, dev.name, tc_level=tc_level).kernel, dev)
+  return _compile_one(ast, dev, opts, tc_level)
 
 
 def _compile_one(sink: UOp, dev, opts: OptsArg, tc_level: int) -> CompiledKernel:

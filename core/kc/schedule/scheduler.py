@@ -28,6 +28,7 @@ from kc.errors import InvalidASTError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
+from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 
@@ -353,3 +354,32 @@ def _order(units: list[list[_Store]]) -> list[list[_Store]]:
     i = ready[0]
     order.append(i); done.add(i)
   return [units[i] for i in order]
+
+
+@dataclass(frozen=True)
+class SplitSchedule:
+  """A schedule after the split-reduce rule, and for each of its kernels the index of the kernel it came from."""
+  schedule: Schedule
+  origin: tuple[int, ...]
+
+
+def with_split_reduces(plan: Schedule, renderer, which: set[int]) -> SplitSchedule:
+  """The split-reduce rule (kc.schedule.split_reduce) for `renderer`'s device applied to the kernels of `plan` whose
+  indices are in `which`: a large reduce with few outputs becomes a partial kernel, which reduces chunks of it in
+  parallel into a new intermediate, and a combine kernel. The arena is planned again with the partials in it."""
+  kernels: list[ScheduledKernel] = []
+  origin: list[int] = []
+  temps = [(t.dtype, t.size) for t in plan.temps]
+  for i, k in enumerate(plan.kernels):
+    split = split_reduce(k.ast, renderer) if i in which else None
+    if split is None:
+      kernels.append(k); origin.append(i)
+      continue
+    partials = BufferRef(True, len(temps))
+    temps.append((split.temp_dtype, split.temp_size))
+    refs = lambda order, k=k, partials=partials: tuple(partials if b == TEMP else k.buffers[b] for b in order)
+    kernels += [ScheduledKernel(split.partial, refs(split.partial_buffers)), ScheduledKernel(split.combine, refs(split.combine_buffers))]
+    origin += [i, i]
+  if len(kernels) == len(plan.kernels): return SplitSchedule(plan, tuple(origin))
+  placed, peak = plan_arena(kernels, temps)
+  return SplitSchedule(Schedule(plan.sink, tuple(kernels), placed, peak), tuple(origin))
