@@ -11,6 +11,7 @@ from kc import Ops, Program, UOp
 from .capabilities import dtype_need, tensor_core_need
 from .case import Case, Setup
 from .corpus import CASES, setup_of
+from .programs import AnyProgram, render_scheduled, several_kernels
 from .specs import Spec, optimized_kernel
 from kc.testing.compare import Comparison, compare
 from kc.testing.tolerance import tolerance
@@ -26,9 +27,11 @@ def needs_of(case: Case, setup: Setup, spec: Spec) -> set[str]:
   return out
 
 
-def render(case: Case, spec: Spec, renderer) -> tuple[Setup, Program]:
-  """The case's Program for `renderer` under `spec` (NotApplicable when the Kernel refuses the spec)."""
+def render(case: Case, spec: Spec, renderer) -> tuple[Setup, AnyProgram]:
+  """The case's Program for `renderer` under `spec` (NotApplicable when the Kernel refuses the spec); for a sink that
+  kc.schedule cuts into several kernels, each kernel's Program (kc_conformance.programs)."""
   setup = setup_of(case.name, SEED)
+  if (plan := several_kernels(setup.sink)) is not None: return setup, render_scheduled(plan, renderer, spec)
   return setup, optimized_kernel(setup.sink, renderer, spec).to_program()
 
 

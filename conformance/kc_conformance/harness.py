@@ -6,9 +6,10 @@ element the kernel never writes fails the comparison instead of passing by luck.
 from __future__ import annotations
 import numpy as np
 import kc
-from kc import Buffer, DType, Program
+from kc import Buffer, DType
 from kc.ir.codec import decode, encode
 from .case import Setup
+from .programs import AnyProgram, launches_with
 
 
 def to_bytes(a: np.ndarray, dt: DType) -> memoryview:
@@ -25,10 +26,10 @@ def compile_source(device: str, src: str) -> int:
   return len(kc.Device.compiler(device).compile(src))
 
 
-def launch(device: str, prg: Program, setup: Setup) -> dict[int, np.ndarray]:
-  """Compile `prg` for `device`, run it once on the case's inputs, and return its outputs shaped like numpy's."""
+def launch(device: str, prg: AnyProgram, setup: Setup) -> dict[int, np.ndarray]:
+  """Compile `prg` for `device`, run it once on the case's inputs, and return its outputs shaped like numpy's. A
+  program of several kernels runs each in the schedule's order."""
   dev = kc.Device[device]
-  handle = dev.runtime(prg.name, dev.compiler.compile(prg.src))
   bufs: dict[int, Buffer] = {}
   for i, dt in setup.dtypes.items():
     data = setup.inputs.get(i)
@@ -37,9 +38,11 @@ def launch(device: str, prg: Program, setup: Setup) -> dict[int, np.ndarray]:
     buf = Buffer(device, size, dt, options=setup.images.get(i))
     if data is not None: bufs[i] = buf.copyin(to_bytes(data, dt))
     else: bufs[i] = buf.copyin(bytes([0xFF]) * (size * dt.itemsize))
-  global_size, local_size = prg.launch_dims(setup.var_vals)
-  handle(*[bufs[g] for g in prg.globals], global_size=global_size, local_size=local_size,
-         vals=[setup.var_vals[v.arg[0]] for v in prg.vars], wait=True)
+  for program, args in launches_with(prg, bufs, device):
+    handle = dev.runtime(program.name, dev.compiler.compile(program.src))
+    global_size, local_size = program.launch_dims(setup.var_vals)
+    handle(*[args[g] for g in program.globals], global_size=global_size, local_size=local_size,
+           vals=[setup.var_vals[v.arg[0]] for v in program.vars], wait=True)
   outs = {}
   for i, want in setup.expected.items():
     raw = bytearray(bufs[i].nbytes)

@@ -14,6 +14,7 @@ from .capabilities import capability_set, declared, missing
 from .case import Case, Setup
 from .checks import judge, limit_violations, needs_of, render
 from .corpus import CASES, setup_of
+from .programs import ScheduledPrograms, programs_of
 from .specs import CANDIDATES, SPECS, NotApplicable, Spec, opt_id
 from kc.testing.compare import compare
 from kc.testing.tolerance import tolerance
@@ -109,8 +110,9 @@ class Target:
   def render_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
     setup, prg = self.program(case, spec, record)
-    record("kc_program", {"name": prg.name, "global_size": _dims(prg.global_size), "local_size": _dims(prg.local_size)})
-    if bad := limit_violations(prg, self.renderer): fail(record, "LimitViolation", "; ".join(bad), source=prg.src)
+    record("kc_program", _program_json(prg))
+    if bad := [v for p in programs_of(prg) for v in limit_violations(p, self.renderer)]:
+      fail(record, "LimitViolation", "; ".join(bad), source=prg.src)
     if case.vector_access and spec.opt is not None and spec.opt.op is OptOps.UPCAST and spec.opt.axis == 1 and spec.opt.amt == 4:
       widths = {u.op.name: u.dtype.count for u in prg.uops if u.op in (Ops.LOAD, Ops.STORE) and u.dtype.count > 1}
       if not widths and not any(u.op is Ops.STORE and u.src[1].dtype.count > 1 for u in prg.uops):
@@ -121,7 +123,7 @@ class Target:
     case, spec, _ = self._case(case_name, spec_name)
     self._needs_device("compile")
     _, prg = self.program(case, spec, record)
-    self._outcome(self._call("compile", self.device, prg.src), record, "compiling", prg.src)
+    for p in programs_of(prg): self._outcome(self._call("compile", self.device, p.src), record, "compiling", p.src)
 
   def run_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
@@ -216,6 +218,13 @@ def mismatch_sample(case: Case, setup: Setup, outs: dict, limit: int = 5, tensor
     out += [{"output": i, "index": [int(x) for x in np.unravel_index(j, want.shape)], "expected": _plain(w[j]), "actual": _plain(g[j])}
             for j in bad]
   return out
+
+
+def _program_json(prg) -> dict:
+  """The report's `program`: the kernel's name and launch dims; for a program of several kernels, each kernel's."""
+  if not isinstance(prg, ScheduledPrograms):
+    return {"name": prg.name, "global_size": _dims(prg.global_size), "local_size": _dims(prg.local_size)}
+  return {"name": prg.name, "kernels": [_program_json(p) for p in prg.programs]}
 
 
 def _dims(d) -> Optional[list]: return None if d is None else [x if isinstance(x, int) else x.render() for x in d]
