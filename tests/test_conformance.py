@@ -326,3 +326,29 @@ def test_kc_conformance_refuses_a_required_tier_that_cannot_run(capsys):
   from kc.tools.cli import main
   assert main(["conformance", "--device", "EMU", "--tier", "compile", "--require-tier", "run"]) == 2
   assert "--require-tier run needs that tier to run, but --tier compile stops before it" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------- programs of several kernels
+
+# the everyday programs the suite certifies as whole programs (kc_conformance/program_cases.py), and those of ops
+# kc.ast gains in parallel, certified once it has them
+PROGRAMS = ("layernorm", "attention", "var_std_rows", "standardize", "argmax_argmin_rows", "outputs_of_three_shapes",
+            "reduce_reshaped", "reduce_broadcast_other_axis", "reduce_of_reduce", "reduce_of_reshaped_reduce")
+LATER_PROGRAMS = {"cumsum_rows": hasattr(kc.ast.Expr, "cumsum"), "concatenate_computed": hasattr(kc.ast, "concatenate"),
+                  "stack_of_reduces": hasattr(kc.ast, "stack")}
+
+
+@pytest.mark.parametrize("device", ["CLANG", "EMU"])
+def test_program_cases_exist_and_pass(tmp_path, device):
+  from kc.schedule import schedule
+  names = {n for n, c in CASES.items() if c.group == "program"}
+  want = {f"program_{p}" for p in PROGRAMS} | {f"program_{p}" for p, there in LATER_PROGRAMS.items() if there}
+  assert want <= names and all(n.startswith("program_") for n in names), sorted(want - names)
+  plans = {n: schedule(setup_of(n).sink) for n in names}
+  assert sum(len(p.kernels) > 1 for p in plans.values()) >= 6 and sum(len(p.temps) > 1 for p in plans.values()) >= 2
+  rc, doc, out = run_suite(tmp_path, device, "-k", "program_")
+  ids = [i for i in ALL_IDS if i.split("/")[1] in names]
+  assert rc == 0 and outcomes(doc) == {i: "pass" for i in ids}, out[-3000:]
+  # the render tier reports each kernel of a program: the chain's four, in launch order
+  chain = by_id(doc)["render/program_chain_of_intermediates/hand"]["program"]
+  assert len(chain["kernels"]) == 4 and chain["name"] == "+".join(k["name"] for k in chain["kernels"])

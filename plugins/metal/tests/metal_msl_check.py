@@ -38,6 +38,7 @@ def corpus_kernels(renderer) -> tuple[list[Kernel], list[str]]:
   from kc_conformance.capabilities import capability_set, declared, missing
   from kc_conformance.checks import needs_of, render
   from kc_conformance.corpus import CASES, setup_of
+  from kc_conformance.programs import programs_of
   from kc_conformance.specs import NotApplicable, specs_for
   have = capability_set(declared(renderer))
   kernels, refused = [], []
@@ -48,7 +49,8 @@ def corpus_kernels(renderer) -> tuple[list[Kernel], list[str]]:
       label = f"{case.name}[{spec.name}]"
       try: _, prg = render(case, spec, renderer)
       except NotApplicable: refused.append(label); continue
-      kernels.append(Kernel(label, prg.src))
+      # a program of several kernels compiles each on its own (their names may repeat): a namespace each here too
+      kernels.extend(Kernel(label, p.src) for p in programs_of(prg))
   return kernels, refused
 
 
