@@ -12,6 +12,7 @@ import kc
 from kc import ast as A, dtypes, DTypeError, InvalidASTError, ShapeError
 from kc.ast.joining import CASTINGS, can_cast, concatenate, stack
 from kc.ast.scan import BLOCKED_FROM, cumprod, cumsum
+from kc.ir.uop import Variable
 from kc.testing.compare import compare
 from kc.testing.tolerance import EXACT, tolerance
 
@@ -21,7 +22,6 @@ DTYPES = [dtypes.float32, dtypes.float16, dtypes.int8, dtypes.int32, dtypes.bool
 ERRORS = {TypeError: DTypeError, ValueError: InvalidASTError}
 SCANS = {"cumsum": (cumsum, np.cumsum), "cumprod": (cumprod, np.cumprod)}
 FORMS = ("load", "computed", "reduce")
-REDUCED = 3  # the length of the extra axis a "reduce" operand is reduced over
 
 
 def _values(rng, dt, shape) -> np.ndarray:
@@ -33,9 +33,10 @@ def _values(rng, dt, shape) -> np.ndarray:
 
 def _operand(form: str, idx: int, dt, shape, rng):
   """An operand of `shape` read from buffer `idx` and its numpy value: a load, a value computed from one (exact in
-  every dtype), or the max of a load over an extra axis (a reduce result)."""
+  every dtype), or the max of a load over an extra axis of 2 to 4 (a reduce result: parts reduced over different
+  lengths cannot share one kernel's reduce loop, and the scheduler splits them)."""
   if form == "reduce":
-    a = _values(rng, dt, shape + (REDUCED,))
+    a = _values(rng, dt, shape + (int(rng.integers(2, 5)),))
     return A.arg(idx, dt, a.shape).max(-1), a, np.asarray(a.max(-1))
   a = _values(rng, dt, shape)
   x = A.arg(idx, dt, shape)
@@ -94,12 +95,14 @@ PREFIX_STORE = pytest.mark.xfail(strict=True, reason="A.store aliases a prefix v
 
 
 @pytest.mark.parametrize("name, dt, shape, axis", [
-  # one element past the windowed form: 9 blocks of 32, the last padded
+  # one element past the windowed form: the last block padded
   pytest.param("cumsum", dtypes.float32, (BLOCKED_FROM + 1,), 0, marks=PREFIX_STORE),
+  ("cumsum", dtypes.uint8, (5, 512), 1),  # whole blocks, a row at a time
   ("cumsum", dtypes.int32, (3, 1000), 1),  # padded to whole blocks and shrunk back, a row at a time
   ("cumsum", dtypes.int8, (1024, 2), -2),  # whole blocks, the first axis of two
   ("cumprod", dtypes.float32, (2, 700), -1),
-  pytest.param("cumprod", dtypes.int8, (600,), None, marks=PREFIX_STORE),  # int64 products that wrap: exact in any order
+  # int64 products that wrap: exact in any order
+  pytest.param("cumprod", dtypes.int8, (600,), None, marks=PREFIX_STORE),
   # more blocks than BLOCKED_FROM: the block totals are blocked again
   pytest.param("cumsum", dtypes.int32, (70001,), 0, marks=PREFIX_STORE),
 ])
@@ -248,6 +251,15 @@ def test_numpy_errors_are_typed_errors(name):
   else: assert cx(fx).shape == want.shape
 
 
+def test_symbolic_lengths():
+  """A symbolic length may be any axis but the scanned or joined one, whose offsets must be numbers."""
+  n = Variable("n", 1, 10)
+  x = A.arg(1, dtypes.float32, (n, 3))
+  assert cumsum(x, 1).shape == (n, 3) and concatenate([x, x], 1).shape == (n, 6) and stack([x, x], 1).shape == (n, 2, 3)
+  with pytest.raises(InvalidASTError, match="symbolic axis 0"): cumsum(x, 0)
+  with pytest.raises(InvalidASTError, match="symbolic axis 0"): concatenate([x, x])
+
+
 def test_shape_errors_say_what_numpy_says():
   with pytest.raises(ShapeError, match="along dimension 1, the array at index 0 has size 3 and the array at index 1 "
                                        "has size 2"):
@@ -255,6 +267,9 @@ def test_shape_errors_say_what_numpy_says():
   with pytest.raises(ShapeError, match="same number of dimensions"): concatenate([M, V])
   with pytest.raises(ShapeError, match=r"same shape, but the array at index 1 has shape \(2, 2\)"): stack([M, M[:, :2]])
   with pytest.raises(InvalidASTError, match="zero-dimensional"): concatenate([S, S])
+  n, m = Variable("n", 1, 10), Variable("m", 1, 10)
+  with pytest.raises(ShapeError, match="index 0 has size n and the array at index 1 has size m"):
+    concatenate([A.arg(1, dtypes.float32, (n, 2)), A.arg(2, dtypes.float32, (m, 2))], 1)
   with pytest.raises(InvalidASTError, match="need at least one array to stack"): stack([])
 
 

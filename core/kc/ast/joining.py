@@ -1,10 +1,11 @@
-"""numpy's concatenate and stack for kc.ast, in one kernel.
+"""numpy's concatenate and stack for kc.ast, in one kernel where the parts fit in one.
 
 Each part is padded along the joining axis to the full length, at its offset, and a boolean constant padded the same
-way (True over the part, False elsewhere: a pad of a constant is 0 outside) selects it with `where`. Selecting, not
-adding the padded parts, keeps every value bit for bit: -0.0 + 0.0 is 0.0, and NaN + 0 would not matter but
-inf - inf would. Parts may be any expressions (loads, computed values, reduce results): a pad of a computed value is
-masked where it is applied, and a pad of a reduce result is pushed onto the reduce's input.
+way (True over the part, False elsewhere: a pad of a constant is 0 outside) selects it with `where`. Selecting keeps
+every value bit for bit, where adding the padded parts would not: -0.0 + 0.0 is 0.0. Parts may be any expressions
+(loads, computed values, reduce results): a pad of a computed value is masked where it is applied, a pad of a reduce
+result is pushed onto the reduce's input, and reduce results over different lengths, which one kernel's loop nest
+cannot hold side by side, are split into kernels by the scheduler.
 
 The dtype is numpy's result type of all parts (kc.ast.promotion), or `dtype`, which each part must reach under
 numpy's `casting` rule (same_kind by default: float parts cannot be joined as int32, as numpy refuses)."""
@@ -77,9 +78,10 @@ def _check_shapes(parts: list[Expr], a: int) -> None:
       raise ShapeError(f"concatenate: all the input arrays must have same number of dimensions, but the array at index "
                        f"0 has {len(first)} dimension(s) and the array at index {i} has {p.ndim} dimension(s)")
     if bad := [d for d in range(p.ndim) if d != a and p.shape[d] != first[d]]:
+      d = bad[0]
       raise ShapeError(f"concatenate: all the input array dimensions except for the concatenation axis must match "
-                       f"exactly, but along dimension {bad[0]}, the array at index 0 has size {first[bad[0]]} and the "
-                       f"array at index {i} has size {p.shape[bad[0]]}")
+                       f"exactly, but along dimension {d}, the array at index 0 has size {fmt_shape(first[d])} and the "
+                       f"array at index {i} has size {fmt_shape(p.shape[d])}")
 
 
 def _join_dtype(name: str, parts: list[Expr], dtype, casting: str) -> DType:

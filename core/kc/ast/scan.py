@@ -2,7 +2,7 @@
 
 A scan along an axis of length n is a sliding window: the axis padded on the left by n - 1 elements of the
 operation's identity (0 for a sum, 1 for a product), windows of n (`Expr.windows`), and the window axis reduced, so
-out[i] is the reduce of x[0..i]. That is n operations per element; from BLOCKED_FROM on, the axis is cut into blocks
+out[i] is the reduce of x[0..i]. That is n operations per element; past BLOCKED_FROM, the axis is cut into blocks
 instead: a windowed scan inside each block, the scan of the block totals before each block (itself a scan, blocked
 again where it is long), and the two combined. The totals are a reduce result moved by a window, which one kernel
 cannot hold: the builder splits such a program into kernels with an intermediate buffer.
@@ -23,8 +23,11 @@ from kc.ir.dtype import dtypes
 from kc.ir.uop import Ops
 from kc.shape.view import fmt_shape
 
-# the longest axis scanned with one window: beyond it the n operations per element of a window outweigh the blocked
-# form's two windows of about sqrt(n) and its intermediate buffer
+# the longest axis scanned with one window (one kernel, which fuses with what reads it): beyond it the n operations per
+# element of a window outweigh the blocked form's two windows of about sqrt(n), its intermediates and its launches.
+# On CLANG (2 cores), a million float32 elements in rows of 16, 64 or 256 take 17, 104 and 236 ms windowed against 2.3,
+# 3.8 and 8.2 ms blocked, while 4 rows of 16 or 32 take 37 and 34 us windowed against 50 and 58 us blocked: the
+# crossover for large arrays is far below 256
 BLOCKED_FROM = 256
 
 
