@@ -753,3 +753,15 @@ def test_a_refusal_says_whether_numpy_refuses_the_program_too(monkeypatch):
   assert "each refusal is a program numpy also refuses" not in text
   assert "each refusal is a program numpy also refuses" in summary(res[:2])
 
+
+
+def test_every_input_is_an_array_0_d_ones_too():
+  # numpy's draws of shape () are scalars (np.bool_, np.int64), which kc.run rightly refuses as buffers: case 192 of
+  # kc fuzz --n 300 --seed 11 (case seed 790295534) had a 0-d bool input; every input is an ndarray
+  rs = [generate(790295534)] + _family("classic", range(300)) + _family("specials", range(100))
+  zero_d = 0
+  for r in rs:
+    for v in r.inputs().values():
+      assert isinstance(v, np.ndarray), (type(v), kc_lines(r))
+      zero_d += v.ndim == 0
+  assert zero_d >= 3

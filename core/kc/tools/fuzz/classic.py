@@ -143,7 +143,7 @@ class Generator:
 
   def input(self, dtype: str, shape: tuple[int, ...]) -> Optional[int]:
     i = len(self.nodes)
-    self.data[i] = self._array(dtype, shape)
+    self.data[i] = np.asarray(self._array(dtype, shape))   # a 0-d one too is an array (numpy's draws give a scalar)
     return self.add(input_node(dtype, shape))
 
   def _array(self, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
