@@ -1,4 +1,4 @@
-"""sha256 (first 16 hex digits) of the generated source of the benchmark kernels: every kc.ast.examples kernel on CLANG,
+"""sha256 (first 16 hex digits) of the generated source of the benchmark kernels: every kernel of the kc.ast.examples programs on CLANG,
 OPENCL and EMU under opts none and hand, and bench_clang.py's CLANG workloads under hand. Run it before and after a
 change that must not change code generation and diff the two outputs. (EMU's source embeds its pickled UOps, so a
 moved class changes its lines and nothing else.)
@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kc  # noqa: E402
 from kc.api import optimize  # noqa: E402
 from kc.ast.examples import EXAMPLES  # noqa: E402
+from kc.schedule import schedule  # noqa: E402
 
 
 def source_hash(k) -> str: return hashlib.sha256(k.to_program().src.encode()).hexdigest()[:16]
@@ -20,7 +21,10 @@ def main():
     if kc.Device.unavailable_reason(dev) is not None: continue
     r = kc.Device[dev].renderer
     for name, ex in EXAMPLES.items():
-      for opts in ("none", "hand"): print(f"{dev}/{name}/{opts}", source_hash(optimize(kc.Kernel(ex.build()[0], r), opts)))
+      kernels = schedule(ex.build()[0]).kernels  # a program of several kernels: a line per kernel, numbered
+      for opts in ("none", "hand"):
+        for i, k in enumerate(kernels):
+          print(f"{dev}/{name}/{opts}" + (f"/{i}" if len(kernels) > 1 else ""), source_hash(optimize(kc.Kernel(k.ast, r), opts)))
   from bench_clang import kc_ast
   from clang_workloads import WORKLOADS
   for name, (_, _, shapes) in WORKLOADS.items():

@@ -91,20 +91,19 @@ def test_scans_match_numpy(case):
 # kc.ast.store writes a value read whole from an intermediate as the intermediate itself, and its test (a contiguous
 # view) also takes a prefix of it: A.store(0, x.sum(1).realize()[:1]) stores both sums. A blocked scan of a length
 # that is no whole number of blocks, stored as it is, ends in such a prefix (its last shrink)
-PREFIX_STORE = pytest.mark.xfail(strict=True, reason="A.store aliases a prefix view of an intermediate")
 
 
 @pytest.mark.parametrize("name, dt, shape, axis", [
   # one element past the windowed form: the last block padded
-  pytest.param("cumsum", dtypes.float32, (BLOCKED_FROM + 1,), 0, marks=PREFIX_STORE),
+  pytest.param("cumsum", dtypes.float32, (BLOCKED_FROM + 1,), 0),
   ("cumsum", dtypes.uint8, (5, 512), 1),  # whole blocks, a row at a time
   ("cumsum", dtypes.int32, (3, 1000), 1),  # padded to whole blocks and shrunk back, a row at a time
   ("cumsum", dtypes.int8, (1024, 2), -2),  # whole blocks, the first axis of two
   ("cumprod", dtypes.float32, (2, 700), -1),
   # int64 products that wrap: exact in any order
-  pytest.param("cumprod", dtypes.int8, (600,), None, marks=PREFIX_STORE),
+  pytest.param("cumprod", dtypes.int8, (600,), None),
   # more blocks than BLOCKED_FROM: the block totals are blocked again
-  pytest.param("cumsum", dtypes.int32, (70001,), 0, marks=PREFIX_STORE),
+  pytest.param("cumsum", dtypes.int32, (70001,), 0),
 ])
 def test_long_axes_take_the_blocked_scan(name, dt, shape, axis):
   fx, fa = SCANS[name]

@@ -543,6 +543,16 @@ class Expr:
     """numpy's argmin: the first index of the smallest element (the first NaN where there is one), as int64."""
     return _arg_extreme(self, axis, keepdims, largest=False)
 
+  def cumsum(self, axis=None, dtype=None) -> "Expr":
+    """numpy's cumsum (kc.ast.scan: windows of the axis reduced; long axes in blocks, over several kernels)."""
+    from kc.ast.scan import cumsum
+    return cumsum(self, axis, dtype)
+
+  def cumprod(self, axis=None, dtype=None) -> "Expr":
+    """numpy's cumprod (kc.ast.scan)."""
+    from kc.ast.scan import cumprod
+    return cumprod(self, axis, dtype)
+
   def any(self, axis=None, keepdims: bool = False) -> "Expr": return _truth(self).max(axis, keepdims)
   def all(self, axis=None, keepdims: bool = False) -> "Expr": return _truth(self).min(axis, keepdims)
 
@@ -565,6 +575,7 @@ def _align(name: str, xs: list[Expr]) -> list[Expr]:
   get their own kernel axes."""
   shape = _broadcast_shape([x.shape for x in xs])
   if shape is None: raise InvalidASTError(f"{name}: shapes {', '.join(fmt_shape(x.shape) for x in xs)} do not broadcast")
+  xs = [_kept_where_fused(x, shape) for x in xs]
   xs = [x._lead(len(shape)) for x in xs]
   if all(x.kshape == xs[0].kshape and x.hidden == xs[0].hidden for x in xs): layout = None
   else: layout = _gaps(xs, len(shape))
@@ -580,6 +591,17 @@ def _align(name: str, xs: list[Expr]) -> list[Expr]:
       x = x._insert(entries, tuple(hidden))
     out.append(x._broadcast_to(shape))
   return out
+
+
+def _kept_where_fused(x: Expr, shape: tuple) -> Expr:
+  """x with its hidden axes made numpy's where that means the same and fuses: hidden axes that all lead (x.mean(),
+  x.sum(0)) broadcast to `shape` exactly as numpy broadcasts x (right-aligned, a size-1 axis each), and where each
+  lines up with an axis of `shape` as long as the loop that reduced it (x - x.mean()), the result is read inside that
+  loop (the fused reduce chain, one kernel) rather than on axes of its own."""
+  if not x.hidden or x.hidden != tuple(range(len(x.hidden))) or len(x.kshape) > len(shape): return x
+  loops, at = extents(x.uop), len(shape) - len(x.kshape)
+  if all(shape[at + h] == loops[h] for h in x.hidden if h < len(loops)): return Expr(x.uop, x.kshape)
+  return x
 
 
 def _gap_axes(x: Expr) -> list[list[int]]:
@@ -996,6 +1018,7 @@ tanh, sigmoid, square, sign, reciprocal = (_method(n) for n in ("tanh", "sigmoid
 floor, ceil, trunc, rint, around = (_method(n) for n in ("floor", "ceil", "trunc", "rint", "round"))
 isnan, isinf, isfinite = (_method(n) for n in ("isnan", "isinf", "isfinite"))
 var, std, argmax, argmin = (_method(n) for n in ("var", "std", "argmax", "argmin"))
+cumsum, cumprod = _method("cumsum"), _method("cumprod")
 squeeze, ravel, astype = (_method(n) for n in ("squeeze", "ravel", "astype"))
 transpose, reshape = _method("transpose"), _method("reshape")
 round = around  # noqa: A001  (numpy's name; this module calls builtins.round if it ever needs Python's)
@@ -1045,7 +1068,8 @@ def store(idx: int, expr: Expr) -> UOp:
   if not isinstance(expr, Expr): raise InvalidASTError(f"store takes a kc.ast expression, got {type(expr).__name__}")
   if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0: raise InvalidASTError(f"a buffer index is a non-negative int, got {idx!r}")
   value, view = expr.uop, ShapeTracker.from_shape(expr.kshape).to_uop()
-  if value.op is Ops.LOAD and value.src[0].op is Ops.BUFFER and value.src[1].arg.contiguous: value, view = value.src[0].src
+  if value.op is Ops.LOAD and value.src[0].op is Ops.BUFFER and value.src[1].arg.contiguous and \
+     value.src[1].arg.size == value.src[0].src[1].arg.size: value, view = value.src[0].src  # all of it, in order
   buf = UOp(Ops.DEFINE_GLOBAL, _pointer(expr.dtype, view.arg.shape), (), idx)
   # the arg is the logical (numpy) shape of what is stored: kc.run allocates its outputs in it; codegen ignores it
   return UOp(Ops.STORE, dtypes.void, (buf, view, value), tuple(expr.shape))
@@ -1187,13 +1211,19 @@ def _np_ravel(x, order="C") -> Expr:
   return x.ravel()
 
 
+# numpy's joins live in their own module, which builds on the names above
+from kc.ast.joining import concatenate as concatenate, stack as stack  # noqa: E402
+
+
 def _functions() -> dict:
   """numpy function -> kc.ast's of the same meaning (keywords as numpy's: the methods take numpy's names)."""
   table = {np.sum: "sum", np.prod: "prod", np.max: "max", np.amax: "max", np.min: "min", np.amin: "min",
            np.mean: "mean", np.var: "var", np.std: "std", np.any: "any", np.all: "all", np.argmax: "argmax",
-           np.argmin: "argmin", np.squeeze: "squeeze", np.round: "round", np.around: "round", np.broadcast_to: "expand"}
+           np.argmin: "argmin", np.cumsum: "cumsum", np.cumprod: "cumprod",
+           np.squeeze: "squeeze", np.round: "round", np.around: "round", np.broadcast_to: "expand"}
   if hasattr(np, "astype"): table[np.astype] = "astype"  # numpy >= 2.1
   out = {f: getattr(Expr, name) for f, name in table.items()}
+  out.update({np.concatenate: concatenate, np.stack: stack})
   out.update({np.where: _np_where, np.clip: _np_clip, np.reshape: _np_reshape, np.transpose: _np_transpose,
               np.flip: _np_flip, np.ravel: _np_ravel, np.lib.stride_tricks.sliding_window_view: _sliding_window_view,
               np.shape: lambda x: x.shape, np.ndim: lambda x: x.ndim, np.size: lambda x: x.size})
@@ -1209,6 +1239,7 @@ def _array_function(func, args, kwargs):
   if (fn := _FUNCTIONS.get(func)) is None:
     raise DTypeError(f"numpy.{name} has no kc.ast counterpart; docs/AST.md lists the numpy functions kc.ast follows "
                      "(build it from those, or compute it on the host from kc.run's outputs)")
-  if not isinstance(args[0], Expr):
+  if not isinstance(args[0], Expr) and not (func in (np.concatenate, np.stack) and isinstance(args[0], (list, tuple))):
     raise DTypeError(f"numpy.{name}: the first argument is not a kc.ast expression: {type(args[0]).__name__}")
   return _call(name, fn, args, _no_out(name, kwargs))
+

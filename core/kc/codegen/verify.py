@@ -90,6 +90,9 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
   if not isinstance(ast, UOp) or ast.op is not Ops.SINK: raise InvalidASTError(f"a kernel AST is a SINK of STOREs, got {getattr(ast, 'op', ast)!r}")
   if not ast.src or any(x.op is not Ops.STORE for x in ast.src):
     raise InvalidASTError(f"SINK: every source must be a STORE, got {[x.op for x in ast.src]}")
+  if any(u.op is Ops.BUFFER for u in ast.toposort):
+    raise InvalidASTError("this is a program of several kernels (it materialises intermediates): compile it with kc.compile, "
+                          "or take its kernels from kc.schedule.schedule(sink).kernels; a Kernel is one of them")
   out_sizes = [st_arg(x).size for x in ast.src]
   if not all_same(out_sizes):
     raise InvalidASTError(f"SINK: all outputs must have one size, got {[fmt_shape(st_arg(x).shape) for x in ast.src]}")

@@ -172,26 +172,42 @@ def _verified(stores: list[_Store]) -> Optional[InvalidASTError]:
 
 # ***** making a kernel verify: materialise what is broadcast into its reduces *****
 
+def _holding_reduces(order: list[UOp]) -> dict[UOp, bool]:
+  held: dict[UOp, bool] = {}
+  for u in order: held[u] = u.op is Ops.REDUCE_AXIS or any(held.get(x, False) for x in u.src if x.op is not Ops.BUFFER)
+  return held
+
+
 def _nested_values(stores: list[_Store]) -> list[UOp]:
   """The computed values (those holding a reduce) read inside another reduce, innermost first: each becomes a BUFFER."""
-  holds_reduce: dict[UOp, bool] = {}
   order = [u for s in stores for u in kernel_nodes(s.value)]
-  for u in order:
-    holds_reduce[u] = u.op is Ops.REDUCE_AXIS or any(holds_reduce.get(x, False) for x in u.src if x.op is not Ops.BUFFER)
+  held = _holding_reduces(order)
   found: dict[UOp, None] = {}
   for r in order:
     if r.op is not Ops.REDUCE_AXIS: continue
     for u in kernel_nodes(r.src[0]):
       # a broadcast VIEW of a reduce result, or a reduce result itself, inside this reduce's input
-      if u.op is Ops.VIEW and u.src and holds_reduce.get(u.src[0]): found[u.src[0]] = None
+      if u.op is Ops.VIEW and u.src and held.get(u.src[0]): found[u.src[0]] = None
       elif u.op is Ops.REDUCE_AXIS: found[u] = None
-  inner = [u for u in found if not any(v in found and v is not u for v in kernel_nodes(u) if v.op is Ops.REDUCE_AXIS)]
-  if inner: return inner
-  # no nesting: reduces side by side over axes no one load spans (x.sum(0) * x.sum(1) broadcast together); the one
-  # over the most elements stays in the kernel, the others are materialised
+  return [u for u in found if not any(v in found and v is not u for v in kernel_nodes(u) if v.op is Ops.REDUCE_AXIS)]
+
+
+def _side_by_side_values(stores: list[_Store]) -> list[UOp]:
+  """Reduce chains side by side over axes no one load spans (x.argmax(1) + x.max(1).argmax(), x.sum(0) * x.sum(1)
+  broadcast together): every chain but the one over the most elements, each as the values it is read through (its
+  top reduce, and the broadcast VIEWs' sources that hold it), so that each chain stays whole in a kernel of its own."""
+  order = list(dict.fromkeys(u for s in stores for u in kernel_nodes(s.value)))
   under = {v for r in order if r.op is Ops.REDUCE_AXIS for v in kernel_nodes(r.src[0]) if v is not r}
-  top = [r for r in dict.fromkeys(order) if r.op is Ops.REDUCE_AXIS and r not in under]
-  return sorted(top, key=lambda r: -_elements(r.src[0]))[1:]
+  top = sorted((r for r in order if r.op is Ops.REDUCE_AXIS and r not in under), key=lambda r: -_elements(r.src[0]))
+  if len(top) < 2: return []
+  moved, kept = set(top[1:]), top[0]
+  out: dict[UOp, None] = {}
+  for u in order:
+    if u.op is Ops.VIEW and u.src:
+      inside = kernel_nodes(u.src[0])
+      if any(r in inside for r in moved) and kept not in inside: out[u.src[0]] = None
+  out.update((r, None) for r in top[1:])
+  return list(out)
 
 
 def _elements(u: UOp) -> int:
@@ -229,7 +245,9 @@ def _legal(stores: list[_Store]) -> list[_Store]:
   """The stores, with values materialised until they are one kernel the Kernel can run."""
   err = _verified(stores)
   while err is not None:
-    values = _nested_values(stores)
+    # chains side by side go to kernels of their own whole where that is enough; else the innermost nested values
+    if (side := _side_by_side_values(stores)) and _verified(candidate := _materialise(stores, side)) is None: return candidate
+    values = _nested_values(stores) or side
     if not values: raise err
     stores = _materialise(stores, values)
     err = _verified(stores)
