@@ -185,3 +185,14 @@ def test_an_expand_that_would_multiply_reduce_work_materialises_instead():
   ea = np.exp(sa - sa.max(1, keepdims=True))
   got = kc.run(attention(64, 64, 32), {1: qa, 2: ka, 3: va}, "CLANG")[0]
   np.testing.assert_allclose(got, (ea / ea.sum(1, keepdims=True)) @ va, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_renders_and_runs_each_kernel_of_a_program():
+  import subprocess, sys
+  cli = lambda *a: subprocess.run([sys.executable, "-m", "kc.tools.cli", *a], capture_output=True, text=True, timeout=600)
+  r = cli("render", "attention", "--device", "CLANG", "--opts", "none")
+  assert r.returncode == 0, r.stderr
+  heads = [l for l in r.stdout.splitlines() if l.startswith("// ") and "kernel" in l]
+  assert [h.split("(kernel ")[1][:6] for h in heads[:2]] == ["1 of 2", "2 of 2"] and "bytes at peak" in heads[-1]
+  r = cli("run", "standardize", "--device", "CLANG")
+  assert r.returncode == 0 and " ok" in r.stdout, r.stdout + r.stderr

@@ -201,19 +201,25 @@ def _self_test(name: str) -> int:
 
 
 def cmd_render(args) -> int:
+  """The source of every kernel of an example program, in launch order (kc.schedule decides the kernels)."""
   from kc.api import optimize
   from kc.runtime.device import Device
   from kc.ast.examples import example
   from kc.kernel import Kernel
+  from kc.schedule import schedule
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
-  if args.opts == "beam":
-    from kc.api import beam_opts
-    k = beam_opts(sink, device).kernel
-  else: k = optimize(Kernel(sink, Device.renderer(device)), args.opts)
-  prg = k.to_program()
-  print(f"// {prg.name} on {device}: opts {k.applied_opts}")
-  print(prg.src)
+  plan = schedule(sink)
+  for i, sk in enumerate(plan.kernels):
+    if args.opts == "beam":
+      from kc.api import beam_opts
+      k = beam_opts(sk.ast, device).kernel
+    else: k = optimize(Kernel(sk.ast, Device.renderer(device)), args.opts)
+    prg = k.to_program()
+    where = f" (kernel {i + 1} of {len(plan.kernels)}: {sk.describe()})" if len(plan.kernels) > 1 else ""
+    print(f"// {prg.name} on {device}: opts {k.applied_opts}{where}")
+    print(prg.src)
+  if plan.temps: print(f"// {len(plan.temps)} intermediates, {plan.peak_bytes} bytes at peak")
   return 0
 
 
@@ -452,26 +458,39 @@ def _us(seconds: float) -> str: return f"{seconds * 1e6:.1f} us" if seconds < fl
 
 
 def _beam_command(args) -> int:
-  from kc.api import DEFAULT_BEAM_WIDTH, beam_opts, beam_width_from_env, optimize
-  from kc.kernel import Kernel
+  from kc.api import DEFAULT_BEAM_WIDTH, beam_width_from_env
   from kc.runtime.device import Device
   from kc.ast.examples import example
   if (args.example is None) == (args.ast is None): raise UsageError("kc beam takes an EXAMPLE or --ast FILE (one of them)")
   sink, what = (example(args.example).build()[0], args.example) if args.example is not None else (load_ast_file(args.ast), args.ast)
   device = Device.spec(args.device).name if args.device else Device.DEFAULT
+  from kc.schedule import schedule
+  kernels = [k.ast for k in schedule(sink).kernels] if sink.op is kc.Ops.SINK else [sink]
   width = args.width if args.width is not None else beam_width_from_env() or DEFAULT_BEAM_WIDTH
   if width < 1: raise UsageError(f"--width is the number of kernels kept per round (>= 1), got {width}")
   executor = None
   if (address := args.cluster or read("KC_BEAM_CLUSTER")):
     from kc.search.dask_executor import DaskCompileExecutor
     executor = DaskCompileExecutor(address)
-  progress = BeamProgress()
   where = f" (compiles on the Dask cluster {address})" if executor is not None else ""
-  print(f"BEAM width {width} for {what} on {device}{where}", flush=True)
-  try: choice = beam_opts(sink, device, width, cache=not args.no_cache, seed=args.seed, executor=executor, progress=progress)
+  try:
+    for i, ast in enumerate(kernels):
+      # a program of several kernels: each is searched (and cached) on its own, as kc.compile(opts="beam") does
+      part = f", kernel {i + 1} of {len(kernels)}" if len(kernels) > 1 else ""
+      print(f"BEAM width {width} for {what}{part} on {device}{where}", flush=True)
+      _beam_kernel(ast, device, width, args, executor)
   finally:
-    progress.close()
     if executor is not None: executor.close()
+  return 0
+
+
+def _beam_kernel(sink: UOp, device: str, width: int, args, executor) -> None:
+  from kc.api import beam_opts, optimize
+  from kc.kernel import Kernel
+  from kc.runtime.device import Device
+  progress = BeamProgress()
+  try: choice = beam_opts(sink, device, width, cache=not args.no_cache, seed=args.seed, executor=executor, progress=progress)
+  finally: progress.close()
   e = choice.entry
   hand_prg = optimize(Kernel(sink, Device[device].renderer), "hand").to_program()
   print(f"opts:        {list(choice.opts)}")
@@ -484,7 +503,6 @@ def _beam_command(args) -> int:
     r = choice.result
     print(f"search:      {r.elapsed:.1f} s ({len(r.rounds)} rounds, {r.compiled} compiled, {r.timed} timed)")
     for why in r.rejected: print(f"rejected:    {why}")
-  return 0
 
 
 def cmd_new_backend(args) -> int:
