@@ -906,8 +906,7 @@ def _pow(a, b) -> Expr:
     return a.cast(r).sqrt()  # numpy's own floats take ** 0.5 as sqrt: (-0.0) ** 0.5 is -0.0, (-inf) ** 0.5 NaN
   dt = _result_dtype((a, b))
   if not dtypes.is_float(dt):
-    raise InvalidASTError(f"integer ** integer array ({dt.name}) needs a loop per element kc cannot express in one kernel; "
-                          "cast the base to a float dtype")
+    return _build("power", (a, b), _int_power, dtypes.int8 if dt == dtypes.bool else dt)
   wide = dtypes.float32 if dt.itemsize < dtypes.float32.itemsize else dt
 
   def fn(x: UOp, y: UOp) -> UOp:
@@ -926,6 +925,24 @@ def _pow(a, b) -> Expr:
     one = y.eq(0) | x.eq(1) | (ax.eq(1) & ay.eq(math.inf))
     return one.where(1.0, out).cast(dt)
   return _build("power", (a, b), fn, dt)
+
+
+def _int_power(x: UOp, y: UOp) -> UOp:
+  """An int array to int array powers, as numpy computes it: squaring, with each bit of the exponent choosing whether
+  its square multiplies in (wrapping as numpy's ints wrap). A negative exponent, where numpy raises at run time, is
+  C's integer power: 1 for a base of 1, -1 or 1 by the exponent's parity for -1, else 0 (docs/AST.md)."""
+  dt = y.dtype
+  zero, one = UOp.const(dt, 0), UOp.const(dt, 1)
+  out, square = one, x
+  for bit in range(dt.itemsize * 8 - (0 if dtypes.is_unsigned(dt) else 1)):
+    chosen = (y >> UOp.const(dt, bit)).alu(Ops.AND, one).alu(Ops.CMPNE, zero)
+    out = chosen.where(out * square, out)
+    square = square * square
+  if dtypes.is_unsigned(dt): return out
+  odd = y.alu(Ops.AND, one).alu(Ops.CMPNE, zero)
+  minus_one = odd.where(UOp.const(dt, -1), one)
+  negative = _eq_const(x, 1).where(one, _eq_const(x, -1).where(minus_one, zero))
+  return y.alu(Ops.CMPLT, zero).where(negative, out)
 
 
 def _power_by_squaring(x: Expr, n: int) -> Expr:
