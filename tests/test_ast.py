@@ -278,3 +278,13 @@ def test_int_arrays_to_int_array_powers_as_numpy(dt, device):
     got = kc.run(A.sink(A.store(0, A.arg(1, dtypes.from_numpy(dt), (6,)) ** A.arg(2, dtypes.from_numpy(dt), (6,)))),
                  {1: base, 2: exp}, device)[0]
     assert got.tolist() == [1, -1, 1, 0, 0, 0]
+
+
+@pytest.mark.parametrize("idx", [np.s_[1:1], np.s_[:, 3:1], np.s_[::-1, 5:], np.s_[2:0:1, ::2], np.s_[0, 2:2]])
+def test_empty_slices_are_numpys_empty_arrays(idx, device):
+  a = np.arange(12, dtype=np.float32).reshape(3, 4)
+  y = A.arg(1, dtypes.float32, (3, 4))
+  e = y[idx]
+  assert e.shape == a[idx].shape
+  out = kc.run(A.sink(A.store(0, e * 2), A.store(2, e.sum(0) if e.ndim else e)), {1: a}, device)
+  assert out[0].shape == a[idx].shape and np.array_equal(out[2], a[idx].sum(0) if a[idx].ndim else a[idx])
