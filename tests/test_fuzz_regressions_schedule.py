@@ -36,3 +36,38 @@ def test_padto_after_a_tensor_core_opt_is_refused_or_runs():
             continue
           if not np.array_equal(got, want): failures.append(((m, k, n), opts, "wrong"))
   assert not failures, failures[:4]
+
+
+def _prefix_cases():
+  """Values that hold a reduce (x * x.sum(...), x - x.max(...)), read through a view that starts at their first element
+  and is contiguous but shorter (a prefix slice, the first rows), alone or after a reshape or broadcast."""
+  for shape in ((5,), (3, 4), (2, 3, 2)):
+    for combine in ("mul_sum", "sub_max"):
+      for view in ("prefix", "first_rows", "broadcast_first_row"):
+        yield shape, combine, view
+
+
+def _build(x, combine: str, view: str):
+  """The same program for kc.ast (x an Expr) and numpy (x an array)."""
+  v = x * x.sum(axis=0, keepdims=True) if combine == "mul_sum" else x - x.max(axis=0, keepdims=True)
+  flat = v.reshape((-1,))
+  n = flat.shape[0]
+  if view == "prefix": return flat[:n - 1]
+  if view == "first_rows": return v[:1] if v.shape[0] > 1 else flat[:n - 1]
+  wide = flat.reshape((1, n))
+  return (wide.expand((2, n)) if hasattr(wide, "expand") else np.broadcast_to(wide, (2, n)))[:1, :n - 1]
+
+
+@pytest.mark.parametrize("device", ["CLANG", "EMU"])
+def test_a_contiguous_part_of_a_materialised_value_is_stored_as_that_part(device):
+  # kc fuzz --device CLANG --device EMU --n 300 --seed 11, case 70, at fed18d9: (x * x.sum(0, keepdims=True))
+  # .reshape((1, 5)).expand((2, 5))[:1, :4] stored all 10 elements of the intermediate, shape (10,), for numpy's (1, 4):
+  # a view of an intermediate that is contiguous from its first element was stored as the whole intermediate
+  rng = np.random.default_rng(0)
+  failures = []
+  for shape, combine, view in _prefix_cases():
+    x = rng.integers(-5, 6, shape).astype(np.int32)
+    want = _build(x, combine, view)
+    got = kc.run(A.sink(A.store(0, _build(A.arg(1, dtypes.int32, shape), combine, view))), {1: x}, device=device)[0]
+    if got.shape != want.shape or not np.array_equal(got, want): failures.append((shape, combine, view, got.shape))
+  assert not failures, failures
