@@ -239,8 +239,8 @@ def test_names_are_deterministic_and_source_safe(gpu):
 def test_padto_checks_every_reduce_that_walks_the_axis(gpu):
   # softmax in one kernel: the max and the sum reduce an axis the output keeps; padding it would change both
   x = F(1, 6, 30)
-  e = (x - x.max(1)).exp2()
-  k = Kernel(A.sink(A.store(0, e / e.sum(1))), gpu)
+  e = (x - x.max(1, keepdims=True)).exp2()
+  k = Kernel(A.sink(A.store(0, e / e.sum(1, keepdims=True))), gpu)
   refused(k, Opt(OptOps.PADTO, 1, 32), "cannot pad the reduce")
   # a sum of a value that is not 0 where the input is padded: x + 1
   refused(Kernel(A.sink(A.store(0, (F(1, 4, 30) + 1.0).sum(1))), gpu), Opt(OptOps.PADTO, 1, 32), "cannot pad")

@@ -49,7 +49,7 @@ def test_loop_invariant_load_is_hoisted(cpu):
 
 def test_fused_chain_loops_are_siblings(cpu):
   x = F(1, 4, 32)
-  k = Kernel(A.sink(A.store(0, (x - x.max(1)).exp2().sum(1))), cpu)
+  k = Kernel(A.sink(A.store(0, (x - x.max(1, keepdims=True)).exp2().sum(1))), cpu)
   uops = k.linearize()
   loop_of = check_structure(uops)
   ranges = [u for u in uops if u.op is Ops.RANGE]

@@ -66,7 +66,7 @@ def test_small_global_max_splits_a_kernel_over_axes(gpu):
 
 def test_upcasts_are_unrolled_and_accumulators_shared(cpu):
   x = A.arg(1, dtypes.float32, (16, 64))
-  k = Kernel(A.sink(A.store(0, (x - x.max(1)).exp2().sum(1))), cpu)
+  k = Kernel(A.sink(A.store(0, (x - x.max(1, keepdims=True)).exp2().sum(1))), cpu)
   k.apply_opt(Opt(OptOps.UNROLL, 0, 4))
   sink = lower(k.get_optimized_ast(), cpu)
   ops = [u.op for u in sink.toposort]
@@ -81,8 +81,8 @@ def test_upcasts_are_unrolled_and_accumulators_shared(cpu):
 def test_upcast_lanes_that_reduce_the_same_values_share_an_accumulator(cpu):
   # softmax's max and sum reduce the axis the output keeps: every upcast lane of that axis reduces the same row
   x = A.arg(1, dtypes.float32, (4, 16))
-  e = (x - x.max(1)).exp2()
-  k = Kernel(A.sink(A.store(0, e / e.sum(1))), cpu)
+  e = (x - x.max(1, keepdims=True)).exp2()
+  k = Kernel(A.sink(A.store(0, e / e.sum(1, keepdims=True))), cpu)
   k.apply_opt(Opt(OptOps.UPCAST, 1, 4))
   accs = [u for u in lower(k.get_optimized_ast(), cpu).toposort if u.op is Ops.DEFINE_ACC]
   # the reduced axis is 4 loop steps x 4 unrolled lanes: 4 accumulators per reduce, shared by the 4 output lanes

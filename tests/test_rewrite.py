@@ -129,7 +129,7 @@ def test_one_way_patterns_match_exactly_as_the_general_matcher():
   pats += [p for p, _ in lowered_rules(frozenset(), None).patterns]
   cpu = LimitsRenderer(has_local=False, has_shared=False, global_max=None, local_max=None)
   xs = A.arg(1, dtypes.float32, (8, 16))
-  k = Kernel(A.sink(A.store(0, (xs - xs.max(1)).exp2().sum(1))), cpu).hand_coded_optimizations()
+  k = Kernel(A.sink(A.store(0, (xs - xs.max(1, keepdims=True)).exp2().sum(1))), cpu).hand_coded_optimizations()
   nodes = list(lower(k.get_optimized_ast(), cpu).toposort)
   nodes += list((((x * 4 + y) // 8) % 3 + (x < 5).where(x, y * 2) - 7).toposort) + [x + x, c2 * 1, x + 0, (x < y).ne(True)]
   singles = 0

@@ -12,7 +12,7 @@ numpy's `casting` rule (same_kind by default: float parts cannot be joined as in
 from __future__ import annotations
 import itertools, operator
 import numpy as np
-from kc.ast import NDARRAY_OPERAND, Expr, _dtype, _result_dtype, const, where
+from kc.ast.builder import implements, NDARRAY_OPERAND, Expr, _dtype, _result_dtype, const, where
 from kc.errors import DTypeError, InvalidASTError, ShapeError
 from kc.ir.dtype import DType, dtypes, least_upper_dtype
 from kc.shape.view import fmt_shape
@@ -20,6 +20,7 @@ from kc.shape.view import fmt_shape
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 
 
+@implements(np.concatenate)
 def concatenate(xs, axis=0, dtype=None, casting: str = "same_kind") -> Expr:
   """numpy.concatenate: the parts joined along an existing `axis` (None: each flattened, joined into one axis)."""
   parts = _parts("concatenate", xs)
@@ -33,6 +34,7 @@ def concatenate(xs, axis=0, dtype=None, casting: str = "same_kind") -> Expr:
   return _join(parts, a, _join_dtype("concatenate", parts, dtype, casting))
 
 
+@implements(np.stack)
 def stack(xs, axis=0, dtype=None, casting: str = "same_kind") -> Expr:
   """numpy.stack: parts of one shape joined along a new `axis` of the result (whose length is the number of parts)."""
   parts = _parts("stack", xs)

@@ -17,7 +17,8 @@ import math, operator
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
-from kc.ast import Expr, _axes, _dtype, _no_expr, _truth, const, promotion as P, where
+from kc.ast import promotion as P
+from kc.ast.builder import implements, Expr, _axes, _dtype, _no_expr, _truth, const, where
 from kc.errors import DTypeError, InvalidASTError
 from kc.ir.dtype import dtypes
 from kc.ir.uop import Ops
@@ -45,11 +46,13 @@ CUMSUM = Scan("cumsum", Ops.ADD, 0, operator.add)
 CUMPROD = Scan("cumprod", Ops.MUL, 1, operator.mul)
 
 
+@implements(np.cumsum)
 def cumsum(x: Expr, axis=None, dtype=None) -> Expr:
   """numpy.cumsum: the running sums along `axis` (None: of the flattened array)."""
   return _scan(CUMSUM, x, axis, dtype)
 
 
+@implements(np.cumprod)
 def cumprod(x: Expr, axis=None, dtype=None) -> Expr:
   """numpy.cumprod: the running products along `axis` (None: of the flattened array)."""
   return _scan(CUMPROD, x, axis, dtype)
