@@ -1,7 +1,6 @@
 """Reproducers that kc fuzz found in programs of several kernels (kc.schedule), minimised, for code outside the fuzzer.
 
-Each is a strict xfail while kc still fails it: fixing the bug turns it into an unexpected pass, and the xfail mark
-goes then. A reproducer is one member of a class, so each test walks the class (shapes, axes, amounts), not one case.
+A reproducer is one member of a class, so each test walks the class (shapes, axes, amounts), not one case.
 """
 import numpy as np
 import pytest
@@ -14,10 +13,9 @@ def _half_matmul(m: int, k: int, n: int):
   return A.sink(A.store(0, A.arg(1, dtypes.float16, (m, k)) @ A.arg(2, dtypes.float16, (k, n))))
 
 
-@pytest.mark.xfail(strict=True, reason="a PADTO of a tensor core's thread axis to a length that is not a whole number "
-                   "of warps is accepted, and the EMU launch then fails (LaunchError: a work-group of 6 threads is not "
-                   "whole warps of 4); kc fuzz --device CLANG --device EMU --n 60 --seed 7, case 52, EMU random opts")
 def test_padto_after_a_tensor_core_opt_is_refused_or_runs():
+  """kc fuzz --device CLANG --device EMU --n 60 --seed 7, case 52: a PADTO of a tensor core's thread axis was accepted,
+  and the EMU launch then failed (a work-group of 6 threads is not whole warps of 4)."""
   # float16 matmuls with a tensor-core opt, then a PADTO of each axis by each amount: the kernel refuses the opt
   # (KernelOptError) or gives numpy's answer (small integers: the products and sums are exact)
   rng = np.random.default_rng(0)

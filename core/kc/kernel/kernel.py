@@ -403,6 +403,9 @@ class Kernel:
     elif opt.op is OptOps.PADTO:
       check(not self.vars, "does not work with symbolic shape")
       check(axis < self.first_upcast, "cannot pad upcasted")
+      # a tensor core's thread axes are whole warps: padded, a work-group would hold a part of one
+      check(not (self.tensor_core and self.global_dims <= axis < self.global_dims + len(self.tensor_core.threads)),
+            "cannot pad a tensor core's thread axes (TC locals): their threads are whole warps")
       # every reduce that walks this axis would also sum the padding: only a sum of values that are 0 there is safe
       for j, r in enumerate(self.reduceops):
         out_st, in_st = self.sts[len(self.bufs) + 2 * j], self.sts[len(self.bufs) + 2 * j + 1]
