@@ -11,7 +11,7 @@ from kc.shape import ShapeTracker, View
 from kc.runtime.device import Device, Buffer
 from kc.kernel import Kernel, Opt, OptOps
 from kc.renderer import Renderer, TensorCore, Program
-from kc.api import compile, run, CompiledKernel, SplitCompiledKernel  # noqa: A004
+from kc.api import compile, run, CompiledKernel, CompiledProgram, SplitCompiledKernel  # noqa: A004
 from kc import ast
 from kc import config
 from kc.config import Context  # kc.Context(KC_BEAM=2): a scoped override of environment knobs
@@ -25,5 +25,5 @@ __all__ = ["KcError", "UOpError", "SymbolicError", "RewriteError", "InvalidASTEr
            "OptsError", "InvalidOptError", "DeviceLostError", "DType", "PtrDType", "ImageDType", "dtypes",
            "least_upper_dtype", "Ops", "GroupOp", "UOp", "Variable", "sint", "UPat", "PatternMatcher", "graph_rewrite",
            "resolve", "sym_infer", "ssimplify", "smax", "smin", "ShapeTracker", "View", "Device", "Buffer", "from_dlpack",
-           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "SplitCompiledKernel", "ast",
-           "config", "Context"]
+           "Kernel", "Opt", "OptOps", "Renderer", "TensorCore", "Program", "compile", "run", "CompiledKernel", "CompiledProgram",
+           "SplitCompiledKernel", "ast", "config", "Context"]

@@ -25,7 +25,7 @@ from kc.errors import DTypeError, InvalidASTError, KcError, ShapeError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
 from kc.ir.uop import Ops, UOp, sint
-from kc.schedule.scheduler import kernel_nodes, realize, schedule
+from kc.schedule import scheduler as _scheduler
 
 Scalar = P.Scalar
 # Python's scalars (weak) and numpy's (strong: kc.ast.promotion)
@@ -43,7 +43,7 @@ RECOMPUTE_ELEMENTS = 1 << 16
 def _reduce_work(u: UOp) -> int:
   """The elements a value's reduces loop over, in all (each reduce's input extent; symbolic axes count as 1)."""
   total = 0
-  for r in kernel_nodes(u):
+  for r in _scheduler.kernel_nodes(u):
     if r.op is Ops.REDUCE_AXIS: total += math.prod(d if isinstance(d, int) else 1 for d in extents(r.src[0]))
   return total
 
@@ -146,12 +146,12 @@ class Expr:
     """This value materialised: computed by a kernel of its own into an intermediate buffer, and read from there.
     kc.ast realizes a value itself where one kernel cannot carry it further (kc.schedule); this is the explicit form."""
     if self.uop.op is Ops.LOAD and not self.hidden and self.uop.src[1].arg.contiguous: return self
-    buf = realize(self.uop, self.kshape, self.shape)
+    buf = _scheduler.realize(self.uop, self.kshape, self.shape)
     return Expr(UOp(Ops.LOAD, self.dtype, (buf, ShapeTracker.from_shape(self.shape).to_uop()), self.shape), self.shape)
 
   def _buffered(self) -> "Expr":
     """This value read from an intermediate buffer through its own kernel shape: any movement applies to it."""
-    buf = realize(self.uop, self.kshape, self.shape)
+    buf = _scheduler.realize(self.uop, self.kshape, self.shape)
     return Expr(UOp(Ops.LOAD, self.dtype, (buf, ShapeTracker.from_shape(self.kshape).to_uop()), self.shape), self.kshape, self.hidden)
 
   @property
@@ -165,7 +165,7 @@ class Expr:
     except InvalidASTError:
       # a move one kernel cannot push through a reduce (a reduce result reshaped, or broadcast to another size): the
       # value is materialised, and the move applies to its buffer's view
-      if not any(u.op is Ops.REDUCE_AXIS for u in kernel_nodes(self.uop)): raise
+      if not any(u.op is Ops.REDUCE_AXIS for u in _scheduler.kernel_nodes(self.uop)): raise
       uop = move(self._buffered().uop, mv, self.kshape)
     else:
       # an expand of a reduce result along an axis it kept recomputes the reduce for every new element: cheap for a
@@ -1104,7 +1104,7 @@ def sink(*stores: UOp) -> UOp:
   if len(set(idxs)) != len(idxs): raise InvalidASTError(f"two stores to the same buffer index: {idxs}")
   _check_buffer_indices(stores)
   out = UOp(Ops.SINK, dtypes.void, tuple(stores))
-  schedule(out)
+  _scheduler.schedule(out)
   return out
 
 
