@@ -196,3 +196,19 @@ def test_cli_renders_and_runs_each_kernel_of_a_program():
   assert [h.split("(kernel ")[1][:6] for h in heads[:2]] == ["1 of 2", "2 of 2"] and "bytes at peak" in heads[2]
   r = cli("run", "standardize", "--device", "CLANG")
   assert r.returncode == 0 and " ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_callers_buffer_is_read_by_every_kernel_before_one_writes_it():
+  x, y = A.arg(1, dtypes.float32, (4, 6)), A.arg(2, dtypes.float32, (6,))
+  sink = A.sink(A.store(0, x.sum(0).reshape(2, 3) + 1), A.store(1, x * 2))  # buffer 1 in place, read by another kernel
+  plan = schedule(sink)
+  writer = next(i for i, k in enumerate(plan.kernels) if kc.schedule.BufferRef(False, 1) in k.outputs)
+  assert writer == len(plan.kernels) - 1
+  a = np.arange(24, dtype=np.float32).reshape(4, 6)
+  want0, want1 = a.sum(0).reshape(2, 3) + 1, a * 2
+  out = np.zeros((2, 3), np.float32)
+  kc.compile(sink, "CLANG")(out, a)
+  assert np.array_equal(out, want0) and np.array_equal(a, want1)
+  # two kernels that each write what the other reads: no order runs them as written
+  with pytest.raises(InvalidASTError, match="reads a buffer of the caller's after writing it"):
+    A.sink(A.store(0, x + 1), A.store(1, (y * 2).reshape(1, 6).expand(4, 6)), A.store(2, x.sum(0)))
