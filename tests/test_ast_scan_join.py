@@ -280,3 +280,23 @@ def test_non_expressions_are_refused(call, error):
   """numpy would take arrays and scalars here; kc.ast takes expressions (A.const, A.arg), which have no values before
   their kernel runs."""
   with pytest.raises(error): call()
+
+
+@pytest.mark.parametrize("shape,axis", [((0,), 0), ((1, 0, 2), 1), ((3, 0), None), ((2, 0, 3), 2), ((2, 0, 3), 0)])
+@pytest.mark.parametrize("name", ["cumsum", "cumprod"])
+def test_scans_over_empty_arrays_are_numpys(name, shape, axis):
+  """kc fuzz seed 1 case 135: a scan of a length-0 axis padded it by -1. An empty scan is an empty result."""
+  a = np.zeros(shape, np.float16)
+  x = A.arg(1, dtypes.float16, shape)
+  got = kc.run(A.sink(A.store(0, getattr(x.sqrt(), name)(axis=axis).tanh())), {1: a}, "CLANG")[0]
+  want = np.tanh(getattr(np, name)(np.sqrt(a), axis=axis))
+  assert got.shape == want.shape and got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("lengths", [(0, 2), (2, 0), (0, 0), (0, 2, 0), (1, 0, 1)])
+def test_joins_with_empty_parts_keep_every_buffer(lengths):
+  """A part of length 0 adds no element but is still a buffer the program takes (numpy takes it too)."""
+  arrays = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 10 * i for i, n in enumerate(lengths)]
+  parts = [A.arg(i + 1, dtypes.float32, (n, 3)) for i, n in enumerate(lengths)]
+  got = kc.run(A.sink(A.store(0, A.concatenate([p * 2 for p in parts], 0))), {i + 1: a for i, a in enumerate(arrays)}, "CLANG")[0]
+  assert np.array_equal(got, np.concatenate([a * 2 for a in arrays], 0))

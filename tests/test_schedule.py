@@ -212,3 +212,20 @@ def test_a_callers_buffer_is_read_by_every_kernel_before_one_writes_it():
   # two kernels that each write what the other reads: no order runs them as written
   with pytest.raises(InvalidASTError, match="reads a buffer of the caller's after writing it"):
     A.sink(A.store(0, x + 1), A.store(1, (y * 2).reshape(1, 6).expand(4, 6)), A.store(2, x.sum(0)))
+
+
+def test_merging_kernels_never_makes_them_wait_on_each_other():
+  """kc fuzz seed 1 case 105: an intermediate's kernel merged into a kernel that read, through a second intermediate,
+  the first one: the merged kernels then had to run before themselves, and the program was refused as a circle."""
+  k0 = A.arg(4, dtypes.uint8, (4, 5, 4))
+  k2 = k0.flip((0, 2))
+  k3 = k2.min(axis=(1, 2), keepdims=True)
+  k8 = (k3.expand((4, 2, 1)) >> A.arg(5, dtypes.uint8, (4, 1, 1))).cast(dtypes.int32)
+  sink = A.sink(A.store(0, k8), A.store(1, k2), A.store(2, k8.sum(axis=(1,))), A.store(3, k3))
+  a = np.random.default_rng(0).integers(0, 255, (4, 5, 4)).astype(np.uint8)
+  b = np.random.default_rng(1).integers(0, 9, (4, 1, 1)).astype(np.uint8)
+  out = kc.run(sink, {4: a, 5: b}, "CLANG")
+  a2 = a[::-1, :, ::-1]
+  a3 = a2.min(axis=(1, 2), keepdims=True)
+  a8 = (np.broadcast_to(a3, (4, 2, 1)) >> b).astype(np.int32)
+  for i, want in [(0, a8), (1, a2), (2, a8.sum(1)), (3, a3)]: assert np.array_equal(out[i], want)

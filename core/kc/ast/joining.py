@@ -115,14 +115,14 @@ def can_cast(src: DType, dst: DType, casting: str) -> bool:
 def _join(parts: list[Expr], a: int, dt: DType) -> Expr:
   """The parts, each cast to `dt`, joined along their axis `a`: each padded to the full length at its offset and
   selected there by a padded mask. The first part needs no mask: every later one overwrites the rest. A part of
-  length 0 adds nothing (its dtype and shape still count, as in numpy)."""
+  length 0 adds no element, but it stays in the program (masked everywhere), so its buffer is still one the program
+  takes, as numpy's concatenate takes it."""
   lengths = [p.shape[a] for p in parts]
   if bad := [i for i, n in enumerate(lengths) if not isinstance(n, int)]:
     raise InvalidASTError(f"joining parts along the symbolic axis {a} of part {bad[0]} "
                           f"({fmt_shape(parts[bad[0]].shape)}): each part's offset must be known when building")
   offsets = itertools.accumulate(lengths[:-1], initial=0)
-  placed = [(offset, n, p) for offset, n, p in zip(offsets, lengths, parts) if n]
-  if not placed: return parts[0].cast(dt)
+  placed = list(zip(offsets, lengths, parts))
   total, ndim = sum(lengths), parts[0].ndim
   around = lambda offset, n: tuple((offset, total - offset - n) if i == a else (0, 0) for i in range(ndim))
   offset, n, first = placed[0]

@@ -91,7 +91,7 @@ def _scan_along(scan: Scan, v: Expr, a: int, n: int) -> Expr:
 
 def _windowed(scan: Scan, v: Expr, a: int, n: int) -> Expr:
   """out[i] = the reduce of v[i - n + 1 .. i] along `a`, the positions before 0 holding the identity."""
-  if n == 1: return v
+  if n <= 1: return v  # one element is its own scan; an empty axis has nothing to scan (numpy: an empty result)
   return _pad_identity(scan, v, a, (n - 1, 0)).windows(a, n)._reduce(scan.op, -1, False)
 
 

@@ -300,7 +300,6 @@ def schedule(sink: UOp) -> Schedule:
     unit = _legal([_Store(b, b.src[1], b.src[0], b.arg)])
     units.append(unit)
     pending.extend(x for x in _reads(unit) if x not in seen)
-  units = _merge(units)
   ordered = _order(units)
   temp_ids: dict[UOp, int] = {}
   for u in ordered:
@@ -321,57 +320,59 @@ def _symbolic_count(shape) -> sint:
   return n
 
 
-def _writes(unit: list[_Store]) -> set[UOp]: return {s.target for s in unit}
-
-
-def _depends(a: list[_Store], b: list[_Store], units: list[list[_Store]]) -> bool:
-  """Whether unit a reads, directly or through other units, what unit b writes."""
+def _after(units: list[list[_Store]]) -> list[set[int]]:
+  """For each unit, the units it must follow: the writers of the intermediates it reads, and every other reader of a
+  caller's buffer it writes (all reads of a caller's buffer see its value before the program ran)."""
   producer = {s.target: i for i, u in enumerate(units) for s in u if s.target.op is Ops.BUFFER}
-  stack, seen = list(_reads(a)), set()
-  writes = _writes(b)
-  while stack:
-    x = stack.pop()
-    if x in writes: return True
-    if x in seen or x not in producer: continue
-    seen.add(x)
-    stack.extend(_reads(units[producer[x]]))
-  return False
+  reads = [_caller_reads(u) for u in units]
+  after: list[set[int]] = []
+  for i, u in enumerate(units):
+    written = {s.target.arg for s in u if s.target.op is Ops.DEFINE_GLOBAL}
+    after.append({producer[b] for b in _reads(u)} | {j for j in range(len(units)) if j != i and reads[j] & written})
+  return after
 
 
-def _merge(units: list[list[_Store]]) -> list[list[_Store]]:
-  """Units that store through one shape and do not depend on each other become one kernel where it verifies."""
-  out: list[list[_Store]] = []
-  for u in units:
-    for i, v in enumerate(out):
-      if v[0].shape != u[0].shape or _depends(u, v, out + [u]) or _depends(v, u, out + [u]): continue
-      if _caller_reads(u) & {s.target.arg for s in v if s.target.op is Ops.DEFINE_GLOBAL}: continue
-      if _caller_reads(v) & {s.target.arg for s in u if s.target.op is Ops.DEFINE_GLOBAL}: continue
-      if _verified(v + u) is None:
-        out[i] = v + u
+def _topological(after: list[set[int]], members: list[list[int]]) -> Optional[list[int]]:
+  """An order of the groups `members` (lists of unit indices) that puts each after the groups its units must follow
+  (the first ready group first, so outputs keep the order given), or None where they follow each other in a circle."""
+  group_of = {i: g for g, m in enumerate(members) for i in m}
+  needs = [{group_of[j] for i in m for j in after[i]} - {g} for g, m in enumerate(members)]
+  order: list[int] = []
+  done: set[int] = set()
+  while len(order) < len(members):
+    ready = next((g for g in range(len(members)) if g not in done and needs[g] <= done), None)
+    if ready is None: return None
+    order.append(ready); done.add(ready)
+  return order
+
+
+def _merge(units: list[list[_Store]], after: list[set[int]]) -> list[list[int]]:
+  """Units that store through one shape become one kernel where the merged kernel verifies and no order of the
+  kernels would then have to run one before itself (directly or through others); each group as unit indices."""
+  groups: list[list[int]] = []
+  for i, u in enumerate(units):
+    rest = [[j] for j in range(i + 1, len(units))]
+    for g in groups:
+      if units[g[0]][0].shape != u[0].shape or i in {j for k in g for j in after[k]} or any(k in after[i] for k in g): continue
+      trial = [h + [i] if h is g else h for h in groups]
+      if _topological(after, trial + rest) is not None and _verified([s for k in g + [i] for s in units[k]]) is None:
+        g.append(i)
         break
-    else: out.append(u)
-  return out
+    else: groups.append([i])
+  return groups
 
 
 def _order(units: list[list[_Store]]) -> list[list[_Store]]:
-  """A launch order: producers of intermediates before their readers; readers of a caller's buffer before its writer."""
-  producer = {s.target: i for i, u in enumerate(units) for s in u if s.target.op is Ops.BUFFER}
-  after: list[set[int]] = [set() for _ in units]  # after[i]: the units i must follow
-  for i, u in enumerate(units):
-    after[i] |= {producer[b] for b in _reads(u)}
-    written = {s.target.arg for s in u if s.target.op is Ops.DEFINE_GLOBAL}
-    after[i] |= {j for j, v in enumerate(units) if j != i and _caller_reads(v) & written}
-  order: list[int] = []
-  done: set[int] = set()
-  while len(order) < len(units):
-    ready = [i for i in range(len(units)) if i not in done and after[i] <= done]
-    if not ready:
-      raise InvalidASTError("the program reads a buffer of the caller's after writing it in another kernel (an output "
-                            "index that is also an input of a later step); use separate input and output indices")
-    # the outputs in the order given, each after what it needs: the last-given unit that is ready goes last
-    i = ready[0]
-    order.append(i); done.add(i)
-  return [units[i] for i in order]
+  """The units merged into kernels, in a launch order: producers of intermediates before their readers, readers of a
+  caller's buffer before its writer."""
+  after = _after(units)
+  if _topological(after, [[i] for i in range(len(units))]) is None:
+    raise InvalidASTError("the program reads a buffer of the caller's after writing it in another kernel (an output "
+                          "index that is also an input of a later step); use separate input and output indices")
+  groups = _merge(units, after)
+  order = _topological(after, groups)
+  assert order is not None, "merging kept the kernels acyclic"
+  return [[s for i in groups[g] for s in units[i]] for g in order]
 
 
 @dataclass(frozen=True)
