@@ -229,3 +229,20 @@ def test_merging_kernels_never_makes_them_wait_on_each_other():
   a3 = a2.min(axis=(1, 2), keepdims=True)
   a8 = (np.broadcast_to(a3, (4, 2, 1)) >> b).astype(np.int32)
   for i, want in [(0, a8), (1, a2), (2, a8.sum(1)), (3, a3)]: assert np.array_equal(out[i], want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_stack_of_reduce_results_reduced_again_vectorizes(device):
+  """kc fuzz seed 2 case 447: UPCAST of the stack axis put an accumulator update in one lane and a load in the others;
+  the vectorizer read a second source of every lane (IndexError) instead of gathering the lanes as they are."""
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((10, 6)).astype(np.float16), rng.standard_normal((6, 16)).astype(np.float16)
+  c, d = rng.standard_normal((10, 16)).astype(np.float32), rng.standard_normal((1, 1)).astype(np.float32)
+  k0, k1 = A.arg(1, dtypes.float16, (10, 6)), A.arg(2, dtypes.float16, (6, 16))
+  m = (k0.reshape((10, 6, 1)) * k1.reshape((1, 6, 16))).cast(dtypes.float32).sum(axis=(1,))
+  out = (A.stack([m, A.arg(3, dtypes.float32, (10, 16)), m], axis=0) / -0.75).sum(axis=(1, 2), keepdims=True)
+  sink = A.sink(A.store(0, out + A.arg(4, dtypes.float32, (1, 1))))
+  ma = (a[:, :, None] * b[None]).astype(np.float32).sum(1)
+  want = (np.stack([ma, c, ma], 0) / -0.75).sum(axis=(1, 2), keepdims=True) + d
+  for opts in ("hand", "none"):
+    np.testing.assert_allclose(kc.run(sink, {1: a, 2: b, 3: c, 4: d}, device, opts=opts)[0], want, rtol=2e-3, atol=2e-3)

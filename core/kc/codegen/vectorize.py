@@ -86,6 +86,9 @@ class _Vectorizer:
     """One vector accumulator for lanes acc_i = acc_i <op> x_i (distinct scalar accumulators over the same loops,
     with the same start), else None. The scalar accumulators' lanes are remembered as the vector one before the x_i
     are built: a read of the running value inside them then reads the vector."""
+    # lanes that are not all accumulator updates (an update beside another op, as lanes gathered from a stack of
+    # reduce results are) are gathered as they are
+    if any(x.op is not Ops.ASSIGN for x in lanes): return None
     accs = tuple(x.src[0] for x in lanes)
     first, upd = accs[0], lanes[0].src[1]
     if len(set(accs)) != len(accs) or upd.op not in _ACC_UPDATES: return None
