@@ -333,7 +333,7 @@ def test_odd_matmul_with_padding(opts): check_matmul(30, 20, 10, opts, seed=4)
 def test_softmax_like_fused_chain(opts):
   x = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float32)
   X = F(1, 16, 64)
-  sink = A.sink(A.store(0, (X - X.max(1)).exp2().sum(1)))
+  sink = A.sink(A.store(0, (X - X.max(1, keepdims=True)).exp2().sum(1)))
   np.testing.assert_allclose(run(sink, {1: x}, opts), np.exp2(x - x.max(1, keepdims=True)).sum(1), rtol=1e-5)
 
 
