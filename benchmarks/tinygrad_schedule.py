@@ -6,10 +6,11 @@ back as raw files, so that bench_schedule.py checks them against numpy (the same
 Usage: tinygrad_schedule.py SPEC.json, where SPEC is {"repeats": R, "programs": {name: {"inputs": [[path, shape],
 ...], "outputs": [path, ...]}}}. Prints JSON {name: {"kernels", "copies", "seconds", "jit_seconds", "outputs":
 [[path, fmt, shape]]} or {"error": why}} on stdout."""
-import json, math, statistics, sys, time
+import json, math, sys
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters
 from tinygrad.ops import Ops
+from tinygrad_backends import median_call  # the benchmarks' one timing loop for tinygrad (this folder is on sys.path)
 
 
 def softmax_rows(x): return x.softmax(1)
@@ -73,15 +74,6 @@ def launches(name: str, xs) -> int:
   return GlobalCounters.kernel_count - before
 
 
-def median_seconds(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
-
-
 def jit_seconds(name: str, xs, repeats: int) -> float:
   """A TinyJit of the program: the first call runs it, the second captures its kernels, later calls replay them."""
   jitted = TinyJit(lambda *ts: tuple(t.realize() for t in outputs_of(name, ts)))
@@ -89,7 +81,7 @@ def jit_seconds(name: str, xs, repeats: int) -> float:
     jitted(*xs)
     Device["CLANG"].synchronize()
   for _ in range(3): call()
-  return median_seconds(call, repeats)
+  return median_call(call, repeats)
 
 
 def run(name: str, spec: dict, repeats: int) -> dict:
@@ -98,7 +90,7 @@ def run(name: str, spec: dict, repeats: int) -> dict:
   saved = save_outputs(name, xs, spec["outputs"])
   if (launched := launches(name, xs)) != kernels:
     raise RuntimeError(f"a realize launched {launched} kernels where the schedule has {kernels}")
-  return {"kernels": kernels, "copies": copies, "seconds": median_seconds(lambda: realize(name, xs), repeats),
+  return {"kernels": kernels, "copies": copies, "seconds": median_call(lambda: realize(name, xs), repeats),
           "jit_seconds": jit_seconds(name, xs, repeats), "outputs": saved}
 
 
