@@ -20,7 +20,7 @@ a one-kernel program's AST is the program itself: the same source, opts and cach
 Intermediates are planned in one arena (kc.schedule.memory): allocated once per compiled program, reused by buffers
 whose lifetimes do not overlap."""
 from __future__ import annotations
-import functools
+import functools, math
 from dataclasses import dataclass
 from typing import Optional
 from kc.codegen.verify import st_arg, verify_ast
@@ -28,6 +28,7 @@ from kc.errors import InvalidASTError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
+from kc.schedule.movement import extents, shape_of
 from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
@@ -95,17 +96,10 @@ def kernel_nodes(root: UOp) -> dict[UOp, None]:
 
 def realize(value: UOp, shape: tuple[sint, ...], logical: Optional[tuple] = None) -> UOp:
   """The BUFFER that holds `value` (of kernel shape `shape`), stored contiguously; `logical` is its numpy shape."""
-  size = _count(shape)
-  ptr = value.dtype.ptr() if size is None else value.dtype.ptr(size=size)
+  ptr = value.dtype.ptr(size=math.prod(shape)) if all(isinstance(d, int) for d in shape) else value.dtype.ptr()
   return UOp(Ops.BUFFER, ptr, (value, ShapeTracker.from_shape(shape).to_uop()), tuple(shape if logical is None else logical))
 
 
-def _count(shape) -> Optional[int]:
-  n = 1
-  for d in shape:
-    if not isinstance(d, int): return None
-    n *= d
-  return n
 
 
 # ***** a kernel under construction: its stores, each to a caller's buffer (a DEFINE_GLOBAL) or to a BUFFER *****
@@ -212,10 +206,7 @@ def _side_by_side_values(stores: list[_Store]) -> list[UOp]:
 
 def _elements(u: UOp) -> int:
   """How many elements the loads under a value span (the size of the loop nest a reduce of it runs)."""
-  from kc.schedule.movement import extents
-  n = 1
-  for d in extents(u): n *= d if isinstance(d, int) else 1
-  return n
+  return math.prod(d if isinstance(d, int) else 1 for d in extents(u))
 
 
 def _materialise(stores: list[_Store], values: list[UOp]) -> list[_Store]:
@@ -231,7 +222,6 @@ def _materialise(stores: list[_Store], values: list[UOp]) -> list[_Store]:
 
 
 def _shapes(stores: list[_Store]) -> dict[UOp, tuple]:
-  from kc.schedule.movement import shape_of
   cache: dict = {}
   out = {}
   for s in stores:
@@ -311,13 +301,7 @@ def schedule(sink: UOp) -> Schedule:
 
 
 def _temp_of(b: UOp) -> tuple[DType, sint]:
-  return b.dtype.base, (b.dtype.size if b.dtype.size != -1 else _symbolic_count(b.src[1].arg.shape))
-
-
-def _symbolic_count(shape) -> sint:
-  n: sint = 1
-  for d in shape: n = n * d
-  return n
+  return b.dtype.base, (b.dtype.size if b.dtype.size != -1 else math.prod(b.src[1].arg.shape))
 
 
 def _after(units: list[list[_Store]]) -> list[set[int]]:
