@@ -2,8 +2,8 @@
 
 Any expression it accepts means what numpy means, and kc.schedule decides the kernels it takes (docs/AST.md). The
 builder itself is kc.ast.builder; numpy's scans (cumsum, cumprod) are kc.ast.scan and its joins (concatenate, stack)
-kc.ast.joining, which register themselves as the overrides of numpy's functions; kc.ast.promotion holds numpy's dtype
-tables and kc.ast.examples the named example programs.
+kc.ast.joining, which register themselves as the overrides of numpy's functions; arange is kc.ast.creation;
+kc.ast.promotion holds numpy's dtype tables and kc.ast.examples the named example programs.
 
     import kc.ast as A
     a = A.arg(1, dtypes.float32, (M, K)); b = A.arg(2, dtypes.float32, (K, N))
@@ -12,3 +12,4 @@ tables and kc.ast.examples the named example programs.
 from kc.ast.builder import *  # noqa: F403  (the builder's public names are kc.ast's)
 from kc.ast.scan import cumsum as cumsum, cumprod as cumprod
 from kc.ast.joining import concatenate as concatenate, stack as stack
+from kc.ast.creation import arange as arange
