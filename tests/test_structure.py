@@ -333,8 +333,18 @@ def plugin_packages() -> list[Path]:
   return sorted(p for p in PLUGINS.glob("*/kc_*") if p.is_dir() and (p / "__init__.py").exists())
 
 
-def disallowed_plugin_imports(package: Path, core: set[str]) -> list[str]:
-  """Imports of a plugin package that reach past `kc` / `kc.backend` or into an undeclared distribution."""
+PLUGIN_API = ("kc", "kc.backend")
+# an integration embeds kc as any framework would: through kc and the modules kc's own namespace exports
+PUBLIC_API = ("kc", "kc.ast", "kc.config")
+INTEGRATIONS = REPO / "integrations"
+
+
+def integration_packages() -> list[Path]:
+  return sorted(p for p in INTEGRATIONS.glob("*/kc_*") if p.is_dir() and (p / "__init__.py").exists())
+
+
+def disallowed_plugin_imports(package: Path, core: set[str], public: tuple[str, ...] = PLUGIN_API) -> list[str]:
+  """Imports of a plugin (or integration) package that reach past `public` or into an undeclared distribution."""
   own = package.name
   third_party = import_names(declared_distributions(package.parent / "pyproject.toml") - {"kc"})
   found = []
@@ -346,9 +356,9 @@ def disallowed_plugin_imports(package: Path, core: set[str]) -> list[str]:
         # `from kc import ir` imports the submodule kc.ir: judge the submodules it names, not just `kc`
         reached = [s.module] if s.names is None else \
                   [f"{s.module}.{n}" if f"{s.module}.{n}" in core else s.module for n in s.names]
-        bad = sorted({m for m in reached if m not in ("kc", "kc.backend")})
+        bad = sorted({m for m in reached if m not in public})
         if not bad: continue
-        found.append(f"  {', '.join(bad)}: only kc and kc.backend are public   [{s.where}]")
+        found.append(f"  {', '.join(bad)}: only {', '.join(public)} are public   [{s.where}]")
       else: found.append(f"  {s.module}: neither the standard library nor declared in {package.parent.name}/pyproject.toml"
                          f"   [{s.where}]")
   return found
@@ -360,6 +370,16 @@ def test_there_are_plugins_to_check(): assert plugin_packages(), f"no plugins/*/
 @pytest.mark.parametrize("package", plugin_packages(), ids=lambda p: p.name)
 def test_plugin_imports_only_kc_kc_backend_and_its_dependencies(package):
   found = disallowed_plugin_imports(package, set(core_modules()))
+  assert not found, f"{package.name} imports what it may not:\n" + "\n".join(found)
+
+
+def test_there_are_integrations_to_check():
+  assert integration_packages(), f"no integrations/*/kc_* package under {INTEGRATIONS}"
+
+
+@pytest.mark.parametrize("package", integration_packages(), ids=lambda p: p.name)
+def test_integration_imports_only_kcs_public_api_and_its_dependencies(package):
+  found = disallowed_plugin_imports(package, set(core_modules()), PUBLIC_API)
   assert not found, f"{package.name} imports what it may not:\n" + "\n".join(found)
 
 

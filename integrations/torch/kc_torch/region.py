@@ -1,0 +1,177 @@
+"""A kc region: a subgraph of supported ATen ops run as one kc program (kc's scheduler decides its kernels).
+
+The program is built for the concrete shapes, dtypes and layouts of a call's inputs and cached under them (in this
+process, for every region with the same graph code; kc's own compile cache on disk keeps the compiled kernels across
+processes). Tensors cross without copies: an input laid out as a permutation of a contiguous array (what a transpose
+or permute gives) is read in its memory order and permuted back in the program; an output is allocated with the
+strides torch's FakeTensor gave it and written in its memory order, so the eager ops after a region see the layout
+they would have seen. Anything else is made contiguous first (torch copies it)."""
+from __future__ import annotations
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+import torch
+import torch.fx
+import kc
+from kc import ast as A
+from kc_torch import report
+from kc_torch.dtypes import to_kc
+from kc_torch.lowering import LOWERINGS, meta
+from kc_torch.options import Options
+
+
+def memory_order(shape, strides) -> Optional[tuple[int, ...]]:
+  """The axes from outermost to innermost in memory, where the layout is a permutation of a contiguous array (dense,
+  no overlap); None where it is not (expanded, sliced with a step, overlapping)."""
+  order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
+  expect = 1
+  for d in reversed(order):
+    if shape[d] != 1 and strides[d] != expect: return None
+    expect *= shape[d]
+  return order
+
+
+def _inverse(order: tuple[int, ...]) -> tuple[int, ...]:
+  inv = [0] * len(order)
+  for i, d in enumerate(order): inv[d] = i
+  return tuple(inv)
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  dtype: torch.dtype
+  order: tuple[int, ...]   # memory order: the program writes value.permute(order) into the buffer, contiguous
+
+
+@dataclass(frozen=True)
+class Plan:
+  program: Callable[..., Any]                 # the compiled kc program: outputs, then inputs, by buffer index
+  inputs: tuple[Optional[tuple[int, ...]], ...]   # per region input: its memory order (tensors), None (ints)
+  used: tuple[int, ...]                       # the region inputs the program reads, in buffer order
+  outputs: tuple[OutputPlan, ...]
+  results: tuple[int, ...]                    # per result of the region: which output (duplicates share one)
+
+
+class Unsupported(Exception):
+  """A node the lowering table refuses for these inputs (the region then runs in torch)."""
+
+
+def _input_key(x) -> Any:
+  if isinstance(x, torch.Tensor):
+    order = memory_order(tuple(x.shape), x.stride()) if x.dim() else ()
+    return ("t", tuple(x.shape), x.dtype, order, x.device.type)
+  return ("v", x)
+
+
+class KcRegion(torch.nn.Module):
+  """Runs `gm` (a partition of supported nodes) as kc programs, one per input signature; falls back to `gm` itself,
+  reported, where a signature cannot be built or compiled."""
+
+  _programs: dict[Any, Plan] = {}   # shared by every region of the process: same code and signature, same program
+  _lock = threading.Lock()
+
+  def __init__(self, gm: torch.fx.GraphModule, options: Options, graph_name: str):
+    super().__init__()
+    self.gm, self.options, self.graph_name = gm, options, graph_name
+    self.code = gm.code
+    self._eager: set[Any] = set()
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    self._tuple_out = isinstance(out.args[0], (tuple, list))
+
+  def forward(self, *args):
+    key = (self.code, self.options.device_name, self.options.opts, tuple(_input_key(a) for a in args))
+    if key in self._eager: return self.gm(*args)
+    plan = self._programs.get(key)
+    if plan is None:
+      try:
+        plan = self._build(args)
+        results = self._run(plan, args)
+      except (kc.KcError, Unsupported, ValueError, TypeError, IndexError) as e:
+        self._eager.add(key)
+        ops = sorted({str(n.target) for n in self.gm.graph.nodes if n.op == "call_function"})
+        report.record(report.Fallback(self.graph_name, f"region of {len(ops)} op kinds ({', '.join(ops[:6])}"
+                                      f"{', ...' if len(ops) > 6 else ''})", f"{type(e).__name__}: {e}"),
+                      self.options.report)
+        return self.gm(*args)
+      with self._lock: self._programs[key] = plan
+      return results
+    return self._run(plan, args)
+
+  # ------------------------------------------------------------------------------------------------------- build
+
+  def _values(self, args, index_of: dict[int, int], n_out: int) -> dict[torch.fx.Node, Any]:
+    """Interpret the graph with kc.ast values: input i becomes A.arg(n_out + index_of[i]) read in memory order."""
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, x) in enumerate(zip(placeholders, args)):
+      if not isinstance(x, torch.Tensor):
+        env[node] = x
+        continue
+      order = memory_order(tuple(x.shape), x.stride()) if x.dim() else ()
+      physical = tuple(x.shape) if order is None else tuple(x.shape[d] for d in order)
+      value = A.arg(n_out + index_of.get(i, 0), to_kc(x.dtype), physical)
+      env[node] = value if order is None or order == tuple(range(x.dim())) else value.permute(_inverse(order))
+    for node in self.gm.graph.nodes:
+      if node.op != "call_function": continue
+      lower = LOWERINGS.get(node.target)
+      if lower is None: raise Unsupported(f"{node.target} has no kc lowering")
+      load = lambda a: env[a] if isinstance(a, torch.fx.Node) else a  # noqa: E731
+      fargs = torch.fx.node.map_aggregate(node.args, load)
+      fkwargs = torch.fx.node.map_aggregate(node.kwargs, load)
+      env[node] = lower.fn(node, *fargs, **fkwargs)
+    return env
+
+  def _build(self, args) -> Plan:
+    out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
+    results = list(out_node.args[0]) if self._tuple_out else [out_node.args[0]]
+    distinct = list(dict.fromkeys(results))
+    n_out = len(distinct)
+    tensors = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor)]
+    index_of = {i: k for k, i in enumerate(tensors)}
+    env = self._values(args, index_of, n_out)
+    stores, outputs = self._stores(env, distinct)
+    read = {u.arg for s in stores for u in s.toposort if u.op is kc.Ops.DEFINE_GLOBAL and u.arg >= n_out}
+    used = tuple(i for i in tensors if n_out + index_of[i] in read)
+    if len(used) != len(tensors):  # inputs only some shapes came from: number the buffers the program reads 0..n-1
+      index_of = {i: k for k, i in enumerate(used)}
+      env = self._values(args, index_of, n_out)
+      stores, outputs = self._stores(env, distinct)
+    program = kc.compile(A.sink(*stores), device=self.options.device_name, opts=self.options.opts)
+    inputs = tuple((memory_order(tuple(x.shape), x.stride()) if x.dim() else ()) if isinstance(x, torch.Tensor) else None
+                   for x in args)
+    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results))
+
+  def _stores(self, env, distinct: list[torch.fx.Node]):
+    stores, outputs = [], []
+    for k, node in enumerate(distinct):
+      value = env[node]
+      if not isinstance(value, A.Expr): raise Unsupported(f"output {node.name} is not a tensor value")
+      fake = meta(node)
+      shape = tuple(int(s) for s in value.shape)
+      strides = tuple(fake.stride()) if all(isinstance(s, int) for s in fake.stride()) else None
+      order = memory_order(shape, strides) if strides is not None and len(strides) == len(shape) and shape else None
+      if order is None: order, strides = tuple(range(len(shape))), tuple(torch.empty(shape, device="meta").stride())
+      dtype = fake.dtype
+      if to_kc(dtype) != value.dtype: value = value.astype(to_kc(dtype))
+      stores.append(A.store(k, value.permute(order) if order != tuple(range(len(shape))) else value))
+      outputs.append(OutputPlan(shape, strides, dtype, order))
+    return stores, outputs
+
+  # --------------------------------------------------------------------------------------------------------- run
+
+  def _run(self, plan: Plan, args):
+    device = next((x.device for x in args if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype, device=device) for o in plan.outputs]
+    buffers = [out.permute(o.order) if o.order != tuple(range(len(o.shape))) else out for out, o in zip(outs, plan.outputs)]
+    for i in plan.used:
+      # AOTAutograd owns the autograd of the graph: its inputs are plain data here (DLPack refuses a tensor that
+      # requires grad)
+      x, order = args[i].detach(), plan.inputs[i]
+      if order is None: x = x.contiguous()
+      elif order != tuple(range(x.dim())): x = x.permute(order)
+      buffers.append(x)
+    plan.program(*buffers)
+    results = tuple(outs[r] for r in plan.results)
+    return results if self._tuple_out else results[0]
