@@ -5,9 +5,13 @@ Every op here is a windowed reduce: a convolution is the input padded and cut in
 the weight and summed over (input channels of a group, kernel axes) as one expression, so kc fuses the product into
 the reduce and never materialises the (batch, channels, positions, kernel) product. The adjoints (grad_input, a
 transposed convolution, the pooling backwards) read the gradient zero-dilated by the stride and padded, so that every
-input position gathers from the windows that cover it: no scatter. Sums run in torch's accumulation dtype (float32
-for float16 and bfloat16, rounded once at the end, as torch's CPU kernels); summation order may differ from torch's
-by rounding, the meaning does not."""
+input position gathers from the windows that cover it: no scatter. Sums run in torch's accumulation dtype: float32
+for float16 and bfloat16, rounded once at the end, as torch's CPU forward kernels (its backward kernels of halves
+round partial sums too, so kc's are nearer the exact value); the order of a sum may differ from torch's, and with it
+the last bit.
+
+kc.ast has no gather: an embedding's rows are one-hot selections, whose work is (indices x table elements). Past
+ONE_HOT_LIMIT such an op is left to torch."""
 from __future__ import annotations
 import math
 from typing import Optional, Sequence
@@ -18,6 +22,7 @@ from kc_torch.dtypes import opmath, to_kc
 from kc_torch.lowering import cast, lowering, meta, out_dtype
 
 aten = torch.ops.aten
+ONE_HOT_LIMIT = 2 ** 26   # index-table element pairs (one compare and select each) above which torch's gather runs
 
 
 # ------------------------------------------------------------------------------------------------------- windows
@@ -171,7 +176,6 @@ def _convolution_backward(node, go, x, w, bias_sizes, stride, padding, dilation,
   if output_mask[1]:
     if transposed:  # the roles of input and gradient swap: windows of the gradient, weighted by the input
       gw = _conv_weight_grad(go_, x_, groups, kernel, stride, padding, dilation)   # (C_in, O / groups, *K)
-      gw = gw.reshape(w.shape)
     else:
       gw = _conv_weight_grad(x_, go_, groups, kernel, stride, padding, dilation)
     grads[1] = cast(gw, out_dtype(node, 1))
@@ -182,9 +186,9 @@ def _convolution_backward(node, go, x, w, bias_sizes, stride, padding, dilation,
 
 # ------------------------------------------------------------------------------------------------------- pooling
 
-def _pool_params(node: torch.fx.Node, kernel_size, stride, padding, dilation=1):
+def _pool_params(kernel_size, stride, padding, dilation=1):
   kernel = _per_dim(kernel_size, 2)
-  stride = _per_dim(stride, 2) if stride is not None and len(stride or []) else kernel  # [] means the kernel size
+  stride = _per_dim(stride, 2) if stride else kernel  # [] means the kernel size
   return kernel, stride, _per_dim(padding, 2), _per_dim(dilation, 2)
 
 
@@ -210,7 +214,7 @@ def _max_pool2d_with_indices(node, x, kernel_size, stride=(), padding=0, dilatio
   flattened input plane of the first element equal to it, or, where the window holds a NaN, of its last NaN (torch
   replaces its running max by every NaN it meets); the value is the element at that index (of -0.0 and 0.0, the
   first)."""
-  kernel, stride, padding, dilation = _pool_params(node, kernel_size, stride, padding, dilation)
+  kernel, stride, padding, dilation = _pool_params(kernel_size, stride, padding, dilation)
   out = tuple(int(s) for s in meta(node)[0].shape[-2:])
   height, width = x.shape[-2:]
   values = _patches(x, kernel, stride, dilation, padding, out, value=_lowest(out_dtype(node, 0)))
@@ -241,7 +245,7 @@ def _max_pool2d_backward(node, go, x, kernel_size, stride, padding, dilation, ce
   """Each input position receives the gradients of the windows covering it whose index names it. The indices are
   those the forward gave (AOTAutograd saves them), so each lies in its own window: an index outside its window, which
   torch would scatter anyway, contributes nothing here."""
-  kernel, stride, padding, dilation = _pool_params(node, kernel_size, stride, padding, dilation)
+  kernel, stride, padding, dilation = _pool_params(kernel_size, stride, padding, dilation)
   height, width = x.shape[-2:]
   dt = out_dtype(node)
   grads = _gather_windows(cast(go, opmath(dt)), kernel, stride, dilation, padding, (height, width))
@@ -278,7 +282,7 @@ def _avg_check(node: torch.fx.Node) -> Optional[str]:
 @lowering(aten.avg_pool2d.default, check=_avg_check)
 def _avg_pool2d(node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
-  kernel, stride, padding, _ = _pool_params(node, kernel_size, stride, padding)
+  kernel, stride, padding, _ = _pool_params(kernel_size, stride, padding)
   out, dt = tuple(int(s) for s in meta(node).shape[-2:]), out_dtype(node)
   windows = _patches(cast(x, opmath(dt)), kernel, stride, (1, 1), padding, out)
   divisors = _avg_divisors(x.shape[-2:], out, kernel, stride, padding, count_include_pad, divisor_override)
@@ -287,7 +291,7 @@ def _avg_pool2d(node, x, kernel_size, stride=(), padding=0, ceil_mode=False, cou
 
 @lowering(aten.avg_pool2d_backward.default, check=_avg_check)
 def _avg_pool2d_backward(node, go, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-  kernel, stride, padding, _ = _pool_params(node, kernel_size, stride, padding)
+  kernel, stride, padding, _ = _pool_params(kernel_size, stride, padding)
   out, dt = tuple(go.shape[-2:]), out_dtype(node)
   divisors = _avg_divisors(x.shape[-2:], out, kernel, stride, padding, count_include_pad, divisor_override)
   shares = cast(go, opmath(dt)) / divisors
@@ -342,6 +346,13 @@ def _adaptive_avg_pool2d_backward(node, go, x):
 
 # ---------------------------------------------------------------------------------------------------- embeddings
 
+def _one_hot_size(x: torch.Tensor, index: torch.Tensor) -> Optional[str]:
+  work = x.numel() * index.numel()   # each index against each position of the axis, for every element of a row
+  if work <= ONE_HOT_LIMIT: return None
+  return f"a one-hot gather of {index.numel()} indices in a {tuple(x.shape)} tensor ({work} selects, over " \
+    "kc_torch.lower_nn.ONE_HOT_LIMIT): kc.ast has no gather"
+
+
 def _one_index(node: torch.fx.Node) -> Optional[str]:
   """None where the index list is one integer tensor after only None entries (x[:, :, idx]), else why not."""
   indices = node.args[1]
@@ -351,7 +362,7 @@ def _one_index(node: torch.fx.Node) -> Optional[str]:
     return "an index tensor followed by other index entries (kc lowers x[:, ..., idx])"
   dt = meta(tensors[0]).dtype
   if dt.is_floating_point or dt in (torch.bool, torch.uint8): return f"indexing with a {dt} (mask) tensor"
-  return None
+  return _one_hot_size(meta(node.args[0]), meta(tensors[0]))
 
 
 def _wrapped(index, n: int):
@@ -384,7 +395,8 @@ def _index(node, x, indices):
 
 def _index_select_check(node: torch.fx.Node) -> Optional[str]:
   dt = meta(node.args[2]).dtype
-  return None if dt in (torch.int32, torch.int64) else f"index_select with a {dt} index"
+  if dt not in (torch.int32, torch.int64): return f"index_select with a {dt} index"
+  return _one_hot_size(meta(node.args[0]), meta(node.args[2]))
 
 
 @lowering(aten.index_select.default, check=_index_select_check)

@@ -261,13 +261,12 @@ def test_embedding(indices, dtype):
 
 def test_index_on_a_later_axis_and_index_put():
   """x[:, idx] with a negative index (from the end) and a repeated one; index_put adds at repeated positions and
-  leaves untouched ones as they are (-0.0 too)."""
-  x, idx = torch.randn(3, 5, 2), torch.tensor([4, 0, -2, 4])
+  leaves untouched ones as they are (-0.0 too). Whole numbers, so that any order of the sums is exact."""
+  x, idx = torch.randint(-9, 9, (3, 5, 2)).float(), torch.tensor([4, 0, -2, 4])
   x[:, 1] = -0.0
   assert compare(lambda x: x[:, idx], x, exact=True) == []
-  values = torch.randn(4, 1)
-  assert compare(lambda x, v: aten.index_put.default(x, [None, idx], v, True), x, values, exact=True, grad=False,
-                 tolerance=dict(atol=1e-6, rtol=1e-6)) == []
+  values = torch.randint(-9, 9, (4, 1)).float()
+  assert compare(lambda x, v: aten.index_put.default(x, [None, idx], v, True), x, values, exact=True, grad=False) == []
 
 
 def test_indices_torch_refuses_give_zero_rows():
@@ -289,6 +288,21 @@ def test_other_index_forms_fall_back():
   assert reasons == {"indexing with 2 index tensors (kc lowers one)"}
   reasons = {f.reason for f in compare(lambda x, v: torch.index_put(x, (rows,), v), x, torch.randn(2, 5), grad=False)}
   assert reasons == {"index_put without accumulate (torch keeps an unspecified one of repeated indices)"}
+
+
+def test_refused_index_forms():
+  """A gather past ONE_HOT_LIMIT (a language model's vocabulary) and a boolean mask are left to torch."""
+  from kc_torch.partition import why_not
+  from kc_torch.lower_nn import ONE_HOT_LIMIT
+  meta = lambda *shape, dtype=torch.float32: torch.empty(shape, dtype=dtype, device="meta")  # noqa: E731
+  table, idx = meta(ONE_HOT_LIMIT // 64, 64), meta(2, dtype=torch.int64)
+  assert "ONE_HOT_LIMIT" in why_not(_node(aten.index_select.default, table, 0, idx, result=meta(2, 64)))
+  assert "ONE_HOT_LIMIT" in why_not(_node(aten.index.Tensor, table, [idx], result=meta(2, 64)))
+  assert "ONE_HOT_LIMIT" in why_not(_node(aten.index_put.default, table, [idx], meta(2, 64), True, result=table))
+  assert why_not(_node(aten.index_select.default, table, 0, idx[:1], result=meta(1, 64))) is None
+  mask = meta(4, dtype=torch.bool)
+  assert why_not(_node(aten.index.Tensor, meta(4, 3), [mask], result=meta(2, 3))) == \
+    "indexing with a torch.bool (mask) tensor"
 
 
 def test_conv_net_forward_and_backward():
