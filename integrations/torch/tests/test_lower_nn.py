@@ -100,7 +100,7 @@ def conv2d_cases(draw):
               dilation=dilation, bias=draw(st.booleans()))
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(conv2d_cases())
 def test_conv2d_property(case):
   fn, inputs = _conv_case(**case)
