@@ -56,7 +56,8 @@ def _patches(x, kernel, stride, dilation, lows, out, value=0.0):
   highs = [need - n - lo for need, n, lo in zip(needed, x.shape[lead:], lows)]
   x = _spatial_pads(x, lows, highs, value)
   for i, span in enumerate(spans): x = x.windows(lead + i, span)
-  steps = (slice(None),) * lead + tuple(slice(None, None, s) for s in stride) + tuple(slice(None, None, d) for d in dilation)
+  steps = (slice(None),) * lead + tuple(slice(None, None, s) for s in stride) + \
+    tuple(slice(None, None, d) for d in dilation)
   return x[steps] if any(s != 1 for s in stride) or any(d != 1 for d in dilation) else x
 
 
@@ -103,7 +104,8 @@ def _transposed_weight(w, groups: int):
 
 def _conv_shapes_check(x: torch.Tensor, w: torch.Tensor) -> Optional[str]:
   nd = w.dim() - 2
-  if x.dim() != nd + 2: return f"a convolution of a {x.dim()}-D input with a {w.dim()}-D weight (kc lowers batched ones)"
+  if x.dim() != nd + 2:
+    return f"a convolution of a {x.dim()}-D input with a {w.dim()}-D weight (kc lowers batched ones)"
   if nd not in (1, 2, 3): return f"a {nd}-D convolution"
   if x.dtype == torch.bool: return "a convolution of bool"
   return None
@@ -139,7 +141,8 @@ def _conv_input_grad(go, w, groups, stride, padding, dilation, size):
   zero-dilated gradient with the flipped, transposed weight."""
   kernel = tuple(w.shape[2:])
   lows = [d * (k - 1) - p for k, d, p in zip(kernel, dilation, padding)]
-  return _correlate(_dilate(go, stride), _transposed_weight(w, groups), groups, (1,) * len(kernel), dilation, lows, size)
+  flipped = _transposed_weight(w, groups)
+  return _correlate(_dilate(go, stride), flipped, groups, (1,) * len(kernel), dilation, lows, size)
 
 
 def _conv_weight_grad(x, go, groups, kernel, stride, padding, dilation):
@@ -252,7 +255,8 @@ def _max_pool2d_backward(node, go, x, kernel_size, stride, padding, dilation, ce
   # indices + 1, so that the zeros the gathering adds never name position 0
   named = _gather_windows(indices + 1, kernel, stride, dilation, padding, (height, width))
   lead = (1,) * (len(grads.shape) - 4)
-  here = A.arange(height).reshape(lead + (height, 1, 1, 1)) * width + A.arange(width).reshape(lead + (1, width, 1, 1)) + 1
+  rows, cols = A.arange(height).reshape(lead + (height, 1, 1, 1)), A.arange(width).reshape(lead + (1, width, 1, 1))
+  here = rows * width + cols + 1
   return cast(A.where(named == here, grads, 0).sum((-2, -1)), dt)
 
 

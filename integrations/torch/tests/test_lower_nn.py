@@ -108,7 +108,8 @@ def test_conv2d_property(case):
 
 
 @pytest.mark.parametrize("case", [
-  dict(nd=1, n=2, c_in=3, c_out=2, groups=1, size=(9,), kernel=(3,), stride=(2,), padding=(1,), dilation=(2,), bias=True),
+  dict(nd=1, n=2, c_in=3, c_out=2, groups=1, size=(9,), kernel=(3,), stride=(2,), padding=(1,), dilation=(2,),
+       bias=True),
   dict(nd=3, n=1, c_in=1, c_out=2, groups=2, size=(4, 3, 5), kernel=(2, 1, 3), stride=(1, 1, 2), padding=(0, 1, 1),
        dilation=(1, 1, 1), bias=False),
   dict(nd=2, n=1, c_in=2, c_out=1, groups=3, size=(5, 4), kernel=(3, 2), stride=(2, 3), padding=(2, 0), dilation=(1, 1),
@@ -210,7 +211,8 @@ def test_max_pool_values_and_indices_with_nan_inf_and_ties():
                     [3., 3., 3., 1., -inf],
                     [-inf, -inf, 1., nan, nan],
                     [-inf, -inf, -0., 0., -inf]]).reshape(1, 1, 5, 5).repeat(2, 3, 1, 1)
-  fn = lambda x: _max_pool(x, (2, 3), (1, 2), (1, 1), (1, 1), False) + _max_pool(x, (2, 2), (2, 2), (0, 0), (2, 1), True)  # noqa: E731,E501
+  fn = lambda x: (_max_pool(x, (2, 3), (1, 2), (1, 1), (1, 1), False)  # noqa: E731
+                  + _max_pool(x, (2, 2), (2, 2), (0, 0), (2, 1), True))
   assert compare(fn, x, grad=False, exact=True) == []
   ints = torch.randint(-3, 3, (2, 3, 5, 5))
   assert compare(lambda x: _max_pool(x, (3, 2), (1, 1), (1, 1), (1, 1), False), ints, grad=False) == []
