@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.fx
 from kc import ast as A
-from kc_torch.dtypes import opmath, supported, to_kc
+from kc_torch.dtypes import HALF, opmath, supported, to_kc
 
 aten = torch.ops.aten
 Check = Callable[[torch.fx.Node], Optional[str]]
@@ -116,12 +116,26 @@ def _binary(fn):
   return lower
 
 
-lowering(aten.add.Tensor, aten.add.Scalar)(_binary(operator.add))
-lowering(aten.sub.Tensor, aten.sub.Scalar)(_binary(operator.sub))
+def _scalar_in(dtype: torch.dtype):
+  """torch's CPU add and sub (not mul or div) round a Python-number operand to the tensor's dtype before the float32
+  math of a half or bfloat16 op: x + 0.1 adds half(0.1)."""
+  def rounded(x): return float(torch.tensor(x, dtype=dtype)) if isinstance(x, float) and dtype in HALF else x
+  return rounded
+
+
+def _additive(fn):
+  def lower(node, a, b, alpha=1):
+    r = _scalar_in(out_dtype(node))
+    return _binary(fn)(node, r(a), r(b), alpha)
+  return lower
+
+
+lowering(aten.add.Tensor, aten.add.Scalar)(_additive(operator.add))
+lowering(aten.sub.Tensor, aten.sub.Scalar)(_additive(operator.sub))
 lowering(aten.mul.Tensor, aten.mul.Scalar)(_binary(operator.mul))
 lowering(aten.maximum.default)(_binary(A.maximum))
 lowering(aten.minimum.default)(_binary(A.minimum))
-lowering(aten.rsub.Scalar, aten.rsub.Tensor)(_binary(lambda a, b: b - a))
+lowering(aten.rsub.Scalar, aten.rsub.Tensor)(_additive(lambda a, b: b - a))
 
 
 def _true_division(node: torch.fx.Node) -> Optional[str]:

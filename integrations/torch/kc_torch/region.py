@@ -175,3 +175,8 @@ class KcRegion(torch.nn.Module):
     plan.program(*buffers)
     results = tuple(outs[r] for r in plan.results)
     return results if self._tuple_out else results[0]
+
+
+def program_count() -> int:
+  """How many kc programs the regions of this process have built (one per region graph and input signature)."""
+  with KcRegion._lock: return len(KcRegion._programs)

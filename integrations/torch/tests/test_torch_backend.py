@@ -1,0 +1,106 @@
+"""The backend's own behaviour: registration by name, options, fallbacks and their report, shapes that change, layouts
+that cross without copies, and the lowering table's choices (torch's dtypes, exact ops only)."""
+from __future__ import annotations
+from importlib.metadata import entry_points
+import pytest
+import torch
+import kc
+import kc_torch
+from kc_torch.region import memory_order
+
+
+def compiled(fn, **options):
+  torch._dynamo.reset()
+  kc_torch.clear_fallbacks()
+  return torch.compile(fn, backend="kc", options={"device": "CLANG", **options})
+
+
+def test_registered_under_the_name_kc():
+  names = {ep.name: ep.value for ep in entry_points(group="torch_dynamo_backends")}
+  assert names.get("kc") == "kc_torch:kc_backend"
+  from torch._dynamo.backends.registry import lookup_backend
+  assert lookup_backend("kc") is kc_torch.kc_backend
+
+
+@pytest.mark.parametrize("options, match", [({"devise": "CLANG"}, "unknown option"), ({"opts": "fast"}, "opts is"),
+                                            ({"report": "yes"}, "report is"), ({"device": 3}, "device is")])
+def test_bad_options_are_config_errors(options, match):
+  with pytest.raises(kc.ConfigError, match=match):
+    kc_torch.Options.parse(options)
+
+
+def test_an_op_without_lowering_runs_in_torch_and_is_reported(capsys):
+  def fn(x): return (torch.sort(x, dim=-1).values * 2).exp()
+  x = torch.randn(4, 9)
+  got = compiled(fn, report=True)(x)
+  torch.testing.assert_close(got, fn(x))
+  ops = {f.op: f.reason for f in kc_torch.fallbacks()}
+  assert "aten.sort.default" in ops and ops["aten.sort.default"] == "no kc lowering"
+  assert "aten.sort.default runs in torch: no kc lowering" in capsys.readouterr().err
+  assert kc_torch.region_programs() > 0  # the exp and the multiply still ran in kc
+
+
+@pytest.mark.parametrize("fn, op", [(lambda a, b: a // b, "aten.div.Tensor_mode"), (lambda a, b: torch.div(a, b, rounding_mode="trunc"), "aten.div.Tensor_mode")])
+def test_integer_division_runs_in_torch(fn, op):
+  """torch raises on an integer divisor of 0, kc's kernels cannot: such ops are not kc's."""
+  a, b = torch.randint(-20, 20, (10,)), torch.randint(1, 5, (10,))
+  torch.testing.assert_close(compiled(fn)(a, b), fn(a, b))
+  assert any(f.op == op and "rounding_mode" in f.reason for f in kc_torch.fallbacks()), kc_torch.fallbacks()
+
+
+def test_dtypes_follow_torch_promotion():
+  """int32 * float scalar is float32 in torch (float64 in numpy); int + bool tensor stays int; a 0-d float64 tensor
+  does not widen a float32 one."""
+  def fn(i, f, z, b): return i * 1.5, i + b, f * z, (f > 0.5) & b
+  args = (torch.arange(12, dtype=torch.int32).reshape(3, 4), torch.rand(3, 4), torch.tensor(2.0, dtype=torch.float64),
+          torch.rand(3, 4) > 0.3)
+  got, want = compiled(fn)(*args), fn(*args)
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype
+    torch.testing.assert_close(g, w)
+  assert kc_torch.fallbacks() == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_math_rounds_once_per_op_as_torch(dtype):
+  """float16 ops run in float32 and round per op, as torch's CPU kernels: +, -, *, / (correctly rounded in both) give
+  results bit-equal to eager's. (Rounding x * y + 0.1 once, in float32 math, would differ: so would rounding 0.1 to
+  half before adding it, as numpy's weak-scalar rule does.) torch.add's alpha is a fused multiply-add in torch's
+  kernel, one rounding fewer than kc's multiply and add: not part of this claim."""
+  def fn(x, y): return ((x * y + 0.1) * x - y) / 0.3 - 0.7, 1.3 - x * 0.7
+  x, y = torch.rand(4096, dtype=dtype), torch.rand(4096, dtype=dtype)
+  for got, want in zip(compiled(fn)(x, y), fn(x, y)): assert torch.equal(got, want)
+
+
+def test_a_new_shape_builds_a_new_program_and_stays_correct():
+  fn = compiled(lambda x: (x - x.mean(-1, keepdim=True)).square().sum(-1))
+  for shape in [(3, 8), (5, 8), (5, 13), (2, 4)]:
+    x = torch.randn(shape)
+    torch.testing.assert_close(fn(x), (x - x.mean(-1, keepdim=True)).square().sum(-1))
+  assert [f for f in kc_torch.fallbacks() if "sym" not in f.reason.lower()] == []
+
+
+def test_transposed_inputs_and_outputs_cross_in_place():
+  """A transposed input is read in its memory order; an output torch expects transposed is written that way."""
+  def fn(a, b): return (a @ b).t() * 2, a.t().exp()
+  a, b = torch.randn(6, 5).t(), torch.randn(6, 4)  # a: (5, 6), column-major
+  got, want = compiled(fn)(a, b), fn(a, b)
+  for g, w in zip(got, want):
+    torch.testing.assert_close(g, w)
+    assert g.stride() == w.stride()
+
+
+@pytest.mark.parametrize("shape, strides, order", [((2, 3), (3, 1), (0, 1)), ((2, 3), (1, 2), (1, 0)),
+                                                   ((4, 1, 5), (5, 5, 1), (0, 1, 2)), ((2, 3), (0, 1), None),
+                                                   ((3, 4), (8, 2), None), ((2, 2), (1, 1), None)])
+def test_memory_order(shape, strides, order):
+  assert memory_order(shape, strides) == order
+
+
+def test_region_failures_run_in_torch_and_are_reported():
+  """An int scalar that does not fit the tensor's dtype is refused by kc.ast (numpy's rule); torch wraps it. The
+  region runs in torch, reported with kc's error, and the answer is torch's."""
+  def fn(x): return x + 300
+  x = torch.arange(10, dtype=torch.uint8)
+  torch.testing.assert_close(compiled(fn)(x), fn(x))
+  assert any("DTypeError" in f.reason for f in kc_torch.fallbacks()), kc_torch.fallbacks()
