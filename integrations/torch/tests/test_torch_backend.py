@@ -40,7 +40,8 @@ def test_an_op_without_lowering_runs_in_torch_and_is_reported(capsys):
   assert kc_torch.region_programs() > 0  # the exp and the multiply still ran in kc
 
 
-@pytest.mark.parametrize("fn, op", [(lambda a, b: a // b, "aten.div.Tensor_mode"), (lambda a, b: torch.div(a, b, rounding_mode="trunc"), "aten.div.Tensor_mode")])
+@pytest.mark.parametrize("fn, op", [(lambda a, b: a // b, "aten.div.Tensor_mode"),
+                                   (lambda a, b: torch.div(a, b, rounding_mode="trunc"), "aten.div.Tensor_mode")])
 def test_integer_division_runs_in_torch(fn, op):
   """torch raises on an integer divisor of 0, kc's kernels cannot: such ops are not kc's."""
   a, b = torch.randint(-20, 20, (10,)), torch.randint(1, 5, (10,))
