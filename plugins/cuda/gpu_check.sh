@@ -149,7 +149,7 @@ install_kc() {
     "$PYTHON" -m pip uninstall -y -q --disable-pip-version-check kc
   fi
   "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index \
-    -e . -e plugins/cuda -e conformance
+    -e . -e plugins/cuda -e conformance -e integrations/torch
 }
 kc_cli() { "$PYTHON" -c 'import sys; from kc.tools.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
 show_nvrtc() {  # needs no GPU: NVRTC and the headers it compiles with, and one kernel through both
@@ -177,7 +177,9 @@ sys.exit(reason is not None)
 EOF
 }
 plugin_tests() {
-  "$PYTHON" -m pytest -q -p no:cacheprovider -rs -n 4 plugins/cuda/tests --junitxml="$OUT/cuda_plugin_tests.xml"
+  # kc-torch's CUDA tests (torch.compile(backend="kc") on CUDA tensors, on torch's stream) run with the plugin's
+  "$PYTHON" -m pytest -q -p no:cacheprovider -rs -n 4 plugins/cuda/tests integrations/torch/tests/test_torch_cuda.py \
+    --junitxml="$OUT/cuda_plugin_tests.xml"
 }
 conformance() {
   kc_cli conformance --device CUDA -n "${KC_GPU_WORKERS:-8}" --specs "${KC_GPU_SPECS:-none,hand,random,tc}" \

@@ -172,7 +172,8 @@ class KcRegion(torch.nn.Module):
       if order is None: x = x.contiguous()
       elif order != tuple(range(x.dim())): x = x.permute(order)
       buffers.append(x)
-    plan.program(*buffers)
+    # on a GPU the kernels run on torch's current stream: ordered after torch's work there, with no device-wide sync
+    plan.program(*buffers, stream="torch" if device.type == "cuda" else None)
     results = tuple(outs[r] for r in plan.results)
     return results if self._tuple_out else results[0]
 
