@@ -105,3 +105,29 @@ def test_region_failures_run_in_torch_and_are_reported():
   x = torch.arange(10, dtype=torch.uint8)
   torch.testing.assert_close(compiled(fn)(x), fn(x))
   assert any("DTypeError" in f.reason for f in kc_torch.fallbacks()), kc_torch.fallbacks()
+
+
+_SECOND_PROCESS = """
+import torch, kc_torch
+from kc.runtime.cache import compile_cache
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))
+x = torch.randn(4, 8, requires_grad=True)
+y = torch.compile(model, backend="kc", options={"device": "CLANG"})(x)
+y.sum().backward()
+assert kc_torch.fallbacks() == [], kc_torch.fallbacks()
+torch.testing.assert_close(y, model(x))
+print(len(compile_cache().keys()))
+"""
+
+
+def test_a_new_process_compiles_no_c_for_a_model_compiled_before(tmp_path):
+  """kc's compile cache on disk keeps the programs' kernels: the same model in a second process adds no entry (every
+  kernel's binary comes from the cache)."""
+  import os, subprocess, sys
+  env = {**os.environ, "KC_CACHE_DIR": str(tmp_path)}
+  runs = [subprocess.run([sys.executable, "-c", _SECOND_PROCESS], env=env, capture_output=True, text=True, timeout=600)
+          for _ in range(2)]
+  for r in runs: assert r.returncode == 0, r.stderr[-3000:]
+  first, second = (int(r.stdout.split()[-1]) for r in runs)
+  assert first > 0 and second == first
