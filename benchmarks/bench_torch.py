@@ -354,15 +354,21 @@ def host_lines(warm: dict[str, float], load_at_start: tuple[float, ...]) -> list
           f"torch {torch.__version__} on {torch.get_num_threads()} intra-op threads (inductor's kernels use as many); "
           f"kc CLANG threads: {threads}. One-time start-up, kept out of the compile columns (the first compile of "
           f"`x + 1`): inductor {warm['inductor']:.1f} s, kc {warm['kc']:.1f} s."] + \
-    ([BUSY] if max(load_at_start[0], os.getloadavg()[0]) > (os.cpu_count() or 1) else [])
+    ([busy()] if max(load_at_start[0], os.getloadavg()[0]) > (os.cpu_count() or 1) else [])
 
 
 # seen on this benchmark's 2-core machine: a quick-size transformer layer in eager took 0.6 to 1.4 ms a call with a
 # core to itself and 64 to 94 ms while other processes held one
-BUSY = ("The load was above the core count: other processes held cores during the run. Every column is slower for it, "
-        "and by more than the share of the cores lost where a call's work is split over threads that wait for each "
-        "other (torch's OpenMP regions, one per eager op; inductor's kernels; kc's split kernels): a thread "
-        "descheduled by another process stalls the whole call.")
+def busy() -> str:
+  """What a load above the core count did to the figures, for the threads this run used."""
+  held = ("The load was above the core count: other processes held cores during the run, and every column is slower "
+          "for it")
+  if torch.get_num_threads() == 1:
+    return f"{held} (on one thread, no call waits for a descheduled thread of its own)."
+  return (f"{held}, by more than the share of the cores lost where a call's work is split over threads that wait for "
+          "each other (torch's OpenMP regions, one per eager op; inductor's kernels; kc's split kernels): a thread "
+          "descheduled by another process stalls the whole call. On a busy machine the one-thread run "
+          "(`--threads 1`, section bench_torch_threads1) is the steadier comparison.")
 
 
 INTRO = (
@@ -406,7 +412,7 @@ def main():
   ap.add_argument("--models", default="", help=f"comma-separated subset of {', '.join(m.name for m in MODELS)}")
   ap.add_argument("--threads", type=int, help="threads for torch (eager and inductor's kernels) and for kc CLANG's "
                                               "kernels (KC_CLANG_THREADS); default: torch's and kc's own (every core); "
-                                              "writes the section bench_torch_<N>threads")
+                                              "writes the section bench_torch_threads<N>")
   args = ap.parse_args()
   if args.threads is not None:
     if args.threads < 1: raise SystemExit(f"--threads is a positive count, got {args.threads}")
@@ -436,7 +442,7 @@ def main():
   body = report(args, sizes, models, results, warm)
   print(body)
   if not (args.quick or args.no_write or args.models):
-    write_section("bench_torch" if args.threads is None else f"bench_torch_{args.threads}threads", body)
+    write_section("bench_torch" if args.threads is None else f"bench_torch_threads{args.threads}", body)
 
 
 if __name__ == "__main__":
