@@ -352,6 +352,63 @@ def _argmax(node, x, dim=None, keepdim=False):
     getattr(x, method)().reshape((1,) * len(x.shape))
 
 
+@lowering(aten.max.dim, aten.min.dim,
+          check=lambda n: None if all(not d.is_floating_point or d in (torch.float32, torch.float64)
+                                      for d in tensor_dtypes(n)) else "max/min with indices of half")
+def _max_dim(node, x, dim, keepdim=False):
+  """(values, indices): the extreme along `dim` and the first index of it (the first NaN where there is one, as
+  torch's CPU kernel and numpy's argmax)."""
+  largest = node.target is aten.max.dim
+  if not len(x.shape): return x, A.const(0, to_kc(torch.int64), ())
+  values = x.max(dim, keepdims=keepdim) if largest else x.min(dim, keepdims=keepdim)
+  index = x.argmax(dim, keepdims=keepdim) if largest else x.argmin(dim, keepdims=keepdim)
+  return values, index
+
+
+def _scan(method: str):
+  def lower(node, x, dim, dtype=None):
+    out = out_dtype(node)
+    v = cast(x, opmath(out))
+    return cast(getattr(A, method)(v, axis=dim % max(len(x.shape), 1)) if len(x.shape) else v, out)
+  return lower
+
+
+lowering(aten.cumsum.default)(_scan("cumsum"))
+lowering(aten.cumprod.default)(_scan("cumprod"))
+
+
+@lowering(aten.pow.Scalar, check=lambda n: None if out_dtype(n).is_floating_point else "an int power")
+def _pow_base(node, base, x):
+  return elementwise(node, lambda b, e: b ** e, float(base), x)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar,
+          check=lambda n: None if out_dtype(n).is_floating_point else "an int remainder (torch raises on a 0 divisor)")
+def _remainder(node, a, b):
+  return elementwise(node, operator.mod, a, b)
+
+
+@lowering(aten.repeat.default)
+def _repeat(node, x, repeats):
+  """torch's repeat: the tensor tiled `repeats` times per axis (leading new axes where repeats is longer)."""
+  shape = (1,) * (len(repeats) - len(x.shape)) + tuple(x.shape)
+  x = x.reshape(shape)
+  tiled = x.reshape(tuple(d for n in shape for d in (1, n))).expand(tuple(d for r, n in zip(repeats, shape) for d in (r, n)))
+  return tiled.reshape(tuple(r * n for r, n in zip(repeats, shape)))
+
+
+@lowering(aten.linalg_vector_norm.default,
+          check=lambda n: None if (n.args[1] if len(n.args) > 1 else n.kwargs.get("ord", 2)) in (1, 2, float("inf"))
+          and out_dtype(n).is_floating_point else "a vector norm of another order")
+def _vector_norm(node, x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+  out = out_dtype(node)
+  v = abs(cast(x, opmath(out)))
+  axes = _axes(dim, len(x.shape))
+  if ord == float("inf"): return cast(v.max(axes, keepdims=keepdim), out)
+  if ord == 1: return cast(v.sum(axes, keepdims=keepdim), out)
+  return cast((v * v).sum(axes, keepdims=keepdim).sqrt(), out)
+
+
 # ------------------------------------------------------------------------------------------------------ matmuls
 
 def _mm(node, a, b):

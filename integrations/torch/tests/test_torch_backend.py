@@ -131,3 +131,21 @@ def test_a_new_process_compiles_no_c_for_a_model_compiled_before(tmp_path):
   for r in runs: assert r.returncode == 0, r.stderr[-3000:]
   first, second = (int(r.stdout.split()[-1]) for r in runs)
   assert first > 0 and second == first
+
+
+def test_reductions_with_indices_scans_powers_and_tiles_match_eager():
+  """max/min with indices (the first NaN wins, as torch's CPU kernel), cumsum/cumprod, scalar ** tensor, float
+  remainder (the divisor's sign), repeat, vector norms, tril/triu (torch's decompositions to an arange mask)."""
+  def fn(x, y):
+    v, i = x.max(1)
+    w, j = x.min(0, keepdim=True)
+    return (v, i, w, j, x.cumsum(1), x.cumprod(0), 2.0 ** x, torch.remainder(x, -0.7), x.repeat(2, 1, 3),
+            torch.linalg.vector_norm(x, dim=1), torch.linalg.vector_norm(x, ord=float("inf")),
+            torch.linalg.vector_norm(x, 1, dim=0, keepdim=True), y.tril(), y.triu(1))
+  x, y = torch.randn(5, 7), torch.randn(6, 6)
+  x[1, 3] = float("nan")
+  got, want = compiled(fn)(x, y), fn(x, y)
+  assert kc_torch.fallbacks() == []
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-5, atol=1e-5)
