@@ -50,10 +50,26 @@ def shape_of(u: UOp, cache: Optional[dict] = None) -> Optional[Shape]:
   return cache[u]
 
 
+def kernel_nodes(root: UOp) -> dict[UOp, None]:
+  """The nodes of one kernel under `root`: its toposort without the graphs of the BUFFERs it reads (other kernels)."""
+  out: dict[UOp, None] = {}
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    node, expanded = stack.pop()
+    if node in out: continue
+    if expanded or node.op is Ops.BUFFER: out[node] = None
+    else:
+      stack.append((node, True))
+      stack.extend((s, False) for s in reversed(node.src) if s not in out)
+  return out
+
+
 def extents(u: UOp) -> Shape:
   """For each kernel axis of a value, the largest size any node under it has there (a reduced axis keeps the size it
-  had before the reduce)."""
-  shapes = [x.src[1].arg.shape if x.op is Ops.LOAD else x.src[0].arg.shape for x in u.toposort if x.op in (Ops.LOAD, Ops.VALID)]
+  had before the reduce). Only this kernel's loads count: a materialised value (a BUFFER) is read through its own
+  view, and the loops of the kernel that computed it are not this kernel's."""
+  shapes = [x.src[1].arg.shape if x.op is Ops.LOAD else x.src[0].arg.shape
+            for x in kernel_nodes(u) if x.op in (Ops.LOAD, Ops.VALID)]
   if not shapes: return ()
   return tuple(next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*shapes))
 

@@ -28,7 +28,7 @@ from kc.errors import InvalidASTError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
-from kc.schedule.movement import extents, shape_of
+from kc.schedule.movement import extents, kernel_nodes, shape_of
 from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
@@ -78,20 +78,6 @@ class Schedule:
     lines = [f"kernel {i}: {k.describe()}" for i, k in enumerate(self.kernels)]
     if self.temps: lines.append(f"{len(self.temps)} intermediates, {self.peak_bytes} bytes at peak")
     return lines
-
-
-def kernel_nodes(root: UOp) -> dict[UOp, None]:
-  """The nodes of one kernel under `root`: its toposort without the graphs of the BUFFERs it reads (other kernels)."""
-  out: dict[UOp, None] = {}
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    node, expanded = stack.pop()
-    if node in out: continue
-    if expanded or node.op is Ops.BUFFER: out[node] = None
-    else:
-      stack.append((node, True))
-      stack.extend((s, False) for s in reversed(node.src) if s not in out)
-  return out
 
 
 def realize(value: UOp, shape: tuple[sint, ...], logical: Optional[tuple] = None) -> UOp:
