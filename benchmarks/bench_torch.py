@@ -354,15 +354,20 @@ def host_lines(warm: dict[str, float], load_at_start: tuple[float, ...]) -> list
           f"torch {torch.__version__} on {torch.get_num_threads()} intra-op threads (inductor's kernels use as many); "
           f"kc CLANG threads: {threads}. One-time start-up, kept out of the compile columns (the first compile of "
           f"`x + 1`): inductor {warm['inductor']:.1f} s, kc {warm['kc']:.1f} s."] + \
-    ([busy()] if max(load_at_start[0], os.getloadavg()[0]) > (os.cpu_count() or 1) else [])
+    ([busy()] if others_were_busy(load_at_start) else [])
+
+
+def others_were_busy(load_at_start: tuple[float, ...]) -> bool:
+  """Whether other processes held a core: the one-minute load as the run began is theirs (this run had barely
+  started), the one at the end counts this run's own threads too."""
+  return load_at_start[0] >= 1.0 or os.getloadavg()[0] > (os.cpu_count() or 1)
 
 
 # seen on this benchmark's 2-core machine: a quick-size transformer layer in eager took 0.6 to 1.4 ms a call with a
 # core to itself and 64 to 94 ms while other processes held one
 def busy() -> str:
-  """What a load above the core count did to the figures, for the threads this run used."""
-  held = ("The load was above the core count: other processes held cores during the run, and every column is slower "
-          "for it")
+  """What other processes' load did to the figures, for the threads this run used."""
+  held = "Other processes held cores during the run (the load averages above), and every column is slower for it"
   if torch.get_num_threads() == 1:
     return f"{held} (on one thread, no call waits for a descheduled thread of its own)."
   return (f"{held}, by more than the share of the cores lost where a call's work is split over threads that wait for "
