@@ -17,7 +17,7 @@ _EXTRA = [aten.native_layer_norm, aten.native_layer_norm_backward, aten._softmax
 
 def decompositions() -> dict:
   table = dict(core_aten_decompositions())
-  table.update(get_decompositions([op for op in _EXTRA if op is not None]))
+  table.update(get_decompositions(_EXTRA))
   table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = sdpa_cpu_backward
   return table
 

@@ -78,14 +78,6 @@ def dtypes_check(node: torch.fx.Node) -> Optional[str]:
   return f"dtype {', '.join(bad)} has no kc dtype" if bad else None
 
 
-def _checks(*checks: Check) -> Check:
-  def check(node: torch.fx.Node) -> Optional[str]:
-    for c in checks:
-      if (why := c(node)) is not None: return why
-    return None
-  return check
-
-
 def cast(x, dtype: torch.dtype):
   """x as `dtype`: an Expr is cast (a no-op when it has the dtype), a Python number stays a weak scalar."""
   if not isinstance(x, A.Expr): return x
