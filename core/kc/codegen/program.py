@@ -4,7 +4,7 @@ The Kernel (kc.kernel) drives this layer: its get_optimized_ast folds the applie
 linearize and to_program call linearize_ast and render_program here with that AST and its renderer. Nothing here
 needs the Kernel itself, so the kernel layer sits above this one and imports it."""
 from __future__ import annotations
-from kc.errors import KernelOptError
+from kc.errors import InvalidASTError, KernelOptError
 from kc.config import debug_level
 from kc.codegen.verify import st_arg
 from kc.codegen.graph import rewrite_lowered
@@ -41,7 +41,16 @@ def render_program(optimized: UOp, renderer: Renderer, name: str, ast: UOp) -> P
   if debug_level() >= 4: print(src)
   prg = Program(name, src, renderer.device, uops, mem_estimate=mem_estimate(ast))
   _check_launch_limits(prg, renderer)
+  check_argument_count(len(prg.globals), len(prg.vars), renderer)
   return prg
+
+
+def check_argument_count(buffers: int, variables: int, renderer) -> None:
+  """An InvalidASTError where a kernel of this many buffers and Variables (those it reads) takes more arguments than
+  the renderer's max_kernel_args: its device could not launch it."""
+  if (most := getattr(renderer, "max_kernel_args", None)) is None or (n := buffers + variables) <= most: return
+  raise InvalidASTError(f"the kernel takes {n} arguments ({buffers} buffers and {variables} Variables), more than the {most} "
+                        f"that {type(renderer).__name__}'s kernels can take (max_kernel_args): compute it in kernels of fewer inputs")
 
 
 def print_uops(name: str, uops: list[UOp]) -> None:

@@ -16,8 +16,9 @@ class BarrierError(EmulatorError):
 
 
 class MisalignedAccessError(EmulatorError):
-  """A vector access at an address that is not a multiple of its size, on an impersonated device whose vector loads
-  need that (a GPU's misaligned-address fault): a kc.Buffer view at an odd byte offset, loaded as float4."""
+  """A vector (or wider than a byte) access at an address that is not a multiple of its size, on an impersonated
+  device whose loads need that (a GPU's misaligned-address fault): a kc.Buffer view at an odd byte offset, loaded as
+  float4, or a float view two bytes in."""
 
 
 class DataRaceError(EmulatorError):

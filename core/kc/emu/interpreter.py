@@ -118,7 +118,7 @@ class Limits:
   local_max: Optional[tuple[int, ...]]
   shared_max: int
   tensor_cores: tuple = ()  # the renderer's TensorCores: WMMA runs with their fragment layouts
-  aligned_vectors: bool = False  # a vector access needs an address that is a multiple of its size (CUDA's float4)
+  aligned_vectors: bool = False  # an access needs an address that is a multiple of its size (CUDA's float4, Metal's long)
 
 
 def _dims(x: Optional[Sequence[int]], what: str, name: str) -> tuple[int, int, int]:
@@ -330,10 +330,11 @@ class _Run:
     if width > 1 and (misaligned := off % width != 0).any():
       i = int(np.argmax(misaligned))
       raise self.error(OutOfBoundsError, pc, f"a {width}-wide vector access at element {off[i]} of {mem.label} is not {width}-aligned", int(lanes[i]))
-    if width > 1 and self.aligned_vectors and not mem.local:
-      size = width * mem.data.itemsize
+    # a GPU reads a value (a scalar as much as a vector) only at a multiple of its size: a view at an odd byte offset faults
+    if self.aligned_vectors and not mem.local and (size := width * mem.data.itemsize) > 1:
       if (start := mem.data.ctypes.data % size) != 0:  # element offsets are width-aligned: the buffer's start decides
-        raise self.error(MisalignedAccessError, pc, f"a {size}-byte vector access of {mem.label}, which starts {start} bytes "
+        what = "vector access" if width > 1 else "access"
+        raise self.error(MisalignedAccessError, pc, f"a {size}-byte {what} of {mem.label}, which starts {start} bytes "
                          f"past a multiple of {size} (a view at an odd byte offset): the impersonated device faults here", int(lanes[0]))
     return lanes, off[:, None] + np.arange(width)
 

@@ -18,7 +18,7 @@ from kc.config import read
 from kc.helpers import all_int, all_same, dedup, prod, round_up
 from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
 from kc.codegen.naming import ansilen, colored, to_function_name
-from kc.codegen.program import linearize_ast, render_program
+from kc.codegen.program import check_argument_count, linearize_ast, render_program
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.optimized_ast import get_optimized_ast
 from kc.codegen.verify import preorder, full_buffer, reduce_axes, st_arg, verify_ast
@@ -154,6 +154,8 @@ class Kernel:
     self.bufs: list[UOp] = list(ast.src) + dedup(x for x in preorder(ast) if x.op in (Ops.LOAD, Ops.VALID))
     self.vars: list[UOp] = sorted({v for u in self.bufs for v in st_arg(u).vars()} |
                                   {v for b in self.broadcasts for v in b.arg.vars()} | set(ast.variables()), key=lambda v: v.arg)
+    # every buffer is an argument (Variables are too where the kernel reads them: render_program counts those)
+    check_argument_count(len(self.membufs), 0, renderer)
 
     # the buffer whose view is the full shape: the first read under a reduce that spans every dim (verify_ast refused
     # the AST if there is none), else the first output

@@ -100,6 +100,9 @@ class Renderer(ABC):
   local_max: Optional[tuple[int, ...]] = (0x7FFFFFFF,) * 3
   shared_max: int = 32768
   max_work_group_size: Optional[int] = None  # the most threads one work-group may have (all local dims together); None: no limit
+  # the most arguments one kernel may take, its buffers and Variables together (Metal's 31-entry buffer argument
+  # table); the Kernel refuses an AST with more. None: no limit
+  max_kernel_args: Optional[int] = None
   tensor_cores: list[TensorCore] = []
   # What a conformance run (and any caller) may rely on; neither changes how the Kernel optimizes. supported_dtypes:
   # the dtypes kernels may compute in (None: all of kc's). has_images: image buffers are read and written. arch: the

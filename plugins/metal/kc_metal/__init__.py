@@ -14,10 +14,18 @@ DEVICE = "METAL"
 PRIORITY = 20
 
 
+# what a Mac needs besides the renderer: pyobjc's Metal bindings, which the extra installs
+RUNTIME_MODULES = ("Metal", "objc")
+INSTALL_HINT = "python -m pip install 'kc-metal[runtime]'"
+
+
 def unavailable_reason() -> Optional[str]:
   """None where the device can open, else why not (checked without creating a Metal device where it cannot)."""
   if sys.platform != "darwin": return f"Metal needs macOS with an Apple GPU (this is {sys.platform})"
-  from kc_metal.runtime import metal_unavailable_reason
+  try: from kc_metal.runtime import metal_unavailable_reason
+  except ImportError as e:
+    if e.name not in RUNTIME_MODULES: raise
+    return f"pyobjc's Metal bindings are not installed (no module {e.name!r}): install the runtime with {INSTALL_HINT}"
   return metal_unavailable_reason()
 
 
@@ -39,4 +47,4 @@ def kc_backends() -> list[BackendSpec]:
                       open=open_device, renderer=device_renderer, distribution="kc-metal", version=__version__)]
 
 
-__all__ = ["DEVICE", "PRIORITY", "ENV_FAMILY", "open_device", "device_renderer", "kc_backends", "unavailable_reason", "__version__"]
+__all__ = ["DEVICE", "PRIORITY", "ENV_FAMILY", "INSTALL_HINT", "open_device", "device_renderer", "kc_backends", "unavailable_reason", "__version__"]

@@ -1,14 +1,21 @@
-"""What a Metal launch needs, decided without Metal: the argument slots a kernel declares, the dispatch (threadgroups
-or threads) for kc's global/local sizes, and the checks that turn a launch Metal would reject or run wrongly into a
-kc error that says what to change. Pure functions, so every system tests them."""
+"""What a Metal launch needs, decided without Metal: the argument slots a kernel declares, the alignment each buffer
+argument needs, the dispatch (threadgroups or threads) for kc's global/local sizes, the checks that turn a launch Metal
+would reject or run wrongly into a kc error that says what to change, and the bookkeeping of committed command
+buffers that synchronize waits on. Pure code (Metal's objects are duck-typed), so every system tests it."""
 from __future__ import annotations
-import re
+import re, threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 from kc.backend import KcError
 
 Dims = tuple[int, int, int]
 _SLOT = re.compile(r"\[\[buffer\((\d+)\)\]\]")
+_BUFFER_PARAM = re.compile(r"device (\w+)\* (\w+) \[\[buffer\((\d+)\)\]\]")
+_VECTOR_ACCESS = re.compile(r"\(device ([a-z]+)([234])\*\)\((\w+)[+)]")
+# the size of each MSL scalar type kc renders (a value is read at a multiple of its size)
+MSL_SIZES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2, "int": 4, "uint": 4, "float": 4,
+             "long": 8, "ulong": 8}
+MAX_ALIGNMENT = 16  # setBuffer:offset:atIndex: - the offset is aligned to the type the function reads, at most 16 bytes
 
 
 class LaunchError(KcError, ValueError):
@@ -26,6 +33,34 @@ def argument_slots(src: str, name: str) -> int:
 def check_arguments(name: str, slots: int, buffers: int, values: int) -> None:
   if buffers + values != slots:
     raise LaunchError(f"kernel {name} takes {slots} arguments, called with {buffers} buffers and {values} variable values")
+
+
+def _msl_size(type_name: str, lanes: int = 1) -> int:
+  if type_name not in MSL_SIZES: raise LaunchError(f"the Metal source reads a buffer as {type_name!r}, a type kc does not render")
+  return MSL_SIZES[type_name] * (4 if lanes == 3 else lanes)  # a 3-vector is as aligned as a 4-vector
+
+
+def argument_alignments(src: str, name: str) -> dict[int, int]:
+  """{buffer slot: the byte multiple its offset must be} for kernel `name` of `src`: the size of what the kernel
+  reads or writes there, its element type or, where it accesses the buffer as vectors, the widest vector (float4: 16,
+  half4: 8). Metal needs a buffer's offset aligned to that, never to more than 16 bytes."""
+  at = src.find(f"void {name}(")
+  if at < 0: raise LaunchError(f"the Metal source has no kernel named {name!r}")
+  brace = src.find("{", at)
+  params = {var: (int(slot), _msl_size(t)) for t, var, slot in _BUFFER_PARAM.findall(src[at:brace])}
+  align = dict(params.values())
+  for t, lanes, var in _VECTOR_ACCESS.findall(src[brace:]):
+    if var in params: align[params[var][0]] = max(align[params[var][0]], _msl_size(t, int(lanes)))
+  return {slot: min(a, MAX_ALIGNMENT) for slot, a in align.items()}
+
+
+def check_alignment(name: str, alignments: dict[int, int], offsets: Sequence[int]) -> None:
+  """A LaunchError naming the first buffer whose view starts at an offset that is not a multiple of what the kernel
+  reads there (a misaligned read is undefined on a GPU)."""
+  for slot, offset in enumerate(offsets):
+    if offset % (need := alignments.get(slot, 1)):
+      raise LaunchError(f"kernel {name} reads buffer {slot} in {need}-byte values, but its view starts at byte {offset}: Metal "
+                        f"needs a multiple of {need} there; use a view at such an offset, or copy the data into a buffer of its own")
 
 
 def dims3(size: Optional[Sequence[int]], what: str, name: str) -> Dims:
@@ -65,3 +100,46 @@ def plan_dispatch(name: str, global_size: Optional[Sequence[int]], local_size: O
     why = "; ".join(too_big) or f"{n} threads > the pipeline's {max_threads}"
     raise LaunchError(f"kernel {name} asks for a threadgroup {list(group)} that Metal cannot run ({why}): use smaller LOCAL/GROUP opts")
   return Dispatch(grid, group, False)
+
+
+def describe(error) -> str:
+  """An NSError's text (Metal puts a compiler log or a command buffer's failure in localizedDescription)."""
+  if error is None: return ""
+  return str(error.localizedDescription())
+
+
+class GPUError(KcError, RuntimeError):
+  """A kernel that Metal ran and that failed on the GPU (a fault, a timeout); the message names the kernel."""
+
+
+class PendingWork:
+  """The command buffers committed and not yet waited on, each with the kernel it runs. `wait` waits for every one of
+  them and keeps the failures; `synchronize` waits too, then raises the first failure (naming its kernel and how many
+  others failed), so no caller reads memory a later buffer is still writing. A free waits without raising: a kernel's
+  error belongs to the next synchronize, not to whichever buffer happens to be collected first."""
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._waiting = threading.Lock()  # a second thread's wait returns only after the buffers the first took are done
+    self._pending: list[tuple[str, object]] = []
+    self._failed: list[str] = []
+
+  def add(self, kernel: str, command_buffer) -> None:
+    with self._lock: self._pending.append((kernel, command_buffer))
+
+  def wait(self) -> None:
+    with self._waiting:
+      with self._lock: pending, self._pending = self._pending, []
+      failed = []
+      for kernel, cb in pending:
+        cb.waitUntilCompleted()
+        if (error := cb.error()) is not None: failed.append(f"kernel {kernel} failed on the GPU: {describe(error)}")
+      if failed:
+        with self._lock: self._failed.extend(failed)
+
+  def synchronize(self) -> None:
+    self.wait()
+    with self._lock: failed, self._failed = self._failed, []
+    if failed:
+      more = f" (and {len(failed) - 1} more: {'; '.join(failed[1:])})" if len(failed) > 1 else ""
+      raise GPUError(f"a METAL {failed[0]}{more}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Optional
 from kc.backend import CStyleLanguage, DType, Ops, PtrDType, TensorCore, WMMAArg, dtypes
 from kc_metal.family import GPUFamily, family_from_env
+from kc_metal.msl import BFLOAT_MSL, NEWEST_MSL, SIMDGROUP_MATRIX_MSL, MSLVersion
 from kc_metal.tensor_cores import BASE_PAIRS, BFLOAT_PAIRS, simdgroup_tensor_core
 
 INT32_MAX = 2**31 - 1
@@ -21,10 +22,19 @@ INT32_MAX = 2**31 - 1
 LOCAL_MAX = (1024, 1024, 1024)
 MAX_THREADS_PER_THREADGROUP = 1024
 THREADGROUP_MEMORY = 32768
+# a compute function's buffer argument table has 31 entries ([[buffer(0)]] .. [[buffer(30)]]): kc's buffers and its
+# Variables (each a `constant int&`) share them
+BUFFER_ARGUMENT_ENTRIES = 31
 # Named one by one, so a dtype kc adds later is not claimed before MSL is known to have it. Metal has no 64-bit floats
-# at all (no double in MSL); 64-bit ints (long, ulong) are MSL types on every GPU; bfloat is MSL 3.1's type.
+# at all (no double in MSL); 64-bit ints (long, ulong) are MSL types on every GPU; bfloat is MSL 3.1's type (macOS 14),
+# declared only where the language version has it.
 SUPPORTED_DTYPES = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
                               dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32})
+
+
+def metal_dtypes(language: MSLVersion) -> frozenset:
+  """The dtypes kernels compile in under MSL `language`: bfloat16 from MSL 3.1 on."""
+  return SUPPORTED_DTYPES if language >= BFLOAT_MSL else SUPPORTED_DTYPES - {dtypes.bfloat16}
 
 # the kernel parameter that holds each kind of launch index, with the attribute Metal fills it from
 _INDEX_PARAMS = {"g": ("__kc_gid", "threadgroup_position_in_grid"), "l": ("__kc_lid", "thread_position_in_threadgroup"),
@@ -37,10 +47,11 @@ def _index_reader(kind: str):
   return lambda dim: f"(int){name}.{'xyz'[dim]}"
 
 
-def metal_tensor_cores(family: GPUFamily) -> list[TensorCore]:
-  """The simdgroup-matrix tensor cores a GPU family has (none before Apple7)."""
-  if not family.has_simdgroup_matrix: return []
-  pairs = BASE_PAIRS + (BFLOAT_PAIRS if family.has_bfloat_simdgroup_matrix else ())
+def metal_tensor_cores(family: GPUFamily, language: MSLVersion = NEWEST_MSL) -> list[TensorCore]:
+  """The simdgroup-matrix tensor cores a GPU family has under MSL `language` (none before Apple7 or MSL 2.3; bfloat
+  ones from Apple9 and MSL 3.1 on)."""
+  if not family.has_simdgroup_matrix or language < SIMDGROUP_MATRIX_MSL: return []
+  pairs = BASE_PAIRS + (BFLOAT_PAIRS if family.has_bfloat_simdgroup_matrix and language >= BFLOAT_MSL else ())
   return [simdgroup_tensor_core(di, do) for di, do in pairs]
 
 
@@ -50,6 +61,7 @@ class MetalRenderer(CStyleLanguage):
   local_max = LOCAL_MAX
   max_work_group_size = MAX_THREADS_PER_THREADGROUP
   shared_max = THREADGROUP_MEMORY
+  max_kernel_args = BUFFER_ARGUMENT_ENTRIES
   supported_dtypes = SUPPORTED_DTYPES
   kernel_prefix = "kernel "
   buffer_prefix = "device "
@@ -64,12 +76,16 @@ class MetalRenderer(CStyleLanguage):
   # bfloat arithmetic and comparisons run in float, rounded back to bfloat: the same numbers as kc's other backends
   extra_matcher = CStyleLanguage.bfloat16_in_float
 
-  def __init__(self, family: Optional[GPUFamily] = None):
+  def __init__(self, family: Optional[GPUFamily] = None, language: Optional[MSLVersion] = None):
+    """Renders for `family` (default KC_METAL_FAMILY) under MSL `language`: an open device passes what its OS and GPU
+    compile; without one, the newest MSL kc knows."""
     self.family = family if family is not None else family_from_env()
+    self.language = language if language is not None else NEWEST_MSL
     self.arch = self.family.name
-    self.tensor_cores = metal_tensor_cores(self.family)
+    self.supported_dtypes = metal_dtypes(self.language)
+    self.tensor_cores = metal_tensor_cores(self.family, self.language)
 
-  def __repr__(self): return f"<MetalRenderer {self.family.name} tensor_cores={len(self.tensor_cores)}>"
+  def __repr__(self): return f"<MetalRenderer {self.family.name} MSL {self.language} tensor_cores={len(self.tensor_cores)}>"
 
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     # MSL vectors are 2, 3 or 4 wide; float and half are the ones kernels load and store as vectors
