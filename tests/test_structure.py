@@ -324,8 +324,10 @@ def declared_distributions(pyproject: Path) -> set[str]:
 def import_names(distributions: set[str]) -> set[str]:
   """The top-level modules these distributions provide: from the installed metadata, else the usual spelling."""
   provided = {name for name, dists in packages_distributions().items() if any(_normalize(d) in distributions for d in dists)}
-  # pyobjc names its framework wrappers pyobjc-framework-<Framework> (module <Framework>), installed or not
+  # pyobjc names its framework wrappers pyobjc-framework-<Framework> (module <Framework>), and its core pyobjc-core
+  # (module objc), installed or not
   pyobjc = {d[len("pyobjc-framework-"):] for d in distributions if d.startswith("pyobjc-framework-")}
+  if "pyobjc-core" in distributions: pyobjc.add("objc")
   return provided | {d.replace("-", "_") for d in distributions} | pyobjc
 
 

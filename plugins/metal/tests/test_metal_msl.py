@@ -16,6 +16,9 @@ def test_corpus_kernels_check_as_cxx():
   kernels, _ = corpus_kernels(MetalRenderer(family_named("apple9")))
   assert len(kernels) > 500
   assert any("simdgroup_multiply_accumulate" in k.src for k in kernels)
+  # the bfloat helper Apple9 compiles (plugins/metal/mac_check.py compiles these on a Mac): the tc_matmul_bf16_f32 cases
+  bfloat = {k.label for k in kernels if "simdgroup_matrix<bfloat, 8, 8>" in k.src}
+  assert "tc_matmul_bf16_f32_tiles[tc1]" in bfloat, sorted(bfloat)
   assert check(kernels, jobs=os.cpu_count() or 2) == []
 
 
