@@ -14,7 +14,7 @@ Options: --launches N (default 100000), --skip-conformance, -n N (conformance pr
 from __future__ import annotations
 import argparse, gc, platform, resource, shutil, subprocess, sys, time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 import numpy as np
 
 MB = 1 << 20
@@ -39,9 +39,11 @@ def check_setup(dev) -> Result:
   with objc.autorelease_pool():
     o = compile_options(s)
     language = int(o.languageVersion())
+    math: tuple
     if s.math_mode is not None: math, want = (int(o.mathMode()), int(o.mathFloatingPointFunctions())), (s.math_mode, s.math_functions)
     else: math, want = (bool(o.fastMathEnabled()),), (s.fast_math,)
-  print(f"  macOS {platform.mac_ver()[0]} ({platform.machine()}), Python {platform.python_version()}, pyobjc {objc.__version__}")
+  print(f"  macOS {platform.mac_ver()[0]} ({platform.machine()}), Python {platform.python_version()}, "
+        f"pyobjc {objc.__version__}")
   print(f"  {dev.mtl.name()}: family {dev.family.name}, MSL {s.language}; compile options: {s.describe()}")
   return passed(language == s.language.mtl_value and math == want,
                 f"read back languageVersion={language}, math={math} (wanted {s.language.mtl_value}, {want})")
@@ -156,7 +158,7 @@ def check_bfloat_simdgroup(device: str) -> Result:
   import kc
   from kc import Opt, OptOps, dtypes, ShapeTracker, UOp, Ops
   from kc_metal.renderer import MetalRenderer
-  renderer = kc.Device[device].renderer
+  renderer: Any = kc.Device[device].renderer  # a MetalRenderer, or EMU's impersonation of one
   if not any(tc.dtype_in == dtypes.bfloat16 for tc in renderer.tensor_cores):
     return Result("SKIP", f"{renderer.family.name} with MSL {renderer.language} has no bfloat simdgroup matrices (Apple9, MSL 3.1)")
   M = K = N = 16
@@ -173,7 +175,7 @@ def check_bfloat_simdgroup(device: str) -> Result:
   bufs = []
   for x in (a, b):
     bufs.append(kc.Buffer(device, x.size, dtypes.bfloat16).allocate())
-    bufs[-1].copyin(memoryview((x.view(np.uint32) >> 16).astype(np.uint16)))
+    bufs[-1].copyin((x.view(np.uint32) >> 16).astype(np.uint16).tobytes())  # no numpy bfloat16: its bits
   out = np.empty((M, N), np.float32)
   k(out, *bufs)
   err = float(np.abs(out - a @ b).max())

@@ -49,8 +49,9 @@ def check_argument_count(buffers: int, variables: int, renderer) -> None:
   """An InvalidASTError where a kernel of this many buffers and Variables (those it reads) takes more arguments than
   the renderer's max_kernel_args: its device could not launch it."""
   if (most := getattr(renderer, "max_kernel_args", None)) is None or (n := buffers + variables) <= most: return
-  raise InvalidASTError(f"the kernel takes {n} arguments ({buffers} buffers and {variables} Variables), more than the {most} "
-                        f"that {type(renderer).__name__}'s kernels can take (max_kernel_args): compute it in kernels of fewer inputs")
+  raise InvalidASTError(f"the kernel takes {n} arguments ({buffers} buffers and {variables} Variables), more than "
+                        f"the {most} that {type(renderer).__name__}'s kernels can take (max_kernel_args): compute it "
+                        "in kernels of fewer inputs")
 
 
 def print_uops(name: str, uops: list[UOp]) -> None:

@@ -118,7 +118,7 @@ class Limits:
   local_max: Optional[tuple[int, ...]]
   shared_max: int
   tensor_cores: tuple = ()  # the renderer's TensorCores: WMMA runs with their fragment layouts
-  aligned_vectors: bool = False  # an access needs an address that is a multiple of its size (CUDA's float4, Metal's long)
+  aligned_vectors: bool = False  # an access needs an address that is a multiple of its size (float4, Metal's long)
 
 
 def _dims(x: Optional[Sequence[int]], what: str, name: str) -> tuple[int, int, int]:
@@ -330,7 +330,7 @@ class _Run:
     if width > 1 and (misaligned := off % width != 0).any():
       i = int(np.argmax(misaligned))
       raise self.error(OutOfBoundsError, pc, f"a {width}-wide vector access at element {off[i]} of {mem.label} is not {width}-aligned", int(lanes[i]))
-    # a GPU reads a value (a scalar as much as a vector) only at a multiple of its size: a view at an odd byte offset faults
+    # a GPU reads a value (a scalar as much as a vector) only at a multiple of its size: a view at an odd offset faults
     if self.aligned_vectors and not mem.local and (size := width * mem.data.itemsize) > 1:
       if (start := mem.data.ctypes.data % size) != 0:  # element offsets are width-aligned: the buffer's start decides
         what = "vector access" if width > 1 else "access"

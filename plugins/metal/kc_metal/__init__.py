@@ -47,4 +47,5 @@ def kc_backends() -> list[BackendSpec]:
                       open=open_device, renderer=device_renderer, distribution="kc-metal", version=__version__)]
 
 
-__all__ = ["DEVICE", "PRIORITY", "ENV_FAMILY", "INSTALL_HINT", "open_device", "device_renderer", "kc_backends", "unavailable_reason", "__version__"]
+__all__ = ["DEVICE", "PRIORITY", "ENV_FAMILY", "INSTALL_HINT", "open_device", "device_renderer", "kc_backends", "unavailable_reason",
+           "__version__"]

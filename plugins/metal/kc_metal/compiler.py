@@ -44,7 +44,8 @@ class MetalCompiler(Compiler):
 
   def identity(self) -> str:
     # the OS's Metal compiler decides what is accepted: a new OS (or another GPU) checks the source again
-    return " | ".join([type(self).__qualname__, str(self.device.name()), platform.mac_ver()[0], self.settings.describe()])
+    parts = [type(self).__qualname__, str(self.device.name()), platform.mac_ver()[0], self.settings.describe()]
+    return " | ".join(parts)
 
   def build(self, src: str):
     """The MTLLibrary of `src`, built now or kept from a recent compile; CompileError with Metal's log if rejected."""

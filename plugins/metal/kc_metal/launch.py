@@ -5,7 +5,7 @@ buffers that synchronize waits on. Pure code (Metal's objects are duck-typed), s
 from __future__ import annotations
 import re, threading
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 from kc.backend import KcError
 
 Dims = tuple[int, int, int]
@@ -13,8 +13,8 @@ _SLOT = re.compile(r"\[\[buffer\((\d+)\)\]\]")
 _BUFFER_PARAM = re.compile(r"device (\w+)\* (\w+) \[\[buffer\((\d+)\)\]\]")
 _VECTOR_ACCESS = re.compile(r"\(device ([a-z]+)([234])\*\)\((\w+)[+)]")
 # the size of each MSL scalar type kc renders (a value is read at a multiple of its size)
-MSL_SIZES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2, "int": 4, "uint": 4, "float": 4,
-             "long": 8, "ulong": 8}
+MSL_SIZES = {"bool": 1, "char": 1, "uchar": 1, "short": 2, "ushort": 2, "half": 2, "bfloat": 2, "int": 4, "uint": 4,
+             "float": 4, "long": 8, "ulong": 8}
 MAX_ALIGNMENT = 16  # setBuffer:offset:atIndex: - the offset is aligned to the type the function reads, at most 16 bytes
 
 
@@ -36,7 +36,8 @@ def check_arguments(name: str, slots: int, buffers: int, values: int) -> None:
 
 
 def _msl_size(type_name: str, lanes: int = 1) -> int:
-  if type_name not in MSL_SIZES: raise LaunchError(f"the Metal source reads a buffer as {type_name!r}, a type kc does not render")
+  if type_name not in MSL_SIZES:
+    raise LaunchError(f"the Metal source reads a buffer as {type_name!r}, a type kc does not render")
   return MSL_SIZES[type_name] * (4 if lanes == 3 else lanes)  # a 3-vector is as aligned as a 4-vector
 
 
@@ -59,8 +60,9 @@ def check_alignment(name: str, alignments: dict[int, int], offsets: Sequence[int
   reads there (a misaligned read is undefined on a GPU)."""
   for slot, offset in enumerate(offsets):
     if offset % (need := alignments.get(slot, 1)):
-      raise LaunchError(f"kernel {name} reads buffer {slot} in {need}-byte values, but its view starts at byte {offset}: Metal "
-                        f"needs a multiple of {need} there; use a view at such an offset, or copy the data into a buffer of its own")
+      raise LaunchError(f"kernel {name} reads buffer {slot} in {need}-byte values, but its view starts at byte {offset}: "
+                        f"Metal needs a multiple of {need} there; use a view at such an offset, or copy the data into a "
+                        "buffer of its own")
 
 
 def dims3(size: Optional[Sequence[int]], what: str, name: str) -> Dims:
@@ -121,10 +123,10 @@ class PendingWork:
   def __init__(self):
     self._lock = threading.Lock()
     self._waiting = threading.Lock()  # a second thread's wait returns only after the buffers the first took are done
-    self._pending: list[tuple[str, object]] = []
+    self._pending: list[tuple[str, Any]] = []  # (kernel, MTLCommandBuffer)
     self._failed: list[str] = []
 
-  def add(self, kernel: str, command_buffer) -> None:
+  def add(self, kernel: str, command_buffer: Any) -> None:
     with self._lock: self._pending.append((kernel, command_buffer))
 
   def wait(self) -> None:

@@ -26,9 +26,9 @@ class MSLVersion:
 
 
 # the newest MSL each macOS has (Apple's MTLLanguageVersion availability): macOS 26 followed 15
-MSL_OF_MACOS = {(10, 13): MSLVersion(2, 0), (10, 14): MSLVersion(2, 1), (10, 15): MSLVersion(2, 2), (11,): MSLVersion(2, 3),
-                (12,): MSLVersion(2, 4), (13,): MSLVersion(3, 0), (14,): MSLVersion(3, 1), (15,): MSLVersion(3, 2),
-                (26,): MSLVersion(4, 0)}
+MSL_OF_MACOS = {(10, 13): MSLVersion(2, 0), (10, 14): MSLVersion(2, 1), (10, 15): MSLVersion(2, 2),
+                (11,): MSLVersion(2, 3), (12,): MSLVersion(2, 4), (13,): MSLVersion(3, 0), (14,): MSLVersion(3, 1),
+                (15,): MSLVersion(3, 2), (26,): MSLVersion(4, 0)}
 NEWEST_MSL = max(MSL_OF_MACOS.values())
 # what kc's kernels use: simdgroup matrices from MSL 2.3, the bfloat type from MSL 3.1
 SIMDGROUP_MATRIX_MSL = MSLVersion(2, 3)
@@ -54,7 +54,8 @@ def msl_for(macos: tuple[int, ...], metal3: bool = True) -> MSLVersion:
   """The newest MSL a Mac compiles: the newest its macOS has (a release newer than kc knows gets the newest kc
   knows), at most MSL 2.4 on a GPU without Metal 3."""
   known = [v for os, v in MSL_OF_MACOS.items() if os <= macos[:len(os)]]
-  if not known: raise ConfigError(f"macOS {'.'.join(map(str, macos))} is older than 10.13, the first with MSL 2 (kc needs it)")
+  if not known:
+    raise ConfigError(f"macOS {'.'.join(map(str, macos))} is older than 10.13, the first with MSL 2 (kc needs it)")
   newest = max(known)
   return newest if metal3 or newest < METAL3_MSL else BEFORE_METAL3_MSL
 

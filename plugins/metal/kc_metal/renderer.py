@@ -85,7 +85,8 @@ class MetalRenderer(CStyleLanguage):
     self.supported_dtypes = metal_dtypes(self.language)
     self.tensor_cores = metal_tensor_cores(self.family, self.language)
 
-  def __repr__(self): return f"<MetalRenderer {self.family.name} MSL {self.language} tensor_cores={len(self.tensor_cores)}>"
+  def __repr__(self):
+    return f"<MetalRenderer {self.family.name} MSL {self.language} tensor_cores={len(self.tensor_cores)}>"
 
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     # MSL vectors are 2, 3 or 4 wide; float and half are the ones kernels load and store as vectors

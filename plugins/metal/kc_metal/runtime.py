@@ -15,7 +15,8 @@ import Metal, objc
 from kc.backend import CompiledDevice, KcError, LRUAllocator, int32_values, raw_buffers
 from kc_metal.compiler import MetalCompiler, settings_here
 from kc_metal.family import newest_supported
-from kc_metal.launch import PendingWork, argument_alignments, argument_slots, check_alignment, check_arguments, describe, plan_dispatch
+from kc_metal.launch import (PendingWork, argument_alignments, argument_slots, check_alignment, check_arguments, describe,
+                             plan_dispatch)
 from kc_metal.renderer import LOCAL_MAX, MetalRenderer
 from kc_metal.retained import register_new_selectors
 
@@ -25,7 +26,8 @@ MTL_GPU_FAMILY_METAL3 = 5001  # MTLGPUFamilyMetal3 (MTLDevice.h)
 
 def metal_unavailable_reason() -> Optional[str]:
   with objc.autorelease_pool():
-    if Metal.MTLCreateSystemDefaultDevice() is None: return "macOS reports no Metal device (MTLCreateSystemDefaultDevice returned nil)"
+    if Metal.MTLCreateSystemDefaultDevice() is None:
+      return "macOS reports no Metal device (MTLCreateSystemDefaultDevice returned nil)"
   return None
 
 
@@ -104,7 +106,8 @@ class MetalProgram:
       encoder = command_buffer.computeCommandEncoder()
       encoder.setComputePipelineState_(self.pipeline)
       for slot, b in enumerate(handles): encoder.setBuffer_offset_atIndex_(b.buf, b.offset, slot)
-      for slot, v in enumerate(values, start=len(handles)): encoder.setBytes_length_atIndex_(struct.pack("<i", v), 4, slot)
+      for slot, v in enumerate(values, start=len(handles)):
+        encoder.setBytes_length_atIndex_(struct.pack("<i", v), 4, slot)
       grid, group = Metal.MTLSizeMake(*dispatch.grid), Metal.MTLSizeMake(*dispatch.threadgroup)
       if dispatch.per_thread: encoder.dispatchThreads_threadsPerThreadgroup_(grid, group)
       else: encoder.dispatchThreadgroups_threadsPerThreadgroup_(grid, group)
@@ -137,4 +140,5 @@ class MetalDevice(CompiledDevice):
     PendingWork), in an autorelease pool."""
     with objc.autorelease_pool(): self.pending.synchronize()
 
-  def __repr__(self): return f"<MetalDevice {self.name}: {self.mtl.name()} ({self.family.name}, MSL {self.settings.language})>"
+  def __repr__(self):
+    return f"<MetalDevice {self.name}: {self.mtl.name()} ({self.family.name}, MSL {self.settings.language})>"
