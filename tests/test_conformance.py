@@ -322,6 +322,16 @@ def test_kc_conformance_list_prints_the_selected_ids():
                                                          for tier in ("render", "compile")], r.stdout + r.stderr
 
 
+def test_kc_conformance_list_into_a_reader_that_stops_early_ends_quietly():
+  # `kc conformance --list | head -2`: the closed pipe ends the command with the shell's SIGPIPE status, no traceback
+  p = subprocess.Popen([sys.executable, "-m", "kc.tools.cli", "conformance", "--device", "EMU", "--list"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+  assert p.stdout is not None and p.stdout.readline().startswith("render/")
+  p.stdout.close()
+  err = p.stderr.read() if p.stderr is not None else ""
+  assert p.wait(timeout=300) == 141 and "Traceback" not in err, err
+
+
 def test_kc_conformance_refuses_a_required_tier_that_cannot_run(capsys):
   from kc.tools.cli import main
   assert main(["conformance", "--device", "EMU", "--tier", "compile", "--require-tier", "run"]) == 2
@@ -352,3 +362,26 @@ def test_program_cases_exist_and_pass(tmp_path, device):
   # the render tier reports each kernel of a program: the chain's four, in launch order
   chain = by_id(doc)["render/program_chain_of_intermediates/hand"]["program"]
   assert len(chain["kernels"]) == 4 and chain["name"] == "+".join(k["name"] for k in chain["kernels"])
+
+
+# ---------------------------------------------------------------------------------------------------------- batched builds
+
+def test_the_compile_tier_builds_what_was_rendered_in_batches(cache_dir, monkeypatch):
+  """The first compile test builds every kernel rendered so far with compile_many (batches in one compiler run);
+  each compile test then finds its kernel in the cache."""
+  from kc_conformance.target import Target
+  from kc.runtime.device import Compiler
+  batches, singles = [], []
+  real_batch, real_single = Compiler.compile_batch_uncached, type(kc.Device["CLANG"].compiler).compile_uncached
+  monkeypatch.setattr(type(kc.Device["CLANG"].compiler), "compile_batch_uncached",
+                      lambda self, srcs: batches.append(list(srcs)) or real_batch(self, srcs))
+  monkeypatch.setattr(type(kc.Device["CLANG"].compiler), "compile_uncached", lambda self, src: singles.append(src) or real_single(self, src))
+  target, record = Target("CLANG", isolate=False), (lambda key, value: None)
+  pairs = [(c, s) for c in ("f32_arith", "sum_axis1", "sum_i32") for s in ("none", "hand")]
+  for c, s in pairs: target.render_tier(c, s, record)
+  rendered = {target._programs[(c, s)][1].src for c, s in pairs}
+  target.compile_tier(*pairs[0], record)
+  assert sorted(src for b in batches for src in b) == sorted(rendered)
+  singles.clear()
+  for c, s in pairs: target.compile_tier(c, s, record)
+  assert singles == [] and len(batches) == 1  # every compile test was a cache hit; nothing new was rendered

@@ -8,6 +8,7 @@ import numpy as np
 import kc
 from kc import Buffer, DType
 from kc.ir.codec import decode, encode
+from kc.runtime.cache import compile_cache
 from .case import Setup
 from .programs import AnyProgram, launches_with
 
@@ -24,6 +25,14 @@ def from_bytes(raw: bytearray, dt: DType) -> np.ndarray:
 def compile_source(device: str, src: str) -> int:
   """The compile tier: the device's compiler accepts the source. Returns the binary's size."""
   return len(kc.Device.compiler(device).compile(src))
+
+
+def compile_sources(device: str, srcs: list[str]) -> list[str]:
+  """Build many sources at once into the compile cache (the compile tier then finds them there); returns, per source,
+  "" or its compile error (each compile test reports its own). Without a compile cache it builds nothing: the
+  compile tests would build everything again."""
+  if compile_cache() is None: return ["" for _ in srcs]
+  return ["" if isinstance(out, bytes) else str(out) for out in kc.Device.compiler(device).compile_many(srcs)]
 
 
 def launch(device: str, prg: AnyProgram, setup: Setup) -> dict[int, np.ndarray]:

@@ -31,6 +31,7 @@ class Target:
   _programs: dict = field(default_factory=dict)
   _worker: Optional[Worker] = None
   setup_error: Optional[str] = None
+  _prefetched: set = field(default_factory=set)
 
   # ***** what the device is *****
 
@@ -122,6 +123,7 @@ class Target:
   def compile_tier(self, case_name: str, spec_name: str, record) -> None:
     case, spec, _ = self._case(case_name, spec_name)
     self._needs_device("compile")
+    self._prefetch()
     _, prg = self.program(case, spec, record)
     for p in programs_of(prg): self._outcome(self._call("compile", self.device, p.src), record, "compiling", p.src)
 
@@ -135,6 +137,17 @@ class Target:
     if not verdict.ok:
       record("kc_mismatches", mismatch_sample(case, setup, outs, tensor_core=spec.kind == "tc"))
       fail(record, "WrongResult", verdict.reason, f"wrong result: {verdict.reason}", source=prg.src)
+
+  def _prefetch(self, chunk: int = 256) -> None:
+    """Build every kernel rendered so far and not yet built, with the device compiler's compile_many (batches of
+    kernels in one compiler run, into the compile cache), before the first of their compile tests: the tiers run in
+    order (every render test, then every compile test), so this is the whole run's kernels that this process
+    rendered. Each compile test still compiles its own kernel (a cache hit now) and judges that; a batch that crashed
+    or hung only costs the time it took, as its kernels are then built one by one."""
+    srcs = [p.src for got in self._programs.values() if isinstance(got, tuple) for p in programs_of(got[1])]
+    srcs = [src for src in dict.fromkeys(srcs) if src not in self._prefetched]
+    self._prefetched.update(srcs)
+    for start in range(0, len(srcs), chunk): self._call("compile_many", self.device, srcs[start:start + chunk])
 
   def _outcome(self, got: Outcome, record, doing: str, src: str):
     if got.raised: fail(record, got.etype, got.message, f"{doing} raised {got.etype}: {got.message}", source=src)

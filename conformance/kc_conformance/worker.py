@@ -19,10 +19,11 @@ def _register(specs: list) -> Callable:
 
 
 def run_job(job: tuple, note=None) -> Any:
-  """A ("compile", args) or ("run", args) job of the conformance harness."""
+  """A ("compile", args), ("compile_many", args) or ("run", args) job of the conformance harness."""
   from . import harness
   kind, args = job
   if kind == "compile": return harness.compile_source(*args)
+  if kind == "compile_many": return harness.compile_sources(*args)
   if kind == "run": return harness.launch(*args)
   raise kc.KcError(f"unknown job {kind!r}: compile or run")
 

@@ -173,20 +173,32 @@ def compile_cache() -> Optional[DiskCache]:
   return cache
 
 
-def cached(key: str, make) -> bytes:
-  """The bytes stored under `key`, else `make()`, stored for next time. A cache that fails midway (a disk that fills up,
-  a database another program broke) is warned about once and bypassed; the result is always `make()`'s."""
+def lookup(key: str) -> Optional[bytes]:
+  """The bytes stored under `key`, None on a miss or with the cache off. A cache that fails (a database another program
+  broke) is warned about once and bypassed."""
   cache = compile_cache()
-  if cache is None: return make()
-  try: hit = cache.get(key)
+  if cache is None: return None
+  try: return cache.get(key)
   except (OSError, sqlite3.Error) as e:
     _warn_unusable(cache.root, e)
-    hit = None
-  if hit is not None: return hit
-  out = make()
-  try: cache.put(key, out)
+    return None
+
+
+def store(key: str, payload: bytes) -> None:
+  """Keep `payload` under `key` for next time; a cache that fails midway (a disk that fills up) is warned about once."""
+  cache = compile_cache()
+  if cache is None: return
+  try: cache.put(key, payload)
   except (OSError, sqlite3.Error) as e: _warn_unusable(cache.root, e)
+
+
+def cached(key: str, make) -> bytes:
+  """The bytes stored under `key`, else `make()`, stored for next time. A cache that fails midway is warned about once
+  and bypassed; the result is always `make()`'s."""
+  if (hit := lookup(key)) is not None: return hit
+  out = make()
+  store(key, out)
   return out
 
 
-__all__ = ["CacheWarning", "DiskCache", "DEFAULT_MAX_MB", "cache_max_bytes", "cached", "compile_cache", "compile_cache_dir"]
+__all__ = ["CacheWarning", "DiskCache", "DEFAULT_MAX_MB", "cache_max_bytes", "cached", "compile_cache", "compile_cache_dir", "lookup", "store"]

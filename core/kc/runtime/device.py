@@ -11,7 +11,7 @@ import hashlib, json, operator, threading, warnings
 from collections import defaultdict
 from typing import TYPE_CHECKING, Callable, Hashable, Optional, Protocol, Sequence, Union
 import numpy as np
-from kc.runtime.cache import cached
+from kc.runtime.cache import cached, lookup, store
 from kc.ir.dtype import DType, PtrDType
 from kc.config import read, use_plugin_loader
 from kc.helpers import distribution_version
@@ -392,9 +392,43 @@ class Compiler(ABC):
     parts = {"src": src, "compiler": self.identity(), "kc": distribution_version("kc-core"), "plugin": self.plugin_version}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
+  max_batch = 32
+  """The most sources compile_batch_uncached builds in one compiler run: a batch that fails is built again source by
+  source, so a larger one costs more when a source in it is bad."""
+
   def compile(self, src: str) -> bytes:
     if not isinstance(src, str): raise CompileError(f"source must be a str, got {type(src).__name__}", src=str(src))
     return cached(self.cache_key(src), lambda: self.compile_uncached(src))
+
+  def compile_batch_uncached(self, srcs: Sequence[str]) -> list[bytes]:
+    """The binaries of several sources, built together where the backend can (one C compiler run for many kernels):
+    each behaves as compile_uncached's would, and the list is in the sources' order. Raises CompileError when the
+    batch does not build; compile_many then builds its sources one by one, which names the bad source. The default
+    builds them one by one."""
+    return [self.compile_uncached(src) for src in srcs]
+
+  def compile_many(self, srcs: Sequence[str]) -> list[Union[bytes, CompileError]]:
+    """compile() of every source, with the ones the disk cache lacks built in batches of up to max_batch
+    (compile_batch_uncached). Each source gets its binary, or in its place the CompileError compile() would raise:
+    one bad source costs its batch a second build, source by source, and never fails the others. A Compiler that
+    overrides compile() (its own caching rules, as EMU's) is asked source by source."""
+    if type(self).compile is not Compiler.compile or any(not isinstance(src, str) for src in srcs):
+      return [_compile_or_error(self.compile, src) for src in srcs]
+    keys = [self.cache_key(src) for src in srcs]
+    got: dict[str, Union[bytes, CompileError]] = {}
+    for key in dict.fromkeys(keys):
+      if (hit := lookup(key)) is not None: got[key] = hit
+    todo = list({key: src for key, src in zip(keys, srcs) if key not in got}.items())
+    for start in range(0, len(todo), max(1, self.max_batch)):
+      batch = todo[start:start + max(1, self.max_batch)]
+      built: list[Union[bytes, CompileError]]
+      try: built = list(self.compile_batch_uncached([src for _, src in batch])) if len(batch) > 1 else []
+      except CompileError: built = []
+      if len(built) != len(batch): built = [_compile_or_error(self.compile_uncached, src) for _, src in batch]
+      for (key, _), out in zip(batch, built):
+        got[key] = out
+        if isinstance(out, bytes): store(key, out)
+    return [got[key] for key in keys]
 
 
 # ---------------------------------------------------------------------------------------------------------- programs
@@ -404,6 +438,11 @@ class ProgramHandle(Protocol):
   kernel's order. Returns the kernel's run time in seconds when wait=True, else None (it may still run)."""
   def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> Optional[float]: ...
+
+
+def _compile_or_error(compile_fn: Callable, src) -> Union[bytes, CompileError]:
+  try: return compile_fn(src)
+  except CompileError as e: return e
 
 
 def int32_values(vals: Sequence, kernel: str) -> list[int]:

@@ -4,7 +4,7 @@ import functools, importlib.util, os, re, shlex, shutil, subprocess, tempfile
 from dataclasses import dataclass
 from typing import Optional
 from kc.backend import CompileError, Compiler, ConfigError, knob
-from kc_clang import host, known_bugs
+from kc_clang import batch, host, known_bugs
 
 CC = knob("KC_CC", str, "", "the C compiler command CLANG runs, with any arguments (split as a shell would)", __name__,
           default_doc="cc")
@@ -192,3 +192,8 @@ class ClangCompiler(Compiler):
         first = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else "")
         raise CompileError(f"{self.cmd[0]} failed to compile the kernel (exit {r.returncode}): {first}{source_context(src, first)}", src=src, log=log)
       with open(out, "rb") as f: return f.read()
+
+  def compile_batch_uncached(self, srcs) -> list[bytes]:
+    # one compiler run for all of them where the linker can split the result (kc_clang.batch); else one by one
+    if not batch.batching_supported(): return super().compile_batch_uncached(srcs)
+    return batch.build(self.cmd, self.flags, srcs)
