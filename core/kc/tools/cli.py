@@ -599,6 +599,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except KcError as e:
     print(f"kc: error: {e}", file=sys.stderr)
     return 2
+  except BrokenPipeError:
+    # the reader of the output went away (`kc conformance --list | head`): stop quietly, as other commands do; stdout
+    # points at devnull so that the interpreter's final flush does not fail again
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141  # a shell's status for a command ended by SIGPIPE
 
 
 if __name__ == "__main__":
