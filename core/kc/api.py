@@ -42,6 +42,19 @@ class CompiledKernel:
     self._empty = self._static and all(s.elements_at({}) == 0 for s in self._outputs)
     # the launch takes buffers in the program's order; most programs use index order, which needs no reordering
     self._order = None if list(program.globals) == list(range(len(self.specs))) else tuple(program.globals)
+    self._fast = self._plain_call(handle)
+
+  _fast: Optional[tuple] = None  # (the program's launch_arrays, per buffer (numpy dtype, shape, output)); see _plain_call
+
+  def _plain_call(self, handle) -> Optional[tuple]:
+    """The plain call's fast path, where there is one: a kernel without Variables, on a program that takes numpy arrays
+    itself (ProgramHandle.launch_arrays: host memory), whose buffers all have a numpy dtype, a declared shape and no
+    alignment beyond their elements'. A call with exactly such arrays (plain_arrays) then goes straight to the program:
+    no per-call work that the checks below do not need."""
+    take = getattr(handle, "launch_arrays", None)
+    if take is None or not self._static or self._empty or self._order is not None: return None
+    if any(s.np_dtype is None or s.shape is None or s.alignment > 1 for s in self.specs): return None
+    return take, tuple((np.dtype(s.np_dtype), s.shape, s.output) for s in self.specs)
 
   @property
   def name(self) -> str: return self.program.name
@@ -53,6 +66,10 @@ class CompiledKernel:
     Variables' values. `stream` (devices with streams: CUDA) is the stream to launch on, ordered after the work a
     framework queued there (a torch.cuda.Stream, a cupy stream, a raw handle, or "torch" for torch's current stream);
     None: the device's own. The call returns when the kernel finished, either way."""
+    if (fast := self._fast) is not None and stream is None and not var_vals and plain_arrays(args, fast[1]):
+      seconds = fast[0](args)
+      if debug_level() >= 2: self._report(seconds, {})
+      return seconds
     specs = self.specs
     if len(args) != len(specs):
       raise ArgumentError(f"{self.name} takes {len(specs)} buffers (indices 0..{len(specs) - 1}), got {len(args)}")
@@ -108,6 +125,24 @@ class CompiledKernel:
         raise SymbolicError(f"Variable {name!r} of {self.name} must be an int in {v.arg[1]}..{v.arg[2]}, got {val!r}")
       vals[name] = val
     return vals
+
+
+def plain_arrays(args: tuple, wants: tuple) -> bool:
+  """Whether a call's arguments are exactly what a kernel's fast path takes (CompiledKernel._plain_call): numpy arrays
+  of the buffers' dtypes and declared shapes, C-contiguous and aligned (so host memory uses them in place), outputs
+  writeable and sharing memory with no other argument (such an output is written to a copy by the general path).
+  Anything else takes the general path, which checks, converts or refuses it."""
+  if len(args) != len(wants): return False
+  for a, (dt, shape, out) in zip(args, wants):
+    # numpy's builtin dtypes are singletons: `is` decides the common case without a dtype comparison
+    if type(a) is not np.ndarray or a.shape != shape or (a.dtype is not dt and a.dtype != dt): return False
+    flags = a.flags
+    if not (flags.c_contiguous and flags.aligned) or (out and not flags.writeable): return False
+  for i, (a, want) in enumerate(zip(args, wants)):
+    if want[2]:
+      for j, b in enumerate(args):
+        if j != i and np.may_share_memory(a, b): return False
+  return True
 
 
 class CompiledProgram(CompiledKernel):
