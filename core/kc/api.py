@@ -11,6 +11,7 @@ from kc.ir.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs, import_producers, overlaps
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
+from kc.runtime.program_cache import cached_program
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 from kc.shape.view import fmt_shape
@@ -382,7 +383,9 @@ def _compile_one(sink: UOp, dev, opts: OptsArg, tc_level: int) -> CompiledKernel
 # often compiled again in one process (a framework that recompiles per call, a repeated opts="beam" compile), and
 # rendering is most of a compile from the caches (40 ms for a searched matmul's 512 lanes). Keyed by the AST (UOps are
 # hash-consed: an equal AST is the same object), the device, its renderer object and what it reads from the
-# environment (Renderer.render_env), the applied opts and the tensor-core level they were applied at; bounded.
+# environment (Renderer.render_env), the applied opts and the tensor-core level they were applied at; bounded. On a
+# miss the Program comes from the disk cache when an earlier process rendered it (kc.runtime.program_cache), so a
+# warm process renders nothing, and the binary from the compile cache.
 _LOADED: OrderedDict = OrderedDict()
 _LOADED_MAX = 256
 
@@ -391,7 +394,7 @@ def _compile_kernel(sink: UOp, k: Kernel, dev) -> CompiledKernel:
   key = (sink, dev.name, dev.renderer, dev.renderer.render_env(), tuple(k.applied_opts), k.use_tensor_cores)
   if (hit := _LOADED.get(key)) is not None: _LOADED.move_to_end(key)
   else:
-    prg = k.to_program()
+    prg = cached_program(k)
     hit = _LOADED[key] = (prg, dev.runtime(prg.name, dev.compiler.compile(prg.src)))
     if len(_LOADED) > _LOADED_MAX: _LOADED.popitem(last=False)
   return CompiledKernel(sink, k, hit[0], dev.name, hit[1])
