@@ -8,7 +8,7 @@ int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_pa
 (equal contiguous slices, computed in C, so a range with Variable bounds splits too). It also defines the int
 `kc_parts_<name>` (SPLIT_SYMBOL), by which the runtime (runtime.py) knows to call it once per part from its threads."""
 from __future__ import annotations
-import os, platform, re
+import functools, os, platform, re
 from typing import Optional
 from kc.backend import CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, estimate_ops
 from kc_clang.compiler import compile_flags, compiler_command, has_float16
@@ -32,21 +32,27 @@ def split_symbol(name: str) -> str:
   return f"kc_parts_{name}"
 
 
+@functools.lru_cache(maxsize=None)
+def cores() -> int:
+  """os.cpu_count(), asked once: it reads a file of /sys each time, and a split kernel's every call asks."""
+  return os.cpu_count() or 1
+
+
 def max_threads() -> int:
   """The most threads KC_CLANG_THREADS may ask for: 4 per core, and at least 256. Each part of a split kernel runs
   on an OS thread of its own, all started by the pool at the first call: parts beyond the cores only add start-up
   and switching, and a count in the tens of thousands would start that many threads (or fail to). The floor leaves
   room to test more parts than a loop has iterations on a machine with few cores."""
-  return max(256, 4 * (os.cpu_count() or 1))
+  return max(256, 4 * cores())
 
 
 def threads() -> int:
   """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across this many threads."""
   n, most = THREADS.get(), max_threads()
-  if n is None: n = os.cpu_count() or 1
+  if n is None: n = cores()
   if not 1 <= n <= most:
     raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count CLANG runs: give an int from 1 to {most} (4 per "
-                      f"core, at least 256: each part is an OS thread, and this machine has {os.cpu_count() or 1} "
+                      f"core, at least 256: each part is an OS thread, and this machine has {cores()} "
                       "cores), or unset it for every core")
   return n
 
