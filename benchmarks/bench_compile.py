@@ -119,7 +119,8 @@ def child_compile(case: str, device: str, render: bool) -> None:
 
 def _run_child(case: str, device: str, cache: str, render: bool = False) -> dict:
   cmd = [sys.executable, __file__, "--child", case, device] + (["--render"] if render else [])
-  out = subprocess.run(cmd, env={**os.environ, "KC_CACHE_DIR": cache}, capture_output=True, text=True, check=True)
+  out = subprocess.run(cmd, env={**os.environ, "KC_CACHE_DIR": cache}, capture_output=True, text=True)
+  if out.returncode != 0: raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 

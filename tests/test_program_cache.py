@@ -166,7 +166,7 @@ def test_the_key_changes_with_kcs_version(minic, monkeypatch):
   assert program_key(k) not in (before, None)
 
 
-def test_the_code_digest_covers_kc_and_the_renderers_package(minic, tmp_path, monkeypatch):
+def test_the_code_digest_covers_kc_and_the_renderers_package(minic, tmp_path):
   # the digest of a folder is read from its files: another file content is another digest
   (tmp_path / "a.py").write_text("x = 1\n")
   one = program_cache._source_digest(str(tmp_path))
