@@ -1,41 +1,16 @@
 """Loading and launching compiled CLANG kernels with cffi (ABI mode: no compiler needed for the binding).
 
 A kernel the renderer split (renderer.py: it defines the int kc_parts_<name>) takes two more ints, its part and the
-number of parts: a call runs it once per part, one part per thread, the calling thread taking part 0 itself and a
-persistent pool the others. cffi releases the GIL while C runs, so the parts run at once; nothing needs OpenMP."""
+number of parts: a call runs it once per part, one part per thread, the calling thread taking part 0 itself and
+persistent kernel threads the others (parts.py). cffi releases the GIL while C runs, so the parts run at once; nothing
+needs OpenMP."""
 from __future__ import annotations
 import os, tempfile, threading, time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
 import cffi
 from kc.backend import HostMemory, KcError, int32_values, raw_buffers
+from kc_clang.parts import run_parts
 from kc_clang.renderer import split_symbol, threads
-
-_POOL: Optional[ThreadPoolExecutor] = None
-_POOL_SIZE = 0
-_POOL_PID = 0  # the process that made the pool: a forked child has none of its threads and makes its own
-_POOL_LOCK = threading.Lock()
-
-
-def worker_pool(workers: int) -> ThreadPoolExecutor:
-  """The process's pool of kernel threads, with at least `workers` threads (kept, so a call starts none)."""
-  global _POOL, _POOL_SIZE, _POOL_PID
-  with _POOL_LOCK:
-    if _POOL is None or _POOL_SIZE < workers or _POOL_PID != os.getpid():
-      # a pool too small for a raised KC_CLANG_THREADS is replaced; calls already given to it still finish
-      if _POOL is not None and _POOL_PID == os.getpid(): _POOL.shutdown(wait=False)
-      _POOL, _POOL_SIZE, _POOL_PID = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kc-clang"), workers, os.getpid()
-    return _POOL
-
-
-def run_parts(fn, args: tuple, parts: int) -> None:
-  """fn(*args, part, parts) for every part: parts 1.. on the pool's threads, part 0 on this one, all finished on return."""
-  if parts == 1: return fn(*args, 0, 1)
-  pool = worker_pool(parts - 1)
-  futures = [pool.submit(fn, *args, part, parts) for part in range(1, parts)]
-  try: fn(*args, 0, parts)
-  finally:
-    for f in futures: f.result()  # the buffers must not be read (or freed) while a part still writes them
 
 
 class ClangProgram:

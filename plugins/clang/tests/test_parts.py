@@ -1,0 +1,81 @@
+"""The kernel threads that run a split kernel's parts (kc_clang.parts): every part once and at the same time, the call
+returning only after every part ended (also when a part fails, or the caller is interrupted), errors raised to the
+caller, calls from several Python threads taking turns, more threads made when more parts are asked for, and a forked
+child making its own."""
+import os, threading, time
+import pytest
+from hypothesis import given, settings, strategies as st
+from kc_clang.parts import KernelThreads, kernel_threads, run_parts
+
+
+def recorder():
+  seen, lock = [], threading.Lock()
+  def part(tag, i, n):
+    with lock: seen.append((tag, i, n, threading.get_ident()))
+  return seen, part
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=6))
+def test_every_part_runs_once_on_its_own_thread(counts):
+  crew = KernelThreads()
+  for parts in counts:
+    seen, part = recorder()
+    crew.run(part, ("t",), parts)
+    assert sorted(s[:3] for s in seen) == [("t", i, parts) for i in range(parts)]
+    assert len({s[3] for s in seen}) == parts  # part 0 on the caller, each other part on a thread of its own
+  assert crew.size == max(counts) - 1  # threads are kept and made only when more parts are asked for
+
+
+def test_the_parts_run_at_once():
+  # each part waits for all the others: run in turn, they would never meet
+  parts = 4
+  barrier = threading.Barrier(parts, timeout=10)
+  KernelThreads().run(lambda i, n: barrier.wait(), (), parts)
+
+
+def test_a_call_returns_after_every_part_and_raises_a_parts_error():
+  ended = []
+  def part(i, n):
+    if i == 1: raise ValueError("part 1 failed")
+    time.sleep(0.05)
+    ended.append(i)
+  crew = KernelThreads()
+  with pytest.raises(ValueError, match="part 1 failed"): crew.run(part, (), 3)
+  assert sorted(ended) == [0, 2]  # the slow parts had ended before the error reached the caller
+  seen, rec = recorder()
+  crew.run(rec, ("again",), 3)  # the threads serve the next call as before
+  assert len(seen) == 3
+
+
+def test_calls_from_several_threads_take_turns():
+  crew, running, most = KernelThreads(), [0], [0]
+  lock = threading.Lock()
+  def part(i, n):
+    with lock:
+      running[0] += 1
+      most[0] = max(most[0], running[0])
+    time.sleep(0.002)
+    with lock: running[0] -= 1
+  callers = [threading.Thread(target=lambda: [crew.run(part, (), 2) for _ in range(20)]) for _ in range(3)]
+  for t in callers: t.start()
+  for t in callers: t.join(30)
+  assert most[0] <= 2  # never two calls' parts at once: the job slots are shared
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_makes_its_own_threads():
+  seen, part = recorder()
+  run_parts(part, ("parent",), 3)
+  parent = kernel_threads()
+  r, w = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # the child: its parent's threads do not exist here
+    ok = kernel_threads() is not parent
+    seen.clear()
+    run_parts(part, ("child",), 3)
+    os.write(w, b"1" if ok and len(seen) == 3 else b"0")
+    os._exit(0)
+  os.close(w)
+  assert os.read(r, 1) == b"1"
+  os.waitpid(pid, 0)
