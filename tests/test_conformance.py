@@ -385,3 +385,15 @@ def test_the_compile_tier_builds_what_was_rendered_in_batches(cache_dir, monkeyp
   singles.clear()
   for c, s in pairs: target.compile_tier(c, s, record)
   assert singles == [] and len(batches) == 1  # every compile test was a cache hit; nothing new was rendered
+
+
+def test_a_compiler_that_builds_one_source_at_a_time_is_not_asked_early(cache_dir, monkeypatch):
+  from kc_conformance.target import Target
+  compiler_type = type(kc.Device["EMU"].compiler)
+  built = []
+  real = compiler_type.compile
+  monkeypatch.setattr(compiler_type, "compile", lambda self, src: built.append(src) or real(self, src))
+  target, record = Target("EMU", isolate=False), (lambda key, value: None)
+  for s in ("none", "hand"): target.render_tier("f32_arith", s, record)
+  target.compile_tier("f32_arith", "none", record)
+  assert built == [target._programs[("f32_arith", "none")][1].src]  # its own kernel only: nothing built early

@@ -9,6 +9,7 @@ import kc
 from kc import Buffer, DType
 from kc.ir.codec import decode, encode
 from kc.runtime.cache import compile_cache
+from kc.runtime.device import Compiler
 from .case import Setup
 from .programs import AnyProgram, launches_with
 
@@ -29,10 +30,12 @@ def compile_source(device: str, src: str) -> int:
 
 def compile_sources(device: str, srcs: list[str]) -> list[str]:
   """Build many sources at once into the compile cache (the compile tier then finds them there); returns, per source,
-  "" or its compile error (each compile test reports its own). Without a compile cache it builds nothing: the
-  compile tests would build everything again."""
-  if compile_cache() is None: return ["" for _ in srcs]
-  return ["" if isinstance(out, bytes) else str(out) for out in kc.Device.compiler(device).compile_many(srcs)]
+  "" or its compile error (each compile test reports its own). It builds nothing without a compile cache (the
+  compile tests would build everything again) or for a compiler that builds one source at a time anyway (building
+  early would only move the time)."""
+  compiler = kc.Device.compiler(device)
+  if compile_cache() is None or type(compiler).compile_batch_uncached is Compiler.compile_batch_uncached: return ["" for _ in srcs]
+  return ["" if isinstance(out, bytes) else str(out) for out in compiler.compile_many(srcs)]
 
 
 def launch(device: str, prg: AnyProgram, setup: Setup) -> dict[int, np.ndarray]:

@@ -138,7 +138,7 @@ class Target:
       record("kc_mismatches", mismatch_sample(case, setup, outs, tensor_core=spec.kind == "tc"))
       fail(record, "WrongResult", verdict.reason, f"wrong result: {verdict.reason}", source=prg.src)
 
-  def _prefetch(self, chunk: int = 256) -> None:
+  def _prefetch(self, chunk: int = 64) -> None:
     """Build every kernel rendered so far and not yet built, with the device compiler's compile_many (batches of
     kernels in one compiler run, into the compile cache), before the first of their compile tests: the tiers run in
     order (every render test, then every compile test), so this is the whole run's kernels that this process
