@@ -22,9 +22,11 @@ def all_int(xs) -> bool:
   return all(isinstance(x, int) for x in xs)
 
 
+@functools.lru_cache(maxsize=None)
 def distribution_version(dist: str) -> str:
   """The installed version of the distribution `dist` ("0.0.0+unknown" when imported from a source tree): the one
-  lookup behind kc.__version__, every plugin's __version__ and the cache keys that must change with a release."""
+  lookup behind kc.__version__, every plugin's __version__ and the cache keys that must change with a release. Asked
+  once a process: the metadata lookup takes milliseconds, and every compile's cache key asks."""
   from importlib.metadata import PackageNotFoundError, version
   try: return version(dist)
   except PackageNotFoundError: return "0.0.0+unknown"
