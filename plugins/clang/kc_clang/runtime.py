@@ -5,12 +5,27 @@ number of parts: a call runs it once per part, one part per thread, the calling 
 persistent kernel threads the others (parts.py). cffi releases the GIL while C runs, so the parts run at once; nothing
 needs OpenMP."""
 from __future__ import annotations
-import ctypes, os, tempfile, threading, time
+import ctypes, functools, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
 from kc.backend import HostMemory, KcError, int32_values, raw_buffers
 from kc_clang.parts import run_parts
 from kc_clang.renderer import split_symbol, threads
+
+
+# one FFI for every kernel: a signature's C type is parsed (by pycparser: 1.5 ms) once a process, not once a kernel
+_FFI = cffi.FFI()
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(nbufs: int, nints: int):
+  return _FFI.typeof(f"void(*)({', '.join(['void*'] * nbufs + ['int'] * nints) or 'void'})")
+
+
+def _symbol_address(lib: ctypes.CDLL, symbol: str) -> Optional[int]:
+  """The address of `symbol` in the loaded library (dlsym), None when it has none."""
+  try: return ctypes.cast(lib[symbol], ctypes.c_void_p).value  # item access looks any name up, even one starting with __
+  except AttributeError: return None
 
 
 class ClangProgram:
@@ -23,38 +38,28 @@ class ClangProgram:
 
   def __init__(self, name: str, lib: bytes):
     self.name = name
-    self._ffi = cffi.FFI()
     fd, path = tempfile.mkstemp(prefix=f"kc-{name}-", suffix=".so")
     try:
       with os.fdopen(fd, "wb") as f: f.write(lib)
-      try: self._lib = self._ffi.dlopen(path)
+      # loaded with ctypes, which never unloads a library: the kernel's code stays mapped while a pointer to it lives
+      try: self._lib = ctypes.CDLL(path)
       except OSError as e: raise KcError(f"cannot load the compiled library of kernel {name!r}: {e}") from None
-      self._check_symbol(path)
-      self.split = self._has_symbol(path, split_symbol(name))
     finally: os.unlink(path)  # the loaded mapping outlives the file; nothing is left behind in /tmp
+    address = _symbol_address(self._lib, name)
+    if address is None: raise KcError(f"the compiled library has no function named {name!r}")
+    self._address = address
+    self.split = _symbol_address(self._lib, split_symbol(name)) is not None
     self._fn = None
     self._arity: Optional[tuple[int, int]] = None
     self._declare_lock = threading.Lock()
 
-  def _check_symbol(self, path: str):
-    if not self._has_symbol(path, self.name):
-      raise KcError(f"the compiled library has no function named {self.name!r}")
-
-  @staticmethod
-  def _has_symbol(path: str, symbol: str) -> bool:
-    # a dlsym through ctypes (the library is loaded already: the same handle): a cffi probe parses a declaration with
-    # pycparser first, 1.5 ms of every kernel load
-    try: ctypes.CDLL(path)[symbol]  # item access looks any name up (attribute access refuses names starting with __)
-    except (OSError, AttributeError): return False
-    return True
-
   def _function(self, nbufs: int, nvals: int):
-    """The kernel, declared on first call with the number of buffers and variables it is called with."""
+    """The kernel as a function of the number of buffers and variables of its first call: its address cast to the
+    signature of that arity (a type parsed once a process for every kernel of that arity)."""
     with self._declare_lock:
       if self._arity is None:
         ints = nvals + (2 if self.split else 0)  # a split kernel's part and number of parts come last
-        self._ffi.cdef(f"void {self.name}({', '.join(['void*'] * nbufs + ['int'] * ints) or 'void'});")
-        self._fn, self._arity = getattr(self._lib, self.name), (nbufs, nvals)
+        self._fn, self._arity = _FFI.cast(_signature(nbufs, ints), self._address), (nbufs, nvals)
     if self._arity != (nbufs, nvals):
       raise KcError(f"kernel {self.name} takes {self._arity[0]} buffers and {self._arity[1]} variable values, "
                     f"called with {nbufs} and {nvals}")
@@ -64,7 +69,7 @@ class ClangProgram:
                vals: Sequence[int] = (), wait: bool = False) -> Optional[float]:
     fn = self._fn if self._arity == (len(bufs), len(vals)) else self._function(len(bufs), len(vals))
     # from_buffer points at the memory without asking numpy for its address (which costs more than the pointer)
-    from_buffer, ptrs = self._ffi.from_buffer, []
+    from_buffer, ptrs = _FFI.from_buffer, []
     for i, b in enumerate(raw_buffers(bufs)):
       if not isinstance(b, HostMemory): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not CLANG host memory")
       ptrs.append(from_buffer(b.data))
@@ -78,7 +83,7 @@ class ClangProgram:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
     kc call of a kernel without Variables passes (kc.api.plain_arrays checked them). Returns the run time in seconds."""
     fn = self._fn if self._arity == (len(arrays), 0) else self._function(len(arrays), 0)
-    from_buffer = self._ffi.from_buffer
+    from_buffer = _FFI.from_buffer
     ptrs = [from_buffer(a) for a in arrays]
     start = time.perf_counter()
     if self.split: run_parts(fn, tuple(ptrs), threads())
