@@ -221,15 +221,16 @@ class BufferSpec:
 
   def handle(self, arg: Union[np.ndarray, Buffer, ForeignTensor], vals: dict[str, int], device: str, allocator: Allocator,
              in_place: bool = True) -> tuple[object, Optional[Callable[[], None]]]:
-    """Check `arg` and return what the program is launched with, and what copies the result back into `arg` after the
-    launch (None when the memory is used in place or is only read). `in_place=False` copies even where the device
-    could use the memory itself."""
+    """Check `arg` and return what the program is launched with, and what copies the result back into `arg` (or makes
+    it visible there: Allocator.numpy_written) after the launch (None when the memory is used in place or is only
+    read). `in_place=False` copies even where the device could use the memory itself."""
     self.check(arg, device, vals)
     if isinstance(arg, Buffer): return arg.allocate(), None
     if isinstance(arg, ForeignTensor): return self._foreign_handle(arg, device, allocator, in_place)
     arg = as_bits(arg, self.dtype)  # ml_dtypes' types are opaque to the allocators: they move the bits
     # a host device lends the array itself, where its address suits the kernel's vector accesses; else it is copied
-    if in_place and self.aligned(arg.ctypes.data) and (opaque := allocator.from_numpy(arg)) is not None: return opaque, None
+    if in_place and self.aligned(arg.ctypes.data) and (opaque := allocator.from_numpy(arg)) is not None:
+      return opaque, (allocator.numpy_written(opaque) if self.output else None)
     data = np.ascontiguousarray(arg)
     buf = Buffer(device, arg.size, self.dtype).allocate().copyin(data if self.np_dtype is not None else memoryview(data.reshape(-1).view(np.uint8)))
     return buf, (_copy_back(buf, arg) if self.output else None)

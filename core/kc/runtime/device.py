@@ -75,6 +75,13 @@ class Allocator(ABC):
     array: the caller keeps the array alive for as long as the handle is used."""
     return None
 
+  def numpy_written(self, opaque) -> Optional[Callable[[], None]]:
+    """Asked when a `from_numpy` handle is made for an output, before the launch: what makes the kernel's writes
+    visible in the array, run once the launch finished; None where they already are (the default: the kernel writes
+    the array's memory itself). OPENCL maps its CL_MEM_USE_HOST_PTR buffer, as OpenCL requires before the host reads
+    what a kernel wrote."""
+    return None
+
   # DLPack: a device whose memory other frameworks can address sets dlpack_device and implements pointer and
   # from_pointer; one with streams implements dlpack_stream and export_ready. The defaults share nothing.
   dlpack_device: Optional[tuple[int, int]] = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 import functools, hashlib, threading
 from collections import OrderedDict
-from typing import Hashable, Optional, Sequence
+from typing import Callable, Hashable, Optional, Sequence
 import numpy as np
 import pyopencl as cl
 from kc.backend import CompiledDevice, ImageDType, KcError, LRUAllocator, dtypes, int32_values, raw_buffers
@@ -12,6 +12,8 @@ from kc_opencl.platform import DeviceInfo
 from kc_opencl.renderer import OpenCLRenderer
 
 PROGRAMS_KEPT = 256  # loaded programs kept per device: a BEAM search loads many kernels, most used once
+SHAPES_KEPT = 64  # launch shapes remembered per kernel: a kernel with Variables may launch with a new one every call
+_START, _END = cl.profiling_info.START, cl.profiling_info.END
 
 
 class OpenCLAllocator(LRUAllocator):
@@ -26,6 +28,10 @@ class OpenCLAllocator(LRUAllocator):
     # refuses it first with a kc.AllocationError naming both sizes
     self.max_alloc = int(device.cl_device.max_mem_alloc_size)
     self.max_alloc_source = f"CL_DEVICE_MAX_MEM_ALLOC_SIZE of {device.info.name}"
+    # kernels address host memory (CL_DEVICE_HOST_UNIFIED_MEMORY): numpy arguments are wrapped in place (from_numpy)
+    self.host_memory = bool(device.cl_device.host_unified_memory)
+    self._maps_due = threading.local()  # per thread: the wrapped outputs its next launch maps (numpy_written)
+    self._mapped: dict[int, tuple] = {}  # id of a wrapped output: (it, its mapping), until the callback unmaps it
 
   def _alloc(self, nbytes: int, options: Optional[Hashable]):
     ctx = self.device.context
@@ -40,6 +46,56 @@ class OpenCLAllocator(LRUAllocator):
     return cl.Buffer(ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))  # OpenCL has no empty buffers
 
   def _free(self, opaque, nbytes: int, options: Optional[Hashable]): opaque.release()
+
+  def from_numpy(self, arr: np.ndarray) -> Optional[cl.Buffer]:
+    """A cl.Buffer over `arr`'s own memory (CL_MEM_USE_HOST_PTR) on a device whose memory is the host's
+    (CL_DEVICE_HOST_UNIFIED_MEMORY: PoCL's CPU device), so that a numpy argument is neither copied in nor back; None
+    elsewhere, and for what a buffer cannot wrap (empty, not C-contiguous, an address not a multiple of its elements),
+    which the caller copies. PoCL runs kernels on the host pointer itself at any such address; a driver that cannot
+    copies behind the buffer, and the map after the launch (numpy_written) copies back: correct either way."""
+    if not self.host_memory or not 0 < arr.nbytes <= self.max_alloc: return None
+    flags = arr.flags
+    if not (flags.c_contiguous and flags.aligned): return None
+    # a read-only array is only ever an input
+    access = cl.mem_flags.READ_WRITE if flags.writeable else cl.mem_flags.READ_ONLY
+    return cl.Buffer(self.device.context, access | cl.mem_flags.USE_HOST_PTR, hostbuf=arr)
+
+  def numpy_written(self, opaque: cl.Buffer) -> Callable[[], None]:
+    """OpenCL makes a kernel's writes into a CL_MEM_USE_HOST_PTR buffer visible in the host memory only once the buffer
+    is mapped (on a unified-memory device the map returns the host pointer and copies nothing). The launch that
+    writes it enqueues the map right after the kernel and waits for both at once (take_maps); the callback returned
+    unmaps it then, or maps it first where no launch did."""
+    self._pending().append(opaque)
+    def synchronize():
+      buf, mapped = self._mapped.pop(id(opaque), (None, None))
+      if buf is not opaque: mapped = self._map(opaque, blocking=True)[0]  # no launch mapped it
+      mapped.base.release()  # the unmap: the memory object's release waits for it
+    return synchronize
+
+  def _pending(self) -> list:
+    """This thread's buffers that numpy_written registered for the next launch to map."""
+    if (pending := getattr(self._maps_due, "buffers", None)) is None: pending = self._maps_due.buffers = []
+    return pending
+
+  def _map(self, buf: cl.Buffer, blocking: bool) -> tuple[np.ndarray, cl.Event]:
+    queue, whole = self.device.queue, (buf.size,)
+    return cl.enqueue_map_buffer(queue, buf, cl.map_flags.READ, 0, whole, np.uint8, is_blocking=blocking)
+
+  def take_maps(self, handles: list) -> list[cl.Buffer]:
+    """The buffers among `handles` that numpy_written registered, which the launch maps after its kernel. The
+    registrations of this thread are cleared either way: a call that failed before its launch leaves none behind."""
+    if not (pending := getattr(self._maps_due, "buffers", None)): return []
+    due = [h for h in handles if any(h is p for p in pending)]
+    pending.clear()
+    return due
+
+  def enqueue_maps(self, bufs: list[cl.Buffer]) -> cl.Event:
+    """Map `bufs` after what is queued (the kernel); the last map's event, done once all of them are."""
+    event = None
+    for buf in bufs:
+      mapped, event = self._map(buf, blocking=False)
+      self._mapped[id(buf)] = (buf, mapped)
+    return event
 
   def _image_region(self, img) -> dict:
     return {"origin": (0, 0), "region": (img.get_image_info(cl.image_info.WIDTH), img.get_image_info(cl.image_info.HEIGHT))}
@@ -74,28 +130,59 @@ class OpenCLProgram:
     except cl.Error as e: raise KcError(f"the OpenCL program has no kernel named {name!r}: {e}") from None
     self.num_args = int(self.kernel.get_info(cl.kernel_info.NUM_ARGS))
     self._lock = threading.Lock()  # set_args and enqueue must not interleave between threads
+    self._allocator: OpenCLAllocator = device.allocator
+    self._bound: tuple = ()  # the memory objects the kernel's arguments are set to, in order
+    self._values: list[int] = []  # and the variable values after them
+    self._shapes: dict[tuple, tuple] = {}  # (global_size, local_size) as given: (NDRange, work-group), see _shape
 
   def __call__(self, *bufs, global_size: Optional[Sequence[int]] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> Optional[float]:
     if len(bufs) + len(vals) != self.num_args:
       raise KcError(f"kernel {self.name} takes {self.num_args} arguments, called with {len(bufs)} buffers and {len(vals)} variable values")
     handles = raw_buffers(bufs)
+    ndrange, local = self._shape(global_size, local_size)
+    if ndrange is None:  # an empty launch runs nothing; OpenCL would reject it
+      self._check_handles(handles)
+      return 0.0 if wait else None
+    values = int32_values(vals, self.name) if vals else []
+    with self._lock:
+      # a kernel keeps its arguments between launches: only changed ones are set again (a call with the same
+      # kc.Buffers sets none); the handles bound are held, so that identity cannot be a reused id
+      bound = self._bound
+      if len(handles) != len(bound) or any(h is not b for h, b in zip(handles, bound)) or values != self._values:
+        self._set_args(handles, values)
+      try: event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, ndrange, local)
+      except cl.Error as e:
+        raise KcError(f"launching {self.name} with {len(ndrange)}-d NDRange {ndrange} and work-group {local} failed: {e}") from None
+      # numpy outputs wrapped in place are mapped behind the kernel: one wait for both, not a second round trip
+      maps = self._allocator.take_maps(handles) if wait else []
+      done = self._allocator.enqueue_maps(maps) if maps else event
+    if not wait: return None
+    done.wait()
+    # get_profiling_info directly: event.profile's attribute lookup costs as much as the launch's own Python work
+    return (event.get_profiling_info(_END) - event.get_profiling_info(_START)) * 1e-9
+
+  def _check_handles(self, handles: list):
     for i, b in enumerate(handles):
       if not isinstance(b, cl.MemoryObject): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not OPENCL memory")
-    args = [*handles, *(np.int32(v) for v in int32_values(vals, self.name))]
+
+  def _set_args(self, handles: list, values: list[int]):
+    self._check_handles(handles)
+    self._bound, self._values = (), []  # what is bound is unknown until set_args succeeded
+    self.kernel.set_args(*handles, *(np.int32(v) for v in values))
+    self._bound, self._values = tuple(handles), values
+
+  def _shape(self, global_size, local_size) -> tuple[Optional[list[int]], Optional[list[int]]]:
+    """The NDRange and work-group of a launch (NDRange None: empty), checked and converted once per distinct pair."""
+    key = (None if global_size is None else tuple(global_size), None if local_size is None else tuple(local_size))
+    if (hit := self._shapes.get(key)) is not None: return hit
     groups = [int(g) for g in (global_size or (1, 1, 1))]
     local = None if local_size is None else [int(s) for s in local_size]
     if local is not None: self._check_work_group(local)
     ndrange = groups if local is None else [g * s for g, s in zip(groups, local)]
-    if 0 in ndrange: return 0.0 if wait else None  # an empty launch runs nothing; OpenCL would reject it
-    with self._lock:
-      self.kernel.set_args(*args)
-      try: event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, ndrange, local)
-      except cl.Error as e:
-        raise KcError(f"launching {self.name} with {len(ndrange)}-d NDRange {ndrange} and work-group {local} failed: {e}") from None
-    if not wait: return None
-    event.wait()
-    return (event.profile.end - event.profile.start) * 1e-9
+    shape = (None if 0 in ndrange else ndrange, local)
+    if len(self._shapes) < SHAPES_KEPT: self._shapes[key] = shape
+    return shape
 
   def _check_work_group(self, local: list[int]):
     info = self.device.info
