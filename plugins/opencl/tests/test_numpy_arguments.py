@@ -3,6 +3,7 @@ kernel is wrapped in place (CL_MEM_USE_HOST_PTR) and an output is mapped after t
 everything else (non-contiguous or misaligned arrays, an output sharing memory with an input, a device with memory of
 its own) is copied in and back as before. Either way the numbers are numpy's. Also the kc.Buffer call's launch:
 arguments set only when they change, Variables and launch shapes per call."""
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -179,6 +180,19 @@ def test_a_call_whose_later_argument_is_refused_leaves_no_map_behind():
   with pytest.raises(kc.KcError, match="input 2"): k(out, values(N, dtypes.float32), np.zeros(N, np.int32))
   k(np.zeros(N, np.float32), values(N, dtypes.float32), values(N, dtypes.float32))
   assert not allocator._maps_due.buffers and not allocator._mapped
+
+
+def test_threads_calling_one_kernel_with_their_own_arrays_each_get_their_sums():
+  k = add_kernel()
+  def work(seed: int) -> bool:
+    ok = True
+    for i in range(40):
+      x, y, out = values(N, dtypes.float32, seed * 100 + i), values(N, dtypes.float32, seed), np.zeros(N, np.float32)
+      k(out, x, y)
+      ok &= np.array_equal(out, x + y)
+    return ok
+  with ThreadPoolExecutor(4) as pool: assert all(pool.map(work, range(4)))
+  assert not kc.Device["OPENCL"].allocator._mapped
 
 
 ALL_DTYPES = [dtypes.float32, dtypes.int32, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.float16]
