@@ -170,7 +170,10 @@ class OpenCLProgram:
     self._check_handles(handles)
     self._bound, self._values = (), []  # what is bound is unknown until set_args succeeded
     self.kernel.set_args(*handles, *(np.int32(v) for v in values))
-    self._bound, self._values = tuple(handles), values
+    # a caller's numpy array wrapped in place (CL_MEM_USE_HOST_PTR) is not held past its call: the next call sets
+    # the arguments again rather than keep the caller's memory alive until then
+    wraps = any(isinstance(h, cl.Buffer) and h.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR for h in handles)
+    self._bound, self._values = (() if wraps else tuple(handles)), values
 
   def _shape(self, global_size, local_size) -> tuple[Optional[list[int]], Optional[list[int]]]:
     """The NDRange and work-group of a launch (NDRange None: empty), checked and converted once per distinct pair."""

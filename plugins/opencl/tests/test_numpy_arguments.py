@@ -257,3 +257,15 @@ def test_the_call_reports_the_kernels_time():
 def test_an_empty_launch_still_refuses_foreign_handles():
   k = add_kernel()
   with pytest.raises(KcError, match="not OPENCL memory"): k._handle(np.zeros(N, np.float32), 1, 2, global_size=(0, 1, 1), wait=True)
+
+
+def test_a_kernel_does_not_keep_a_callers_array_alive():
+  import gc, weakref
+  k = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (64,)) * 2)), device="OPENCL")
+  x, out = np.ones(64, np.float32), np.zeros(64, np.float32)
+  k(out, x)
+  np.testing.assert_array_equal(out, 2 * x)
+  gone = weakref.ref(x)
+  del x
+  gc.collect()
+  assert gone() is None  # the wrapped buffer bound to the kernel's argument did not outlive the call
