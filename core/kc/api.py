@@ -25,9 +25,9 @@ OptsArg = Union[str, Opt, Sequence[Opt], None]
 class CompiledKernel:
   """A kernel compiled for one device. Call it with its buffers in buffer-index order (numpy arrays or kc.Buffers)
   and its Variables by name; each argument is checked against the kernel's declared shape and dtype (see
-  kc.runtime.arguments). Numpy outputs are written in place: on a host-memory device a C-contiguous, aligned array is used
-  as the buffer itself, elsewhere it is copied in and back. Returns the kernel's run time in seconds (0.0 when
-  the call writes no element: nothing is launched)."""
+  kc.runtime.arguments). Numpy outputs are written in place: where the device's memory is the host's (its allocator's
+  from_numpy lends the array) a C-contiguous, aligned array is used as the buffer itself, elsewhere it is copied in
+  and back. Returns the kernel's run time in seconds (0.0 when the call writes no element: nothing is launched)."""
 
   def __init__(self, ast: UOp, kernel: Kernel, program: Program, device: str, handle):
     self.ast, self.kernel, self.program, self.device, self._handle = ast, kernel, program, device, handle
