@@ -35,6 +35,7 @@ VECTOR_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.FDIV
 # the updates of an accumulator that stay lane by lane on a vector accumulator (MAX is a WHERE by now in C)
 _ACC_UPDATES = frozenset({Ops.ADD, Ops.MUL})
 _FLOATS = frozenset({dtypes.float32, dtypes.float64})
+_NO_ACCS: frozenset[UOp] = frozenset()
 
 Lanes = tuple[UOp, ...]
 
@@ -47,6 +48,24 @@ class _Vectorizer:
   def __init__(self, rebuilt: dict[UOp, UOp], functions: frozenset = frozenset()):
     self.rebuilt, self.functions = rebuilt, functions
     self.built: dict[Lanes, tuple[UOp, bool]] = {}
+    self.accs_under: dict[UOp, frozenset[UOp]] = {}
+
+  def accs_in(self, x: UOp) -> frozenset[UOp]:
+    """The DEFINE_ACCs `x` depends on (itself included), remembered per UOp: every lane asks this of its update value,
+    and the lanes' values share most of their subgraphs (index math, loads), so one walk answers all of them where a
+    toposort per lane would walk each value's whole subgraph again. Iterative: a value may be deeper than the stack."""
+    memo, stack = self.accs_under, [x]
+    while stack:
+      node = stack[-1]
+      if node in memo: stack.pop(); continue
+      if missing := [s for s in node.src if s not in memo]:
+        stack.extend(missing)
+        continue
+      stack.pop()
+      below = {memo[s] for s in node.src} - {_NO_ACCS}
+      accs = next(iter(below)) if len(below) == 1 else frozenset().union(*below) if below else _NO_ACCS
+      memo[node] = accs | {node} if node.op is Ops.DEFINE_ACC else accs
+    return memo[x]
 
   def vector(self, lanes: Lanes) -> UOp: return self.build(lanes)[0]
 
@@ -95,7 +114,7 @@ class _Vectorizer:
     for x, acc in zip(lanes, accs):
       u = x.src[1]
       if x.op is not Ops.ASSIGN or acc.op is not Ops.DEFINE_ACC or acc.dtype != first.dtype or acc.src[1:] != first.src[1:] \
-         or acc.src[0] is not first.src[0] or u.op is not upd.op or u.dtype != first.dtype or u.src[0] is not acc or acc in u.src[1].toposort:
+         or acc.src[0] is not first.src[0] or u.op is not upd.op or u.dtype != first.dtype or u.src[0] is not acc or acc in self.accs_in(u.src[1]):
         return None
     if accs in self.built: return None  # these accumulators are a vector already, updated elsewhere: no second update
     vdt = first.dtype.vec(len(lanes))
