@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes
-from kc.api import plain_arrays
+from kc.api import plain_arrays, plain_buffers
 
 M, K = 6, 4
 
@@ -116,3 +116,70 @@ def test_an_output_that_is_also_an_input_is_not_written_in_place():
   b = np.arange(64, dtype=np.float32).reshape(8, 8)
   t(b, b[:, :].view())  # a view of the same memory, not the same object
   np.testing.assert_array_equal(b, want)
+
+
+# ***** kc.Buffers (plain_buffers): every device, kernels and programs of several kernels *****
+
+BUFFER_KINDS = ["exact", "larger", "smaller", "float64", "other_device", "view_aligned", "view_odd", "unallocated", "foreign", "numpy"]
+
+
+def buffer_variant(kind: str, base: np.ndarray, device: str):
+  """A kc.Buffer (or not) derived from the right array `base`, in one of the ways a caller may pass one."""
+  flat = np.ascontiguousarray(base, np.float32).reshape(-1)
+  def filled(dev, n, dt=dtypes.float32, values=flat):
+    return kc.Buffer(dev, n, dt).allocate().copyin(np.resize(values, n).astype(dt.np))
+  if kind == "exact": return filled(device, flat.size)
+  if kind == "larger": return filled(device, flat.size + 3)
+  if kind == "smaller": return filled(device, flat.size - 1)
+  if kind == "float64": return filled(device, flat.size, dtypes.float64)
+  if kind == "other_device": return filled("EMU" if device != "EMU" else "CLANG", flat.size)
+  if kind in ("view_aligned", "view_odd"):  # a view of a larger Buffer, 16 floats or 1 float in
+    skip = 16 if kind == "view_aligned" else 1
+    raw = filled(device, flat.size + skip, values=np.concatenate([np.zeros(skip, np.float32), flat]))
+    return raw.view(flat.size, dtypes.float32, 4 * skip).allocate()
+  if kind == "unallocated": return kc.Buffer(device, flat.size, dtypes.float32)
+  if kind == "foreign": return kc.from_dlpack(flat.copy(), device=device) if device in ("CLANG", "EMU") else filled(device, flat.size)
+  if kind == "numpy": return flat.reshape(base.shape).copy()
+  raise AssertionError(kind)
+
+
+def buffer_outcome(kernel, args):
+  try: kernel(*args)
+  except kc.KcError as e: return ("error", type(e).__name__, str(e))
+  out = args[0]
+  if isinstance(out, kc.Buffer):
+    if not out.is_allocated(): return ("ok", "unallocated")
+    host = np.empty(out.size, out.dtype.np)
+    out.copyout(memoryview(host).cast("B"))
+    return ("ok", host.tolist())
+  return ("ok", np.asarray(out).tolist())
+
+
+@pytest.fixture(scope="module", params=["CLANG", "EMU", "program"])
+def buffer_kernel(request):
+  if request.param == "program":  # several kernels: a row's softmax-like normalisation
+    x = A.arg(1, dtypes.float32, (M, K)) * 2.0 + A.arg(2, dtypes.float32, (K,)).reshape(1, K).expand(M, K)
+    return kc.compile(A.sink(A.store(0, x / x.sum(axis=1, keepdims=True))), device="CLANG")
+  return kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (M, K)) * 2.0 + A.arg(2, dtypes.float32, (K,)).reshape(1, K).expand(M, K))),
+                    device=request.param)
+
+
+# an unallocated Buffer as an input holds whatever its memory held: only outputs are drawn unallocated
+INPUT_KINDS = [k for k in BUFFER_KINDS if k != "unallocated"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(BUFFER_KINDS), st.sampled_from(INPUT_KINDS), st.sampled_from(INPUT_KINDS))
+def test_the_buffer_fast_path_answers_every_call_as_the_general_path(buffer_kernel, out_kind, a_kind, b_kind):
+  exact = [buffer_variant("exact", np.zeros(shape, np.float32), buffer_kernel.device) for shape in ((M, K), (M, K), (K,))]
+  assert plain_buffers(tuple(exact), buffer_kernel._fast_buffers, buffer_kernel.device)  # the fast path is there to take
+  rng = np.random.default_rng(0)
+  bases = [np.zeros((M, K), np.float32), rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal(K).astype(np.float32) + 5]
+  answers = []
+  for fast in (True, False):
+    args = [buffer_variant(kind, base, buffer_kernel.device) for kind, base in zip((out_kind, a_kind, b_kind), bases)]
+    saved = buffer_kernel._fast_buffers
+    if not fast: buffer_kernel._fast_buffers = None
+    try: answers.append(buffer_outcome(buffer_kernel, args))
+    finally: buffer_kernel._fast_buffers = saved
+  assert answers[0] == answers[1]

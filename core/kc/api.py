@@ -44,8 +44,16 @@ class CompiledKernel:
     # the launch takes buffers in the program's order; most programs use index order, which needs no reordering
     self._order = None if list(program.globals) == list(range(len(self.specs))) else tuple(program.globals)
     self._fast = self._plain_call(handle)
+    self._fast_buffers = self._buffer_call()
 
   _fast: Optional[tuple] = None  # (the program's launch_arrays, per buffer (numpy dtype, shape, output)); see _plain_call
+  _fast_buffers: Optional[tuple] = None  # per buffer (dtype, elements, alignment); see _buffer_call
+
+  def _buffer_call(self) -> Optional[tuple]:
+    """The kc.Buffer call's fast path: for a kernel without Variables, a call whose arguments are all kc.Buffers that
+    pass the checks (plain_buffers) is launched with them as they are, skipping the general path's conversions."""
+    if not self._static or self._empty: return None
+    return tuple((s.dtype, s.elements, s.alignment) for s in self.specs)
 
   def _plain_call(self, handle) -> Optional[tuple]:
     """The plain call's fast path, where there is one: a kernel without Variables, on a program that takes numpy arrays
@@ -69,6 +77,10 @@ class CompiledKernel:
     None: the device's own. The call returns when the kernel finished, either way."""
     if (fast := self._fast) is not None and stream is None and not var_vals and plain_arrays(args, fast[1]):
       seconds = fast[0](args)
+      if debug_level() >= 2: self._report(seconds, {})
+      return seconds
+    if (wants := self._fast_buffers) is not None and stream is None and not var_vals and plain_buffers(args, wants, self.device):
+      seconds = self._launch(list(args), {}, *self.launch_dims({}))
       if debug_level() >= 2: self._report(seconds, {})
       return seconds
     specs = self.specs
@@ -146,6 +158,18 @@ def plain_arrays(args: tuple, wants: tuple) -> bool:
   return True
 
 
+def plain_buffers(args: tuple, wants: tuple, device: str) -> bool:
+  """Whether a call's arguments are all kc.Buffers that the general path would take as they are: each of its buffer's
+  dtype, on the kernel's device, allocated (or allocatable) with at least the elements the kernel reaches, at an offset
+  its vector accesses allow, and not over another framework's memory (whose address the general path checks)."""
+  if len(args) != len(wants): return False
+  for a, (dt, elements, alignment) in zip(args, wants):
+    if type(a) is not Buffer or (a.dtype is not dt and a.dtype != dt) or a.device != device or a.size < elements: return False
+    if a.offset % alignment or getattr(a.base, "_foreign", False): return False
+  for a in args: a.allocate()  # as the general path's handle does: a Buffer not yet allocated is allocated now
+  return True
+
+
 class CompiledProgram(CompiledKernel):
   """A program of several kernels (kc.schedule.Schedule) compiled for one device, called exactly as a CompiledKernel:
   the program's buffers in buffer-index order (numpy arrays, kc.Buffers or DLPack producers) and its Variables by
@@ -166,6 +190,7 @@ class CompiledProgram(CompiledKernel):
     self._static = not self.vars
     self._dims, self._order = None, None
     self._empty = self._static and all(s.elements_at({}) == 0 for s in self._outputs)
+    self._fast_buffers = self._buffer_call()
     arena = Buffer(device, plan.peak_bytes, dtypes.uint8).allocate() if plan.peak_bytes else None
     self._temps = [Buffer(device, t.size, t.dtype, base=arena, offset=t.offset).allocate() for t in plan.temps]
     if debug_level() >= 2:
