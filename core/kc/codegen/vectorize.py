@@ -62,8 +62,8 @@ class _Vectorizer:
         stack.extend(missing)
         continue
       stack.pop()
-      below = {memo[s] for s in node.src} - {_NO_ACCS}
-      accs = next(iter(below)) if len(below) == 1 else frozenset().union(*below) if below else _NO_ACCS
+      below = [a for s in node.src if (a := memo[s]) is not _NO_ACCS]
+      accs = below[0] if len(below) == 1 else frozenset().union(*below) if below else _NO_ACCS
       memo[node] = accs | {node} if node.op is Ops.DEFINE_ACC else accs
     return memo[x]
 
@@ -156,8 +156,9 @@ def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, 
   leaves in order: accumulators of one op over the same loops, which no vector of `in_vectors`' lanes holds."""
   found: dict[UOp, tuple[UOp, ...]] = {}
   inside: set[UOp] = set()
+  leaf_counts = _tree_leaf_counts(topo, widths)
   for u in reversed(topo):  # a combine's root before its subtrees: the largest combine wins
-    if u in inside or u.op not in _ACC_UPDATES or u.dtype not in _FLOATS: continue
+    if u in inside or u.op not in _ACC_UPDATES or u.dtype not in _FLOATS or leaf_counts[u] not in widths(u.dtype): continue
     leaves, inner, stack = [], [], [u]
     while stack:
       x = stack.pop()
@@ -170,3 +171,16 @@ def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, 
       found[u] = tuple(leaves)
       inside.update(inner)
   return found
+
+
+def _tree_leaf_counts(topo: list[UOp], widths: Callable[[DType], tuple[int, ...]]) -> dict[UOp, int]:
+  """For each float ADD or MUL: how many leaves its tree of the same op and dtype has (a shared subtree counted each
+  time it is reached, as the walk over the tree reaches it), capped above the widest declared width. Counted
+  sources first in one pass, so only trees of a declared width are walked: walking every subtree of a long chain
+  (a conv's unrolled sum) to count its leaves would take time quadratic in the chain's length."""
+  counts: dict[UOp, int] = {}
+  for u in topo:
+    if u.op not in _ACC_UPDATES or u.dtype not in _FLOATS: continue
+    cap = max(widths(u.dtype), default=0) + 1
+    counts[u] = min(cap, sum(counts[x] if x.op is u.op and x.dtype == u.dtype else 1 for x in u.src))
+  return counts
