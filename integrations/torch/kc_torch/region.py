@@ -75,13 +75,16 @@ class KcRegion(torch.nn.Module):
   def __init__(self, gm: torch.fx.GraphModule, options: Options, graph_name: str):
     super().__init__()
     self.gm, self.options, self.graph_name = gm, options, graph_name
+    # the device is decided when the region is made, as torch.compile's options are: kc.Device.DEFAULT asks every
+    # plugin whether it can open, which cost a call tens of microseconds
+    self.device = options.device_name
     self.code = gm.code
     self._eager: set[Any] = set()
     out = next(n for n in gm.graph.nodes if n.op == "output")
     self._tuple_out = isinstance(out.args[0], (tuple, list))
 
   def forward(self, *args):
-    key = (self.code, self.options.device_name, self.options.opts, tuple(_input_key(a) for a in args))
+    key = (self.code, self.device, self.options.opts, tuple(_input_key(a) for a in args))
     if key in self._eager: return self.gm(*args)
     plan = self._programs.get(key)
     if plan is None:
@@ -138,7 +141,7 @@ class KcRegion(torch.nn.Module):
       index_of = {i: k for k, i in enumerate(used)}
       env = self._values(args, index_of, n_out)
       stores, outputs = self._stores(env, distinct)
-    program = kc.compile(A.sink(*stores), device=self.options.device_name, opts=self.options.opts)
+    program = kc.compile(A.sink(*stores), device=self.device, opts=self.options.opts)
     inputs = tuple((memory_order(tuple(x.shape), x.stride()) if x.dim() else ()) if isinstance(x, torch.Tensor) else None
                    for x in args)
     return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results))
