@@ -531,9 +531,13 @@ class Lowering:
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
     of an upcast axis that reduce the same values share it."""
-    acc_id = self.acc_ids.setdefault((op, value, tuple(ranges)), len(self.acc_ids))
-    acc = UOp(Ops.DEFINE_ACC, dtype, (UOp.const(dtype, identity_element(op, dtype)), *ranges), (acc_id,))
-    return UOp(Ops.ASSIGN, dtype, (acc, acc.alu(op, value)))
+    # the same value is accumulated once per lane that reduces it (a row's max, read by every lane of the row): the
+    # update is built once, since a float identity constant alone costs its conversion each time it is made
+    if (ret := self.memo.get(key := ("acc", op, dtype, value, tuple(ranges)))) is None:
+      acc_id = self.acc_ids.setdefault((op, value, tuple(ranges)), len(self.acc_ids))
+      acc = UOp(Ops.DEFINE_ACC, dtype, (UOp.const(dtype, identity_element(op, dtype)), *ranges), (acc_id,))
+      ret = self.memo[key] = UOp(Ops.ASSIGN, dtype, (acc, acc.alu(op, value)))
+    return ret
 
   def lower_wmma_reduce(self, u: UOp, expand: UOp, inners: list[Env], env: Env, ranges: list[UOp]) -> UOp:
     """sum over loops of a tensor-core product: one accumulator per output lane, fed back as the WMMA's C. `inners`:
