@@ -3,7 +3,7 @@ an entry keyed too coarsely (by op, dtype or arg instead of the UOp itself) woul
 from hypothesis import given, settings, strategies as st
 from kc.ir.dtype import dtypes
 from kc.ir.uop import Ops, UOp
-from kc.codegen.vectorize import _Vectorizer, _tree_leaf_counts
+from kc.codegen.vectorize import _Vectorizer, _accumulator_trees
 
 
 def _accumulators(n: int) -> list[UOp]:
@@ -34,22 +34,28 @@ def test_accumulators_under_a_deep_chain_need_no_deep_stack():
   assert _Vectorizer({}).accs_in(x) == {acc}
 
 
-def _walked_leaves(u: UOp) -> int:
-  """The leaves of u's tree of its own op and dtype, counted by walking it (a shared subtree each time it is reached:
-  at most 2**14 leaves for the graphs below)."""
-  return sum(_walked_leaves(x) if x.op is u.op and x.dtype == u.dtype else 1 for x in u.src)
+def _walked_leaves(u: UOp) -> list[UOp]:
+  """The leaves of u's tree of its own op and dtype, by walking it (a shared subtree each time it is reached: at
+  most 2**14 leaves for the graphs below)."""
+  return [y for x in u.src for y in (_walked_leaves(x) if x.op is u.op and x.dtype == u.dtype else [x])]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(steps.filter(lambda r: len(r) <= 14), st.sampled_from([(), (2,), (8, 4, 2), (16, 8, 4, 2)]))
-def test_tree_leaf_counts_match_a_walk_of_each_tree(recipe, declared):
-  nodes = [*_accumulators(2), UOp.const(dtypes.float32, 1.5), UOp.const(dtypes.float64, 2.0)]
+def test_accumulator_trees_match_a_walk_of_each_tree(recipe, declared):
+  accs = _accumulators(4)
+  one = UOp.const(dtypes.float32, 1.5)
+  # updates of accumulators by ADD and by MUL, a float64 value and a plain constant: leaves of every kind
+  nodes = [UOp(Ops.ASSIGN, dtypes.float32, (a, UOp(op, dtypes.float32, (a, one))))
+           for a, op in zip(accs, (Ops.ADD, Ops.ADD, Ops.MUL, Ops.ADD))] + [one, UOp.const(dtypes.float64, 2.0)]
   for op, a, b in recipe:
     x, y = nodes[a % len(nodes)], nodes[b % len(nodes)]
     if x.dtype != y.dtype: y = UOp(Ops.CAST, x.dtype, (y,))
     nodes.append(UOp(op, x.dtype, (x, y)))
   topo = list(UOp(Ops.SINK, dtypes.void, tuple(nodes)).toposort)
-  counts = _tree_leaf_counts(topo, lambda dt: declared)
+  found = _accumulator_trees(topo, lambda dt: declared)
   for u in topo:
-    if u.op in (Ops.ADD, Ops.MUL):
-      assert counts[u] == min(_walked_leaves(u), max(declared, default=0) + 1)
+    if u.op not in (Ops.ADD, Ops.MUL): continue
+    leaves = _walked_leaves(u)
+    updates = all(x.op is Ops.ASSIGN and x.src[0].op is Ops.DEFINE_ACC and x.src[1].op is u.op for x in leaves)
+    assert (u in found) == (len(leaves) in declared and updates)

@@ -156,9 +156,9 @@ def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, 
   leaves in order: accumulators of one op over the same loops, which no vector of `in_vectors`' lanes holds."""
   found: dict[UOp, tuple[UOp, ...]] = {}
   inside: set[UOp] = set()
-  leaf_counts = _tree_leaf_counts(topo, widths)
+  candidates = _accumulator_trees(topo, widths)
   for u in reversed(topo):  # a combine's root before its subtrees: the largest combine wins
-    if u in inside or u.op not in _ACC_UPDATES or u.dtype not in _FLOATS or leaf_counts[u] not in widths(u.dtype): continue
+    if u in inside or u not in candidates: continue
     leaves, inner, stack = [], [], [u]
     while stack:
       x = stack.pop()
@@ -173,14 +173,22 @@ def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, 
   return found
 
 
-def _tree_leaf_counts(topo: list[UOp], widths: Callable[[DType], tuple[int, ...]]) -> dict[UOp, int]:
-  """For each float ADD or MUL: how many leaves its tree of the same op and dtype has (a shared subtree counted each
-  time it is reached, as the walk over the tree reaches it), capped above the widest declared width. Counted
-  sources first in one pass, so only trees of a declared width are walked: walking every subtree of a long chain
-  (a conv's unrolled sum) to count its leaves would take time quadratic in the chain's length."""
-  counts: dict[UOp, int] = {}
+def _accumulator_trees(topo: list[UOp], widths: Callable[[DType], tuple[int, ...]]) -> set[UOp]:
+  """The float ADDs and MULs whose tree of the same op and dtype has a declared width's number of leaves (a shared
+  subtree counted each time the walk over the tree reaches it), every leaf an update of an accumulator by that op.
+  Found for every node in one pass, sources first: walking every subtree of a long chain (a conv's unrolled sum) to
+  find its leaves would take time quadratic in the chain's length, for trees that are almost never combines."""
+  counts: dict[UOp, int] = {}  # leaves, capped above the widest width; 0 where a leaf is no accumulator update
   for u in topo:
     if u.op not in _ACC_UPDATES or u.dtype not in _FLOATS: continue
-    cap = max(widths(u.dtype), default=0) + 1
-    counts[u] = min(cap, sum(counts[x] if x.op is u.op and x.dtype == u.dtype else 1 for x in u.src))
-  return counts
+    cap, n = max(widths(u.dtype), default=0) + 1, 0
+    for x in u.src:
+      if x.op is u.op and x.dtype == u.dtype: k = counts[x]
+      else: k = 1 if x.op is Ops.ASSIGN and x.src[0].op is Ops.DEFINE_ACC and x.src[1].op is u.op else 0
+      if k == 0: break
+      n += k
+    else:
+      counts[u] = min(cap, n)
+      continue
+    counts[u] = 0
+  return {u for u, n in counts.items() if n in widths(u.dtype)}
