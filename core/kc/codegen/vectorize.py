@@ -45,27 +45,9 @@ class _Vectorizer:
   to its rebuilt version (the walk fills it sources first); `built` remembers each set of lanes, so lanes shared by
   two vectors (an accumulator read by its update and by the store after the loop) become one vector."""
 
-  def __init__(self, rebuilt: dict[UOp, UOp], functions: frozenset = frozenset()):
-    self.rebuilt, self.functions = rebuilt, functions
+  def __init__(self, rebuilt: dict[UOp, UOp], accs_under: dict[UOp, frozenset[UOp]], functions: frozenset = frozenset()):
+    self.rebuilt, self.accs_under, self.functions = rebuilt, accs_under, functions
     self.built: dict[Lanes, tuple[UOp, bool]] = {}
-    self.accs_under: dict[UOp, frozenset[UOp]] = {}
-
-  def accs_in(self, x: UOp) -> frozenset[UOp]:
-    """The DEFINE_ACCs `x` depends on (itself included), remembered per UOp: every lane asks this of its update value,
-    and the lanes' values share most of their subgraphs (index math, loads), so one walk answers all of them where a
-    toposort per lane would walk each value's whole subgraph again. Iterative: a value may be deeper than the stack."""
-    memo, stack = self.accs_under, [x]
-    while stack:
-      node = stack[-1]
-      if node in memo: stack.pop(); continue
-      if missing := [s for s in node.src if s not in memo]:
-        stack.extend(missing)
-        continue
-      stack.pop()
-      below = [a for s in node.src if (a := memo[s]) is not _NO_ACCS]
-      accs = below[0] if len(below) == 1 else frozenset().union(*below) if below else _NO_ACCS
-      memo[node] = accs | {node} if node.op is Ops.DEFINE_ACC else accs
-    return memo[x]
 
   def vector(self, lanes: Lanes) -> UOp: return self.build(lanes)[0]
 
@@ -114,7 +96,7 @@ class _Vectorizer:
     for x, acc in zip(lanes, accs):
       u = x.src[1]
       if x.op is not Ops.ASSIGN or acc.op is not Ops.DEFINE_ACC or acc.dtype != first.dtype or acc.src[1:] != first.src[1:] \
-         or acc.src[0] is not first.src[0] or u.op is not upd.op or u.dtype != first.dtype or u.src[0] is not acc or acc in self.accs_in(u.src[1]):
+         or acc.src[0] is not first.src[0] or u.op is not upd.op or u.dtype != first.dtype or u.src[0] is not acc or acc in self.accs_under[u.src[1]]:
         return None
     if accs in self.built: return None  # these accumulators are a vector already, updated elsewhere: no second update
     vdt = first.dtype.vec(len(lanes))
@@ -123,6 +105,18 @@ class _Vectorizer:
     self.built[accs] = (vacc, True)
     value = self.vector(tuple(x.src[1].src[1] for x in lanes))
     return UOp(Ops.ASSIGN, vdt, (vacc, UOp(upd.op, vdt, (vacc, value))))
+
+
+def accumulators_under(topo) -> dict[UOp, frozenset[UOp]]:
+  """The DEFINE_ACCs each UOp of `topo` (sources first) depends on, itself included, in one pass: every lane asks
+  whether its update value reads its own accumulator, and the lanes' values share most of their subgraphs (index
+  math, loads), so one pass answers all of them where a toposort per lane would walk each value's subgraph again."""
+  under: dict[UOp, frozenset[UOp]] = {}
+  for u in topo:
+    below = [a for s in u.src if (a := under[s]) is not _NO_ACCS]
+    accs = below[0] if len(below) == 1 else frozenset().union(*below) if below else _NO_ACCS
+    under[u] = accs | {u} if u.op is Ops.DEFINE_ACC else accs
+  return under
 
 
 def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
@@ -140,7 +134,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src})
   if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
-  vz = _Vectorizer(rebuilt, functions)
+  vz = _Vectorizer(rebuilt, accumulators_under(topo), functions)
   for u in topo:
     if _vectorizable(u, widths): rebuilt[u] = vz.vector(u.src)
     elif u in combines and (acc := vz.vector(combines[u])).op is Ops.ASSIGN:
