@@ -269,6 +269,7 @@ class Lowering:
   depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> how many reduces its value depends on
   loop_kinds: dict = field(default_factory=dict)  # (depth, axes, the indices around) -> the kind of those loops
   memo: dict = field(default_factory=dict)
+  load_ignores: dict = field(default_factory=dict)  # LOAD -> the upcast axes its view neither walks nor masks
   acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
   launch_guard: Optional[UOp] = None  # false on launch indices beyond the kernel's dims (see get_grouped_dims)
   idt: DType = dtypes.int32  # the dtype of index arithmetic (index_dtype)
@@ -340,8 +341,11 @@ class Lowering:
   # ***** the lowering *****
 
   def lower(self, u: UOp, env: Env) -> UOp:
-    # a load is the same for every lane of an upcast axis its view does not walk: one key for all of them
-    if u.op is Ops.LOAD: env = self.with_axes(env, {a: 0 for a in self.view_ignores(st_arg(u)) if env[a].op is Ops.CONST and env[a].arg != 0})
+    # a load is the same for every lane of an upcast axis its view does not walk: one key for all of them. The axes
+    # are remembered per LOAD: every lane's lowering asks, and a ShapeTracker key costs a hash of its views each time
+    if u.op is Ops.LOAD:
+      if (ignored := self.load_ignores.get(u)) is None: ignored = self.load_ignores[u] = self.view_ignores(st_arg(u))
+      if ignored: env = self.with_axes(env, {a: 0 for a in ignored if env[a].op is Ops.CONST and env[a].arg != 0})
     key = (u, env)
     if (ret := self.memo.get(key)) is None:
       ret = self.memo[key] = self._lower(u, env)
