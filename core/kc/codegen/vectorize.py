@@ -130,13 +130,13 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
   dialect also computes on float32 vectors (Renderer.vector_functions)."""
   topo = sink.toposort
-  vectors = [u for u in topo if _vectorizable(u, widths)]
+  vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths)}  # in order, asked again below
   combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src})
   if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
   vz = _Vectorizer(rebuilt, accumulators_under(topo), functions)
   for u in topo:
-    if _vectorizable(u, widths): rebuilt[u] = vz.vector(u.src)
+    if u in vectors: rebuilt[u] = vz.vector(u.src)
     elif u in combines and (acc := vz.vector(combines[u])).op is Ops.ASSIGN:
       rebuilt[u] = pairwise(u.op, [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(acc.dtype.count)])
     else:
@@ -173,9 +173,11 @@ def _accumulator_trees(topo: list[UOp], widths: Callable[[DType], tuple[int, ...
   Found for every node in one pass, sources first: walking every subtree of a long chain (a conv's unrolled sum) to
   find its leaves would take time quadratic in the chain's length, for trees that are almost never combines."""
   counts: dict[UOp, int] = {}  # leaves, capped above the widest width; 0 where a leaf is no accumulator update
+  caps: dict[DType, int] = {}  # per dtype: one above its widest width (asked only of the dtypes the graph has)
   for u in topo:
     if u.op not in _ACC_UPDATES or u.dtype not in _FLOATS: continue
-    cap, n = max(widths(u.dtype), default=0) + 1, 0
+    if (cap := caps.get(u.dtype)) is None: cap = caps[u.dtype] = max(widths(u.dtype), default=0) + 1
+    n = 0
     for x in u.src:
       if x.op is u.op and x.dtype == u.dtype: k = counts[x]
       else: k = 1 if x.op is Ops.ASSIGN and x.src[0].op is Ops.DEFINE_ACC and x.src[1].op is u.op else 0
