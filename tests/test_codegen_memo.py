@@ -1,6 +1,13 @@
-"""The memo tables codegen keeps for speed answer exactly what the uncached computation would, for every UOp asked:
-an entry keyed too coarsely (by op, dtype or arg instead of the UOp itself) would hand one node's answer to another."""
+"""What codegen does for speed changes no answer: its memo tables give exactly what the uncached computation would,
+for every UOp asked (an entry keyed too coarsely, by op, dtype or arg instead of the UOp itself, would hand one node's
+answer to another), and the graphs a pass is done with are freed as soon as it returns."""
+import gc, weakref
+import pytest
 from hypothesis import given, settings, strategies as st
+from kc import ast as A
+from kc.kernel import Kernel
+from kc.codegen.graph import rewrite_lowered
+from kc.codegen.lower import lower
 from kc.ir.dtype import dtypes
 from kc.ir.uop import Ops, UOp
 from kc.codegen.vectorize import _accumulator_trees, accumulators_under
@@ -50,3 +57,25 @@ def test_accumulator_trees_match_a_walk_of_each_tree(recipe, declared):
     leaves = _walked_leaves(u)
     updates = all(x.op is Ops.ASSIGN and x.src[0].op is Ops.DEFINE_ACC and x.src[1].op is u.op for x in leaves)
     assert (u in found) == (len(leaves) in declared and updates)
+
+
+def test_the_passes_leave_their_input_graphs_to_reference_counting():
+  # a cached toposort holds its sink (a reference cycle): a pass that cached one on the lowered graph kept tens of
+  # thousands of UOps alive until the cyclic collector found them, and every collection until then walked them
+  renderer = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)
+  renderer.float_lanes = 16
+  F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+  k = Kernel(A.sink(A.store(0, (F(1, 64, 64).reshape(64, 64, 1) * F(2, 64, 64).reshape(1, 64, 64)).sum(1))), renderer)
+  k.hand_coded_optimizations()
+  optimized = k.get_optimized_ast()
+  was_on = gc.isenabled()
+  gc.disable()
+  try:
+    lowered = lower(optimized, renderer)
+    alive = weakref.ref(lowered)
+    out = rewrite_lowered(lowered, renderer)
+    del lowered
+    assert alive() is None
+    assert any(u.op is Ops.DEFINE_ACC and u.dtype.count == 16 for u in out.toposort)  # the vector passes ran
+  finally:
+    if was_on: gc.enable()

@@ -12,7 +12,7 @@ from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.symbolic import split_sum, symbolic
 from kc.codegen.transcendental import transcendental_rules
-from kc.codegen.vectorize import vectorize_alu
+from kc.codegen.vectorize import passing_toposort, vectorize_alu
 from kc.ir.uop import Ops, UOp
 
 
@@ -109,7 +109,7 @@ def fold_vector_accesses(sink: UOp, renderer) -> UOp:
   in the widths renderer.vector_widths declares for their dtype (float4, else float2, by default); groups of such
   stores become one vector store (of the loaded vector itself when the values are its lanes in order: a copy). One
   walk over the graph rebuilds it with both."""
-  topo = sink.toposort
+  topo = passing_toposort(sink)
   load_groups, store_groups = _accesses(topo, _declared_widths(renderer))
   lane: dict[UOp, tuple[list[UOp], int]] = {}  # scalar load -> (its run, its lane)
   for (_, root, _, _, widths), by_off in load_groups.items():

@@ -40,6 +40,15 @@ _NO_ACCS: frozenset[UOp] = frozenset()
 Lanes = tuple[UOp, ...]
 
 
+def passing_toposort(sink: UOp) -> dict[UOp, None]:
+  """sink.toposort for a graph that one codegen pass walks and then drops: a cached toposort holds the sink itself, a
+  reference cycle that keeps the whole graph alive until the cyclic collector finds it, and a kernel's intermediate
+  graphs (lowered, folded, rewritten) are tens of thousands of UOps that every collection until then walks again.
+  Uncached, the graph is freed by reference counting as soon as the pass returns; a toposort cached already is used."""
+  known = sink.__dict__.get("toposort")
+  return known if known is not None else type(sink).toposort.func(sink)  # type: ignore[attr-defined]
+
+
 class _Vectorizer:
   """Rebuilds the VECTORIZEs of one graph as vector computations. `rebuilt` maps each scalar of the original graph
   to its rebuilt version (the walk fills it sources first); `built` remembers each set of lanes, so lanes shared by
@@ -129,7 +138,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
   lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
   dialect also computes on float32 vectors (Renderer.vector_functions)."""
-  topo = sink.toposort
+  topo = passing_toposort(sink)
   vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths)}  # in order, asked again below
   combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src})
   if not vectors and not combines: return sink
