@@ -79,3 +79,32 @@ def test_the_passes_leave_their_input_graphs_to_reference_counting():
     assert any(u.op is Ops.DEFINE_ACC and u.dtype.count == 16 for u in out.toposort)  # the vector passes ran
   finally:
     if was_on: gc.enable()
+
+
+def test_codegen_pauses_the_collector_and_restores_its_state():
+  from kc.codegen.program import collector_paused, render_program
+  seen = []
+
+  class Watching(pytest.importorskip("kc_clang.renderer").ClangRenderer):
+    def render(self, name, uops):
+      seen.append(gc.isenabled())
+      return super().render(name, uops)
+
+  F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+  ast = A.sink(A.store(0, F(1, 8) + F(2, 8)))
+  renderer = Watching(native=False)
+  was_on = gc.isenabled()
+  try:
+    for on in (True, False):
+      (gc.enable if on else gc.disable)()
+      k = Kernel(ast, renderer)
+      render_program(k.get_optimized_ast(), renderer, "k", k.ast)
+      assert gc.isenabled() is on  # a collector the caller turned off stays off
+    gc.enable()
+    with collector_paused():  # nested: the outermost pause turns it back on
+      with pytest.raises(ZeroDivisionError), collector_paused(): _ = 1 / 0
+      assert not gc.isenabled()
+    assert gc.isenabled()
+  finally:
+    (gc.enable if was_on else gc.disable)()
+  assert seen == [False, False]

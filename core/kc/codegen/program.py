@@ -4,6 +4,7 @@ The Kernel (kc.kernel) drives this layer: its get_optimized_ast folds the applie
 linearize and to_program call linearize_ast and render_program here with that AST and its renderer. Nothing here
 needs the Kernel itself, so the kernel layer sits above this one and imports it."""
 from __future__ import annotations
+import contextlib, gc, threading
 from kc.errors import InvalidASTError, KernelOptError
 from kc.config import debug_level
 from kc.codegen.verify import st_arg
@@ -14,9 +15,34 @@ from kc.renderer import Program, Renderer
 from kc.ir.uop import Ops, UOp
 
 
+_pause_lock = threading.Lock()
+_pauses = 0  # codegen calls in progress, in any thread, under one pause of the cyclic collector
+_resume = False  # whether the collector was on when the first of them began
+
+
+@contextlib.contextmanager
+def collector_paused():
+  """The cyclic garbage collector off while codegen runs, and on again (if it was on) when the last codegen call in
+  progress returns. Codegen keeps tens of thousands of UOps and memo entries alive until it returns, and as they
+  pile up the collector's automatic runs walk them, and the whole heap besides, again and again (an eighth to a
+  third of an AVX-512 conv2d's codegen time) to find nothing: UOps form no cycles (their memo entries refer to other
+  UOps, never back; the passes cache no toposort on the graphs they drop), so reference counting frees what
+  codegen drops."""
+  global _pauses, _resume
+  with _pause_lock:
+    if _pauses == 0: _resume = gc.isenabled()
+    _pauses += 1
+    gc.disable()
+  try: yield
+  finally:
+    with _pause_lock:
+      _pauses -= 1
+      if _pauses == 0 and _resume: gc.enable()
+
+
 def linearize_ast(optimized: UOp, renderer: Renderer) -> list[UOp]:
   """The linear UOps of an optimized kernel AST (Kernel.get_optimized_ast) for `renderer`."""
-  return linearize(rewrite_lowered(lower(optimized, renderer), renderer))
+  with collector_paused(): return linearize(rewrite_lowered(lower(optimized, renderer), renderer))
 
 
 def mem_estimate(ast: UOp) -> int:
@@ -35,9 +61,10 @@ def render_program(optimized: UOp, renderer: Renderer, name: str, ast: UOp) -> P
   """The Program named `name` (a function name, kc.codegen.naming.to_function_name) of an optimized kernel AST:
   lowered, linearized and rendered by `renderer`. `ast` is the kernel's AST before optimization, whose views say
   how much memory a launch touches."""
-  uops = linearize_ast(optimized, renderer)
-  if debug_level() >= 5: print_uops(name, uops)
-  src = renderer.render(name, uops)
+  with collector_paused():
+    uops = linearize_ast(optimized, renderer)
+    if debug_level() >= 5: print_uops(name, uops)
+    src = renderer.render(name, uops)
   if debug_level() >= 4: print(src)
   prg = Program(name, src, renderer.device, uops, mem_estimate=mem_estimate(ast))
   _check_launch_limits(prg, renderer)
