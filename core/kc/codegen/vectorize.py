@@ -25,7 +25,7 @@ the scalar computation costs less than packing the lanes of both.
 Only the dtypes and widths the renderer declares vector accesses of (Renderer.vector_widths) are vectorized, and
 only float32 and float64, whose C arithmetic on vectors is the same IEEE arithmetic lane by lane."""
 from __future__ import annotations
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional, Reversible
 from kc.ir.dtype import DType, dtypes
 from kc.codegen.lower import pairwise
 from kc.ir.uop import Ops, UOp
@@ -116,7 +116,7 @@ class _Vectorizer:
     return UOp(Ops.ASSIGN, vdt, (vacc, UOp(upd.op, vdt, (vacc, value))))
 
 
-def accumulators_under(topo) -> dict[UOp, frozenset[UOp]]:
+def accumulators_under(topo: Iterable[UOp]) -> dict[UOp, frozenset[UOp]]:
   """The DEFINE_ACCs each UOp of `topo` (sources first) depends on, itself included, in one pass: every lane asks
   whether its update value reads its own accumulator, and the lanes' values share most of their subgraphs (index
   math, loads), so one pass answers all of them where a toposort per lane would walk each value's subgraph again."""
@@ -154,7 +154,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   return rebuilt[sink]
 
 
-def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, ...]], in_vectors: set[UOp]) -> dict[UOp, tuple[UOp, ...]]:
+def _accumulator_combines(topo: Reversible[UOp], widths: Callable[[DType], tuple[int, ...]], in_vectors: set[UOp]) -> dict[UOp, tuple[UOp, ...]]:
   """The roots of pairwise combines (ADD or MUL trees) of a declared width's accumulator updates, each with its
   leaves in order: accumulators of one op over the same loops, which no vector of `in_vectors`' lanes holds."""
   found: dict[UOp, tuple[UOp, ...]] = {}
@@ -176,7 +176,7 @@ def _accumulator_combines(topo: list[UOp], widths: Callable[[DType], tuple[int, 
   return found
 
 
-def _accumulator_trees(topo: list[UOp], widths: Callable[[DType], tuple[int, ...]]) -> set[UOp]:
+def _accumulator_trees(topo: Iterable[UOp], widths: Callable[[DType], tuple[int, ...]]) -> set[UOp]:
   """The float ADDs and MULs whose tree of the same op and dtype has a declared width's number of leaves (a shared
   subtree counted each time the walk over the tree reaches it), every leaf an update of an accumulator by that op.
   Found for every node in one pass, sources first: walking every subtree of a long chain (a conv's unrolled sum) to
