@@ -81,6 +81,17 @@ class OpenCLAllocator(LRUAllocator):
     queue, whole = self.device.queue, (buf.size,)
     return cl.enqueue_map_buffer(queue, buf, cl.map_flags.READ, 0, whole, np.uint8, is_blocking=blocking)
 
+  def unmap_for_launch(self, handles: list) -> None:
+    """Unmap the wrapped outputs among `handles` that an earlier kernel of the same call mapped (a program of several
+    kernels): no kernel may run on a mapped buffer, and where the driver copied for the map, the copy would miss this
+    kernel's writes. The call's callback (numpy_written) maps them again once every kernel ran."""
+    if not self._mapped: return
+    for h in handles:
+      got = self._mapped.get(id(h))
+      if got is not None and got[0] is h:
+        del self._mapped[id(h)]
+        got[1].base.release()  # the unmap, queued before the kernel
+
   def take_maps(self, handles: list) -> list[cl.Buffer]:
     """The buffers among `handles` that numpy_written registered, which the launch maps after its kernel. The
     registrations of this thread are cleared either way: a call that failed before its launch leaves none behind."""
@@ -151,6 +162,7 @@ class OpenCLProgram:
       bound = self._bound
       if len(handles) != len(bound) or any(h is not b for h, b in zip(handles, bound)) or values != self._values:
         self._set_args(handles, values)
+      self._allocator.unmap_for_launch(handles)
       try: event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, ndrange, local)
       except cl.Error as e:
         raise KcError(f"launching {self.name} with {len(ndrange)}-d NDRange {ndrange} and work-group {local} failed: {e}") from None

@@ -269,3 +269,26 @@ def test_a_kernel_does_not_keep_a_callers_array_alive():
   del x
   gc.collect()
   assert gone() is None  # the wrapped buffer bound to the kernel's argument did not outlive the call
+
+
+def test_no_kernel_runs_on_an_output_an_earlier_launch_of_the_call_mapped(monkeypatch):
+  # kc's programs write each output in one kernel today; the allocator's protocol must not rely on it: a wrapped output
+  # a first launch mapped behind itself is unmapped before a second launch of the same call uses it, and read after
+  first = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (64,)) * 2)), device="OPENCL")
+  second = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (64,)) * 3)), device="OPENCL")
+  allocator = kc.Device["OPENCL"].allocator
+  real_launch, current, on_mapped = cl.enqueue_nd_range_kernel, [], []
+  def launch(queue, kernel, *rest, **kw):  # which of the launch's buffers are mapped as the kernel is queued
+    on_mapped.extend(buf for buf, _ in allocator._mapped.values() if any(buf is h for h in current))
+    return real_launch(queue, kernel, *rest, **kw)
+  monkeypatch.setattr(cl, "enqueue_nd_range_kernel", launch)
+  out, a, b = np.zeros(64, np.float32), np.arange(64, dtype=np.float32), np.full(64, 5, np.float32)
+  wrapped = allocator.from_numpy(out)
+  done = allocator.numpy_written(wrapped)  # the call's callback, as kc.api gets it for an output
+  ins = [kc.Buffer("OPENCL", 64, dtypes.float32).allocate().copyin(x) for x in (a, b)]
+  for k, x in ((first, ins[0]), (second, ins[1])):
+    current[:] = [wrapped, x._buf]
+    k._handle(wrapped, x, global_size=k.launch_dims({})[0], local_size=k.launch_dims({})[1], wait=True)
+  done()
+  assert on_mapped == [] and not allocator._mapped
+  np.testing.assert_array_equal(out, b * 3)
