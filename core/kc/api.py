@@ -146,11 +146,14 @@ def plain_arrays(args: tuple, wants: tuple) -> bool:
   writeable and sharing memory with no other argument (such an output is written to a copy by the general path).
   Anything else takes the general path, which checks, converts or refuses it."""
   if len(args) != len(wants): return False
+  owners = 0  # how many arguments own their memory (numpy allocated it): two such arrays never share any
   for a, (dt, shape, out) in zip(args, wants):
     # numpy's builtin dtypes are singletons: `is` decides the common case without a dtype comparison
     if type(a) is not np.ndarray or a.shape != shape or (a.dtype is not dt and a.dtype != dt): return False
     flags = a.flags
     if not (flags.c_contiguous and flags.aligned) or (out and not flags.writeable): return False
+    owners += flags.owndata
+  if owners == len(args) and len({id(a) for a in args}) == len(args): return True
   for i, (a, want) in enumerate(zip(args, wants)):
     if want[2]:
       for j, b in enumerate(args):
