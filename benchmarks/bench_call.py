@@ -1,10 +1,11 @@
-"""The call path of a compiled CLANG kernel: what a call costs around the kernel itself, with numpy arrays (used in
-place on host-memory devices) and with kc.Buffers, for a 4-element add (nothing but overhead) and a 1M-float add.
-"copied" forces the copy-in/copy-out path a device-memory device takes, to show what using the arrays in place
-saves. Kernels run on one thread (KC_CLANG_THREADS=1) so that OpenMP scheduling on a shared machine does not
-drown the call path. Each result is checked against numpy first; figures are medians of whole calls.
-Writes its section of benchmarks/RESULTS.md.
-Run: python benchmarks/bench_call.py [--repeats 9]"""
+"""The call path of a compiled kernel on every device that opens here (CLANG, EMU, OPENCL, CUDA): what a call costs
+around the kernel itself, with numpy arrays (used in place on host-memory devices, copied in and out elsewhere) and
+with kc.Buffers, for a 4-element add (nothing but overhead) and a 1M-float add, against numpy's own call
+(np.add(x, y, out=out)) in the same run. On CLANG, "copied" forces the copy-in/copy-out path a device-memory device
+takes, to show what using the arrays in place saves. CLANG kernels run on one thread (KC_CLANG_THREADS=1) so that
+thread scheduling on a shared machine does not drown the call path. Each result is checked against numpy first;
+figures are medians of whole calls. Writes its section of benchmarks/RESULTS.md.
+Run: python benchmarks/bench_call.py [--repeats 9] [--devices CLANG,EMU,OPENCL,CUDA]"""
 from __future__ import annotations
 import argparse, os, pathlib, platform, sys
 os.environ.setdefault("KC_CLANG_THREADS", "1")
@@ -31,52 +32,69 @@ def cpu() -> str:
   return f"{model}, {platform.machine()} ({isa}), {os.cpu_count()} cores"
 
 
-def add_kernel(n: int) -> kc.CompiledKernel:
-  return kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)) + A.arg(2, dtypes.float32, (n,)))), device="CLANG")
+DEVICES = ("CLANG", "EMU", "OPENCL", "CUDA")
 
 
-def measure(n: int, repeats: int, number: int) -> dict[str, tuple[float, float]]:
+def add_kernel(n: int, device: str) -> kc.CompiledKernel:
+  return kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (n,)) + A.arg(2, dtypes.float32, (n,)))), device=device)
+
+
+def measure(device: str, n: int, repeats: int, number: int) -> dict[str, tuple[float, float]]:
   """{way: (median seconds per call, median kernel seconds as the call reports them)}"""
-  k = add_kernel(n)
+  k = add_kernel(n, device)
   rng = np.random.default_rng(0)
   x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
   out = np.zeros(n, np.float32)
-  bx, by, bo = (Buffer("CLANG", n, dtypes.float32).allocate().copyin(a) for a in (x, y, out))
+  bx, by, bo = (Buffer(device, n, dtypes.float32).allocate().copyin(a) for a in (x, y, out))
   k(out, x, y)
   k(bo, bx, by)
-  assert np.array_equal(out, x + y) and np.array_equal(bo.numpy(), x + y), "the add is wrong: figures would mean nothing"
-  allocator = kc.Device["CLANG"].allocator
+  assert np.array_equal(out, x + y) and np.array_equal(bo.numpy(), x + y), f"the add is wrong on {device}: figures would mean nothing"
+  allocator = kc.Device[device].allocator
   ways = {"numpy arrays": lambda: k(out, x, y), "kc.Buffers": lambda: k(bo, bx, by)}
+  runs = [*ways.items(), *([("numpy arrays, copied", ways["numpy arrays"])] if device == "CLANG" else [])]
   results = {}
-  for way, call in [*ways.items(), ("numpy arrays, copied", ways["numpy arrays"])]:
-    if way.endswith("copied"): allocator.from_numpy = lambda arr: None  # as a device whose memory is not the host's
+  for way, call in runs:
+    if way.endswith("copied"):  # as a device whose memory is not the host's: no in-place arrays, no fast path
+      allocator.from_numpy, saved_fast, k._fast = (lambda arr: None), k._fast, None
     try:
       kernel_s: list[float] = []
       wall = median_time(lambda kernel_s=kernel_s, call=call: kernel_s.append(call()), repeats=repeats, number=number)
       results[way] = (wall, float(np.median(kernel_s)))
-    finally: allocator.__dict__.pop("from_numpy", None)
+    finally:
+      if way.endswith("copied"): allocator.__dict__.pop("from_numpy", None); k._fast = saved_fast
   return results
+
+
+def numpy_call(n: int, repeats: int, number: int) -> float:
+  rng = np.random.default_rng(0)
+  x, y, out = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32), np.zeros(n, np.float32)
+  return median_time(lambda: np.add(x, y, out=out), repeats=repeats, number=number)
 
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--repeats", type=int, default=9)
+  ap.add_argument("--devices", default=",".join(DEVICES), help="comma-separated; those that cannot open here are skipped")
   args = ap.parse_args()
-  rows, ratios = [], {}
+  devices = [d for d in args.devices.split(",") if d]
+  skipped = {d: r for d in devices if (r := kc.Device.unavailable_reason(d)) is not None}
+  rows = []
   for label, n, number in (("4-element add", 4, 2000), ("1M-float add", 1 << 20, 20)):
-    res = measure(n, args.repeats, number)
-    ratios[label] = res["numpy arrays"][0] / res["kc.Buffers"][0]
-    for way, (wall, kern) in res.items():
-      rows.append((label, way, f"{wall * 1e6:.1f} us", f"{kern * 1e6:.1f} us", f"{(wall - kern) * 1e6:.1f} us"))
-  for r in rows: print(f"{r[0]:15s} {r[1]:22s} call {r[2]:>11s}  kernel {r[3]:>11s}  around it {r[4]:>11s}")
-  for label, ratio in ratios.items(): print(f"{label}: numpy / Buffer call time = {ratio:.2f}")
-  body = (f"## bench_call: the call path of a CLANG kernel (`python benchmarks/bench_call.py --repeats {args.repeats}`)\n\n"
-          f"CPU: {cpu()}. Kernels on one thread. \"call\" is the median wall time of `k(...)`, \"kernel\" the median "
-          "time the call reports for the kernel alone, \"around it\" their difference: argument checks, handles, copies. "
-          "\"copied\" forces the copy-in/copy-out path of a device-memory device.\n\n"
-          "| kernel | arguments | call | kernel | around it |\n|---|---|---|---|---|\n" +
-          "\n".join(f"| {' | '.join(r)} |" for r in rows) + "\n\n" +
-          "; ".join(f"{label}: numpy / Buffer call time {ratio:.2f}x" for label, ratio in ratios.items()) + "\n")
+    base = numpy_call(n, args.repeats, number)
+    rows.append(("numpy", label, "np.add(x, y, out=out)", f"{base * 1e6:.1f} us", "", "", "1.00x"))
+    for device in (d for d in devices if d not in skipped):
+      slow = device in ("EMU", "OPENCL", "CUDA") and n > 4  # fewer calls where one takes milliseconds
+      for way, (wall, kern) in measure(device, n, args.repeats, max(1, number // 10) if slow else number).items():
+        rows.append((device, label, way, f"{wall * 1e6:.1f} us", f"{kern * 1e6:.1f} us", f"{(wall - kern) * 1e6:.1f} us", f"{wall / base:.2f}x"))
+  for r in rows: print(f"{r[0]:7s} {r[1]:14s} {r[2]:22s} call {r[3]:>11s}  kernel {r[4]:>11s}  around it {r[5]:>11s}  vs numpy {r[6]:>8s}")
+  body = (f"## bench_call: the call path of a kernel on each device (`python benchmarks/bench_call.py --repeats {args.repeats}`)\n\n"
+          f"CPU: {cpu()}. CLANG kernels on one thread. \"call\" is the median wall time of `k(...)`, \"kernel\" the median "
+          "time the call reports for the kernel alone, \"around it\" their difference: argument checks, handles, copies, "
+          "the launch. \"vs numpy\" is the call against numpy's own `np.add(x, y, out=out)` of the same size, in the same "
+          "run. On CLANG, \"copied\" forces the copy-in/copy-out path of a device-memory device.\n\n"
+          "| device | kernel | arguments | call | kernel | around it | vs numpy |\n|---|---|---|---|---|---|---|\n" +
+          "\n".join(f"| {' | '.join(r)} |" for r in rows) + "\n" +
+          "".join(f"\n{d} not measured: {r}\n" for d, r in skipped.items()))
   write_section("bench_call", body)
 
 
