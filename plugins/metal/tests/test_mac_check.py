@@ -19,14 +19,6 @@ def mac_check():
   del sys.modules["mac_check"]
 
 
-@pytest.fixture
-def emu_metal(tmp_path, monkeypatch):
-  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
-  emu = kc.Device["EMU"].impersonate("METAL")
-  yield emu
-  emu.impersonate(None)
-
-
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS it runs the checks")
 def test_elsewhere_it_says_why_and_exits_cleanly(mac_check, capsys):
   assert mac_check.main(["--skip-conformance"]) == 0

@@ -194,14 +194,6 @@ def test_plan_dispatch():
 
 # ----------------------------------------------------------------------------------------------- numerics on EMU
 
-@pytest.fixture
-def emu_metal(tmp_path, monkeypatch):
-  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
-  emu = kc.Device["EMU"].impersonate("METAL")
-  yield emu
-  emu.impersonate(None)
-
-
 @pytest.mark.parametrize("dt_in,dt_out", ALL_PAIRS)
 @pytest.mark.parametrize("M,K,N", [(16, 24, 8), (13, 19, 11)])  # whole tiles, and odd sizes padded (PADTO) to them
 def test_tensor_core_matmul_on_emu(emu_metal, dt_in, dt_out, M, K, N):

@@ -144,14 +144,6 @@ def test_odd_offsets_of_byte_data_are_legal_and_4_bytes_do_not_suffice_for_wide_
   with pytest.raises(LaunchError): check_alignment(vec.name, argument_alignments(vec.src, vec.name), [0, 4])  # float4 at 4
 
 
-@pytest.fixture
-def emu_metal(tmp_path, monkeypatch):
-  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path))
-  emu = kc.Device["EMU"].impersonate("METAL")
-  yield emu
-  emu.impersonate(None)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(dt=st.sampled_from([dtypes.int8, dtypes.float16, dtypes.float32, dtypes.int64]), upcast=st.sampled_from([1, 2, 4]),
        offset=st.integers(0, 16))
