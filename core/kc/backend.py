@@ -16,7 +16,8 @@ What a backend provides
 - an Allocator: subclass Allocator (or LRUAllocator, which recycles freed buffers of the same size); host-memory
   devices use HostAllocator and HostMemory as they are.
 - a program loader: `runtime(name, lib)` returns a ProgramHandle, a callable that launches the kernel. Pass its
-  buffers through `raw_buffers` and its variable values through `int32_values`.
+  buffers through `raw_buffers` and its variable values through `int32_values`. A host backend whose renderer
+  splits a kernel's outer loop into parts runs them at once on kc's kernel threads with `run_parts`.
 - a CompiledDevice bundling the four, and a BackendSpec saying how to check, open and render for the device.
 
 How it is registered
@@ -81,6 +82,7 @@ from kc.renderer.cstyle import CStyleLanguage
 from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
+from kc.runtime.host_parts import KernelThreads, kernel_threads, run_parts
 from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, ApiVersion, BackendHooks, BackendSpec,
                                 PluginWarning, api_compatible, hookimpl, hookspec, register, unregister)
 
@@ -94,6 +96,8 @@ __all__ = [
   "Renderer", "TensorCore", "WMMAArg", "Program", "CStyleLanguage", "Compiler", "Allocator", "LRUAllocator", "HostAllocator",
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
   "distribution_version",
+  # running a split kernel's parts at once on persistent threads (host backends)
+  "run_parts", "kernel_threads", "KernelThreads",
   # checking a TensorCore's declared layout against the instruction's documented one
   "FragmentLayout", "derive_fragment_layout", "layout_mismatch",
   # the UOp-level names a renderer matches on

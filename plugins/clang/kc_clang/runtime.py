@@ -2,14 +2,13 @@
 
 A kernel the renderer split (renderer.py: it defines the int kc_parts_<name>) takes two more ints, its part and the
 number of parts: a call runs it once per part, one part per thread, the calling thread taking part 0 itself and
-persistent kernel threads the others (parts.py). cffi releases the GIL while C runs, so the parts run at once; nothing
-needs OpenMP."""
+persistent kernel threads the others (kc.backend.run_parts, shared with the other host backends). cffi releases the
+GIL while C runs, so the parts run at once; nothing needs OpenMP."""
 from __future__ import annotations
 import ctypes, functools, os, tempfile, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.backend import HostMemory, KcError, int32_values, raw_buffers
-from kc_clang.parts import run_parts
+from kc.backend import HostMemory, KcError, int32_values, raw_buffers, run_parts
 from kc_clang.renderer import split_symbol, threads
 
 

@@ -1,9 +1,13 @@
 """Running a split kernel's parts at once: part 0 on the calling thread, the others on persistent kernel threads.
 
+Host backends (CLANG, LLVM) split a big kernel's outermost output loop into parts, each a call of the same compiled
+function with its part and the number of parts as its last two arguments; this is the one pool that runs them.
+
 Each kernel thread waits on a lock of its own and is woken by releasing it; it signals the end of its part by
 releasing another. That is the least a wake-up can cost in Python (a futex each way): a ThreadPoolExecutor's futures,
 queue and conditions took twice as long per call (20 against 45 us for an empty part on 2 busy cores), which a small
-kernel split across cores pays on every call. cffi releases the GIL while C runs, so the parts run at once.
+kernel split across cores pays on every call. The caller's foreign-function binding must release the GIL while the
+kernel runs (cffi's and ctypes' do), so the parts run at once.
 
 One split call runs at a time in a process (calls from several Python threads take turns): each already uses every
 kernel thread. A forked child has none of its parent's threads and starts its own."""
@@ -35,7 +39,7 @@ class KernelThreads:
       self._errors.append(None)
       self._go.append(go)
       self._done.append(done)
-      threading.Thread(target=self._serve, args=(i,), name=f"kc-clang-{i}", daemon=True).start()
+      threading.Thread(target=self._serve, args=(i,), name=f"kc-kernel-{i}", daemon=True).start()
 
   def _serve(self, i: int) -> None:
     go, done = self._go[i], self._done[i]

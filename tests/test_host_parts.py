@@ -1,11 +1,11 @@
-"""The kernel threads that run a split kernel's parts (kc_clang.parts): every part once and at the same time, the call
+"""The kernel threads that run a split kernel's parts (kc.runtime.host_parts, exported by kc.backend): every part once and at the same time, the call
 returning only after every part ended (also when a part fails, or the caller is interrupted), errors raised to the
 caller, calls from several Python threads taking turns, more threads made when more parts are asked for, and a forked
 child making its own."""
 import os, threading, time
 import pytest
 from hypothesis import given, settings, strategies as st
-from kc_clang.parts import KernelThreads, kernel_threads, run_parts
+from kc.backend import KernelThreads, kernel_threads, run_parts
 
 
 def recorder():
