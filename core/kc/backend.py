@@ -17,7 +17,8 @@ What a backend provides
   devices use HostAllocator and HostMemory as they are.
 - a program loader: `runtime(name, lib)` returns a ProgramHandle, a callable that launches the kernel. Pass its
   buffers through `raw_buffers` and its variable values through `int32_values`. A host backend whose renderer
-  splits a kernel's outer loop into parts runs them at once on kc's kernel threads with `run_parts`.
+  splits a kernel's outer loop into parts (`splits_loop` says which loop, `thread_count` into how many) runs
+  them at once on kc's kernel threads with `run_parts`.
 - a CompiledDevice bundling the four, and a BackendSpec saying how to check, open and render for the device.
 
 How it is registered
@@ -82,7 +83,7 @@ from kc.renderer.cstyle import CStyleLanguage
 from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
-from kc.runtime.host_parts import KernelThreads, kernel_threads, run_parts
+from kc.runtime.host_parts import KernelThreads, kernel_threads, max_threads, run_parts, splits_loop, thread_count
 from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, ApiVersion, BackendHooks, BackendSpec,
                                 PluginWarning, api_compatible, hookimpl, hookspec, register, unregister)
 
@@ -97,7 +98,7 @@ __all__ = [
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
   "distribution_version",
   # running a split kernel's parts at once on persistent threads (host backends)
-  "run_parts", "kernel_threads", "KernelThreads",
+  "run_parts", "kernel_threads", "KernelThreads", "splits_loop", "thread_count", "max_threads",
   # checking a TensorCore's declared layout against the instruction's documented one
   "FragmentLayout", "derive_fragment_layout", "layout_mismatch",
   # the UOp-level names a renderer matches on

@@ -9,11 +9,18 @@ queue and conditions took twice as long per call (20 against 45 us for an empty 
 kernel split across cores pays on every call. The caller's foreign-function binding must release the GIL while the
 kernel runs (cffi's and ctypes' do), so the parts run at once.
 
+Which loop a host kernel splits is decided here too (splits_loop), so that every host renderer splits the same
+loops: the first index of part p of `parts` of [lo, hi) is lo + (n/parts)*p + (n%parts)*p/parts with n = hi - lo
+(neither overflows nor leaves a gap), computed by the kernel itself, so a range with Variable bounds splits too.
+
 One split call runs at a time in a process (calls from several Python threads take turns): each already uses every
 kernel thread. A forked child has none of its parent's threads and starts its own."""
 from __future__ import annotations
-import os, threading
+import functools, os, threading
 from typing import Callable, Optional
+from kc.errors import ConfigError
+from kc.ir.uop import Ops, UOp
+from kc.renderer import estimate_ops
 
 
 class KernelThreads:
@@ -93,3 +100,49 @@ def run_parts(fn: Callable, args: tuple, parts: int) -> None:
   """fn(*args, part, parts) for every part, at once (KernelThreads.run)."""
   if parts == 1: return fn(*args, 0, 1)
   return kernel_threads().run(fn, args, parts)
+
+
+# ---------------------------------------------------------------------------------- which loop a host kernel splits
+
+# below this many operations a kernel runs on one thread: starting the others costs more than it saves
+PARALLEL_MIN_OPS = 1 << 17
+
+
+@functools.lru_cache(maxsize=None)
+def cores() -> int:
+  """os.cpu_count(), asked once: it reads a file of /sys each time, and a split kernel's every call asks."""
+  return os.cpu_count() or 1
+
+
+def max_threads() -> int:
+  """The most threads a host backend's thread knob may ask for: 4 per core, and at least 256. Each part of a split
+  kernel runs on an OS thread of its own: parts beyond the cores only add start-up and switching, and a count in the
+  tens of thousands would start that many threads (or fail to). The floor leaves room to test more parts than a loop
+  has iterations on a machine with few cores."""
+  return max(256, 4 * cores())
+
+
+def thread_count(asked: Optional[int], knob: str) -> int:
+  """The threads a split kernel runs on: `asked` (the value of the backend's knob `knob`), else every core."""
+  n, most = cores() if asked is None else asked, max_threads()
+  if not 1 <= n <= most:
+    raise ConfigError(f"{knob}={n} is not a thread count a host backend runs: give an int from 1 to {most} (4 per "
+                      f"core, at least 256: each part is an OS thread, and this machine has {cores()} cores), or unset "
+                      "it for every core")
+  return n
+
+
+def splits_loop(rng: UOp, uops: list[UOp], outermost: bool, threads: int) -> bool:
+  """Whether a host renderer splits the loop `rng` of the linear `uops` into parts: the outermost loop over output
+  elements (its iterations write disjoint outputs), when it encloses all the kernel's work (so parts need no barrier
+  between them) and that work is large enough to pay for waking the threads."""
+  if not outermost or rng.arg[1] != 0 or threads == 1 or not _encloses_all_work(rng, uops): return False
+  work = estimate_ops(uops)
+  return not (isinstance(work, int) and work < PARALLEL_MIN_OPS)
+
+
+def _encloses_all_work(rng: UOp, uops: list[UOp]) -> bool:
+  """Whether every other loop and every store of the kernel lies inside `rng`'s loop."""
+  start = uops.index(rng)
+  end = next((i for i, u in enumerate(uops) if u.op is Ops.ENDRANGE and u.src[0] is rng), len(uops))
+  return all(start <= i <= end for i, u in enumerate(uops) if u.op in (Ops.RANGE, Ops.STORE))
