@@ -8,14 +8,12 @@ int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_pa
 (equal contiguous slices, computed in C, so a range with Variable bounds splits too). It also defines the int
 `kc_parts_<name>` (SPLIT_SYMBOL), by which the runtime (runtime.py) knows to call it once per part from its threads."""
 from __future__ import annotations
-import functools, os, platform, re
+import platform, re
 from typing import Optional
-from kc.backend import CStyleLanguage, ConfigError, DType, KcError, Ops, PtrDType, UOp, dtypes, estimate_ops
+from kc.backend import (CStyleLanguage, DType, KcError, Ops, PtrDType, UOp, dtypes, splits_loop, thread_count,
+                        max_threads)  # noqa: F401  (max_threads: KC_CLANG_THREADS' bound, read here by its users)
 from kc_clang.compiler import compile_flags, compiler_command, has_float16
 from kc_clang.host import THREADS, chosen_isa, host_cpu, isa_level, native_code
-
-# below this many operations a kernel runs on one thread: starting the others costs more than it saves
-PARALLEL_MIN_OPS = 1 << 17
 
 # the two int arguments of a split kernel, after its Variables
 PART_ARGS = ("kc_part", "kc_parts")
@@ -32,29 +30,11 @@ def split_symbol(name: str) -> str:
   return f"kc_parts_{name}"
 
 
-@functools.lru_cache(maxsize=None)
-def cores() -> int:
-  """os.cpu_count(), asked once: it reads a file of /sys each time, and a split kernel's every call asks."""
-  return os.cpu_count() or 1
-
-
-def max_threads() -> int:
-  """The most threads KC_CLANG_THREADS may ask for: 4 per core, and at least 256. Each part of a split kernel runs
-  on an OS thread of its own, all started by the pool at the first call: parts beyond the cores only add start-up
-  and switching, and a count in the tens of thousands would start that many threads (or fail to). The floor leaves
-  room to test more parts than a loop has iterations on a machine with few cores."""
-  return max(256, 4 * cores())
-
-
 def threads() -> int:
-  """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across this many threads."""
-  n, most = THREADS.get(), max_threads()
-  if n is None: n = cores()
-  if not 1 <= n <= most:
-    raise ConfigError(f"KC_CLANG_THREADS={n} is not a thread count CLANG runs: give an int from 1 to {most} (4 per "
-                      f"core, at least 256: each part is an OS thread, and this machine has {cores()} "
-                      "cores), or unset it for every core")
-  return n
+  """KC_CLANG_THREADS, else every core: kernels split their outermost output loop across this many threads (at most
+  kc.backend.max_threads(): 4 per core, at least 256)."""
+  return thread_count(THREADS.get(), "KC_CLANG_THREADS")
+
 
 _FLOAT_FUNCS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt"}
 
@@ -149,11 +129,9 @@ class ClangRenderer(CStyleLanguage):
     return tuple(widths)
 
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
-    # the outermost loop over output elements: its iterations write disjoint outputs, so threads can share them
-    if depth != 1 or rng.arg[1] != 0 or threads() == 1 or not _encloses_all_work(rng, uops): return None
-    work = estimate_ops(uops)
-    if isinstance(work, int) and work < PARALLEL_MIN_OPS: return None
-    return SPLIT_MARKER
+    # the loop every host backend splits (kc.backend.splits_loop): the outermost one over output elements, around all
+    # the work, when there is enough of it
+    return SPLIT_MARKER if splits_loop(rng, uops, depth == 1, threads()) else None
 
   def render_vector(self, dt: DType, elements: list[str]) -> str: return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
 
@@ -177,14 +155,6 @@ class ClangRenderer(CStyleLanguage):
       params = [*params, *((name, dtypes.int32, False) for name in PART_ARGS)]
       lines += [PART_START, f"const int {split_symbol(function_name)} = 1;"]
     return super().render_kernel(function_name, body, params, uops, lines + (prefix or []))
-
-
-def _encloses_all_work(rng: UOp, uops: list[UOp]) -> bool:
-  """Whether every other loop and every store of the kernel lies inside `rng`'s loop: then the parts of that loop are
-  the whole kernel, and threads running different parts need no barrier between them."""
-  start = uops.index(rng)
-  end = next((i for i, u in enumerate(uops) if u.op is Ops.ENDRANGE and u.src[0] is rng), len(uops))
-  return all(start <= i <= end for i, u in enumerate(uops) if u.op in (Ops.RANGE, Ops.STORE))
 
 
 def _split_loop(body: list[str]) -> list[str]:
