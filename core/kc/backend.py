@@ -1,15 +1,16 @@
 """The backend contract: everything a kc backend plugin imports, in one module.
 
 A backend makes kc run kernels on one more kind of device. It is a Python distribution of its own (kc-clang,
-kc-opencl, kc-cuda and kc-metal in this repository's plugins/ are four) that imports only `kc` and `kc.backend`, plus
+kc-opencl, kc-cuda, kc-metal and kc-llvm in this repository's plugins/ are five) that imports only `kc` and `kc.backend`, plus
 its own modules and its own dependencies. Nothing else in kc is part of the contract; everything here is, and keeps working within one
 PLUGIN_API_VERSION.
 
 What a backend provides
 -----------------------
-- a Renderer: subclass CStyleLanguage for a C-like dialect (or Renderer for anything else). It declares the
-  device's limits (has_local, has_shared, supports_float4, global_max, local_max, shared_max), its TensorCores,
-  and turns a kernel's linear UOps into source with `render(name, uops) -> str`. The UOp names a renderer
+- a Renderer: subclass CStyleLanguage for a C-like dialect, or Renderer for anything else (kc-llvm's emits LLVM
+  IR; docs/BACKENDS.md). It declares the device's limits (has_local, has_shared, supports_float4, global_max,
+  local_max, shared_max), its TensorCores, and turns a kernel's linear UOps into source, in whatever language its
+  Compiler reads, with `render(name, uops) -> str`. The UOp names a renderer
   matches on (Ops, UOp, UPat, PatternMatcher, GroupOp, DType, PtrDType, ImageDType, dtypes) are re-exported here.
 - a Compiler: subclass it and implement `compile_uncached(src) -> bytes` (raise CompileError with the compiler's
   log) and `identity()` (what besides the source decides the binary). `Compiler.compile` keeps kc's disk cache.
