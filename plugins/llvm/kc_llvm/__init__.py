@@ -38,7 +38,9 @@ def make_renderer():
 def kc_backends() -> list[BackendSpec]:
   return [BackendSpec(name=DEVICE, api_version=PLUGIN_API_VERSION, priority=PRIORITY, available=unavailable_reason,
                       open=open_device, renderer=make_renderer, compiler=make_compiler, distribution="kc-llvm",
-                      version=__version__)]
+                      # llvmlite (a dependency, with wheels for every platform) is all LLVM needs: where it cannot
+                      # open, the installation is broken
+                      version=__version__, expected_everywhere=True)]
 
 
 __all__ = ["open_device", "make_renderer", "make_compiler", "unavailable_reason", "kc_backends", "DEVICE", "PRIORITY",
