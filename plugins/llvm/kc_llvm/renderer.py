@@ -9,7 +9,8 @@ linearizer ordered them: a value's block encloses its uses, as C's scopes do for
 Semantics: IEEE float arithmetic with no fast-math flags (and no fused multiply-add: MULACC is not spelled, so kc
 keeps a*b+c as two roundings); integers wrap (no nsw/nuw flags); integer division and remainder by zero give 0 and
 MIN // -1 wraps, the divisor replaced by 1 where kc's answer is chosen (LLVM's division by zero is undefined).
-Transcendentals are LLVM's intrinsics, which call the C library's functions (CLANG's results). half, bfloat16 and
+Transcendentals are LLVM's intrinsics, which call the C library's functions (CLANG's results), except exp2 of a float
+vector, computed at once by a polynomial as CLANG's is (vector_exp2.py). half, bfloat16 and
 fp8 are held as their bits (small_floats.py) and computed in float.
 
 Threads: as CLANG, a kernel with enough work has its outermost output loop split into parts (kc.backend.splits_loop):
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Optional
 from kc.backend import (CStyleLanguage, CompileError, DType, Ops, PtrDType, Renderer, UOp, dtypes, splits_loop,
                         thread_count)
-from kc_llvm import small_floats
+from kc_llvm import small_floats, vector_exp2
 from kc_llvm.small_floats import float_literal
 from kc_llvm.target import THREADS, Target, chosen_target, data_layout
 
@@ -86,8 +87,10 @@ class LLVMRenderer(Renderer):
                  Ops.NEG: "fneg", Ops.RECIP: "fdiv", Ops.WHERE: "select", **{op: f"llvm.{n}" for op, n in _INTRINSICS.items()}}
   # half, bfloat16 and fp8 held as bits and computed in float (small_floats.py)
   extra_matcher = CStyleLanguage.all_narrow_in_float
-  # LLVM computes on vector types lane by lane: upcast float lanes stay vectors through their arithmetic
+  # LLVM computes on vector types lane by lane: upcast float lanes stay vectors through their arithmetic, and
+  # through exp2 (vector_exp2.py: llvm.exp2 on a vector would be a C library call per lane)
   vector_alu = True
+  vector_functions = frozenset({Ops.EXP2})
 
   def __init__(self, target: Optional[Target] = None):
     self.target = target or chosen_target()
@@ -118,6 +121,7 @@ class _Function:
     self.declares: set[str] = set()
     self.small: set[str] = set()          # small floats whose conversions the kernel uses
     self.round_to_odd = False
+    self.vector_exp2: set[int] = set()   # the widths of float vectors whose exp2 the kernel computes
     self.count = 0
     self.block = "body"                   # the block instructions go to now
     self.ifs: list[tuple[UOp, str]] = []  # the open IFs: gate, end label
@@ -216,7 +220,7 @@ class _Function:
     head = [f'; kernel {self.name}', f'target datalayout = "{data_layout(t)}"', f'target triple = "{t.triple}"', ""]
     head.append(f"@{split_symbol(self.name)} = constant i32 {int(self.split)}")
     head += sorted(self.declares)
-    head += small_floats.helpers(self.small, self.round_to_odd)
+    head += small_floats.helpers(self.small, self.round_to_odd) + [vector_exp2.definition(n) for n in sorted(self.vector_exp2)]
     fn = [f"define void @{self.name}({', '.join(args)}) nounwind {{", "entry:", *self.entry, "  br label %body", "body:",
           *self.body, "  ret void", "}"]
     return "\n".join(head + fn) + "\n"
@@ -335,6 +339,9 @@ class _Function:
     if op is Ops.NEG:
       return self.inst(f"fneg {t} {srcs[0]}") if _is_float(st) else self.inst(f"sub {t} {self.const(0, st)}, {srcs[0]}")
     if op is Ops.RECIP: return self.inst(f"fdiv {t} {self.const(1.0, st)}, {srcs[0]}")
+    if op is Ops.EXP2 and st.count > 1 and st.scalar() == dtypes.float32:  # all lanes at once (vector_exp2.py)
+      self.vector_exp2.add(st.count)
+      return self.inst(f"call {t} {vector_exp2.name(st.count)}({t} {srcs[0]})")
     if op in _INTRINSICS:
       if not _is_float(st): raise CompileError(f"LLVM computes {op} on float32 and float64, not {st}")
       suffix = (f"v{st.count}" if st.count > 1 else "") + _FLOAT_SUFFIX[st.scalar()]

@@ -70,7 +70,7 @@ class LLVMProgram:
   def launch_arrays(self, arrays: Sequence) -> float:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
     kc call of a kernel without Variables passes. Returns the run time in seconds."""
-    ptrs = [a.ctypes.data for a in arrays]
+    ptrs = [a.__array_interface__["data"][0] for a in arrays]  # a third cheaper than a.ctypes.data
     start = time.perf_counter()
     self._run(ptrs, ())
     return time.perf_counter() - start

@@ -152,3 +152,22 @@ def test_kernels_load_and_split_in_a_forked_child(monkeypatch):
     finally: os._exit(2)
   _, status = os.waitpid(pid, 0)
   assert os.WEXITSTATUS(status) == 0
+
+
+def test_exp2_of_float_vectors_is_one_call_for_all_lanes_within_2_ulp():
+  """EXP2 of a float vector is vector_exp2's polynomial (not a C library call per lane): within 2 ulp of the exact
+  result over the whole range, subnormals, overflow to inf, underflow to 0 and NaN included."""
+  x = np.concatenate([np.linspace(-160, 140, 200001, dtype=np.float32),
+                      np.array([np.nan, np.inf, -np.inf, 0, -0.0, 127.99, -149.5, -126.5, 1e-30], np.float32)])
+  x = np.pad(x, (0, (-x.size) % 64))
+  sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (x.size,)).exp2()))
+  k = kc.compile(sink, "LLVM", "hand")
+  assert "call <" in k.program.src and "@kc.exp2.v" in k.program.src and "@llvm.exp2" not in k.program.src
+  out = np.empty_like(x)
+  k(out, x)
+  with np.errstate(over="ignore"): want = np.exp2(x.astype(np.float64)).astype(np.float32)
+  assert np.array_equal(np.isnan(out), np.isnan(want))
+  special = ~np.isfinite(want) | (want == 0)
+  assert np.array_equal(out[special & ~np.isnan(want)], want[special & ~np.isnan(want)])
+  ulp = np.abs(out[~special].view(np.int32).astype(np.int64) - want[~special].view(np.int32).astype(np.int64))
+  assert ulp.max() <= 2
