@@ -1,7 +1,7 @@
 """kc-opencl: the OPENCL device. Importing this module is cheap: pyopencl is imported when the device is checked,
 opened or asked for its limits, never here."""
 from __future__ import annotations
-from kc.backend import PLUGIN_API_VERSION, BackendSpec, distribution_version, hookimpl
+from kc.backend import PLUGIN_API_VERSION, BackendSpec, DeviceUnavailable, distribution_version, hookimpl
 from kc_opencl.platform import ENV_DEVICE, DeviceInfo, select_device, selected_info, unavailable_reason
 
 __version__ = distribution_version("kc-opencl")
@@ -19,9 +19,12 @@ def open_device():
 
 # not named `renderer`: importing the submodule kc_opencl.renderer would rebind that name in this package
 def device_renderer():
-  """The renderer with the selected device's limits, or conservative defaults where no device can be opened."""
+  """The renderer with the selected device's limits, or conservative defaults where there is no device. A device whose
+  compiler cannot build (unavailable_reason) still gives its limits: rendering needs only them, never a build."""
   from kc_opencl.renderer import OpenCLRenderer
-  return OpenCLRenderer(selected_info() if unavailable_reason() is None else None)
+  try: info = selected_info()
+  except DeviceUnavailable: info = None
+  return OpenCLRenderer(info)
 
 
 @hookimpl

@@ -1,6 +1,7 @@
 """OpenCL C source to the device's program binary, through the OpenCL driver's own compiler."""
 from __future__ import annotations
 import warnings
+from typing import Optional
 import pyopencl as cl
 from kc.backend import CompileError, Compiler
 from kc_opencl.platform import DeviceInfo
@@ -50,3 +51,17 @@ class OpenCLCompiler(Compiler):
     binary = program.get_info(cl.program_info.BINARIES)[0]
     if not binary: raise CompileError(f"the OpenCL driver of {self.info.name} built the program but gave no binary", src=src)
     return bytes(binary)
+
+
+# a kernel every OpenCL C compiler builds: where it does not build, no kernel of kc's will
+PROBE_SOURCE = "__kernel void kc_probe(__global int* out) { out[get_global_id(0)] = (int)get_global_id(0); }"
+
+
+def build_problem(device, info: DeviceInfo) -> Optional[str]:
+  """None when the driver's compiler builds PROBE_SOURCE for `device` with kc's build options, else what went wrong:
+  the first error line of its build log (a driver whose compiler cannot target its own device, such as a PoCL built
+  with an LLVM that does not know this CPU, fails every build this way)."""
+  try: OpenCLCompiler(cl.Context([device]), device, info).compile_uncached(PROBE_SOURCE)
+  except CompileError as e: return _first_error(e.log) if e.log else str(e)
+  except cl.Error as e: return _first_error(f"{type(e).__name__}: {e}")  # no context, or no program object
+  return None

@@ -2,9 +2,11 @@
 time, so `import kc_opencl` works (and says why the device is unavailable) where pyopencl or a platform is missing.
 
 The device is `KC_OPENCL_DEVICE=platform:device` (indices into pyopencl's lists) when set; otherwise the first
-GPU or accelerator of any platform, else the first device of the first platform that has one."""
+GPU or accelerator of any platform, else the first device of the first platform that has one. It is available
+only where its driver's compiler builds a trivial kernel for it (compiler_problem): a driver can list a device its
+own compiler cannot target."""
 from __future__ import annotations
-import functools, importlib.util
+import functools, importlib.util, threading
 from dataclasses import dataclass
 from typing import Any, Optional
 from kc.backend import DeviceUnavailable, knob
@@ -64,10 +66,29 @@ def select_device() -> Any:
 
 
 def unavailable_reason() -> Optional[str]:
-  """None when an OpenCL device can be opened here, else why not (and how to get one)."""
-  try: select_device()
+  """None when an OpenCL device can be opened here and its compiler builds kernels, else why not (and what to do)."""
+  try: device = select_device()
   except DeviceUnavailable as e: return str(e)
-  return None
+  if (problem := compiler_problem(device)) is None: return None
+  info = DeviceInfo.of(device)
+  return (f"the OpenCL driver's compiler cannot build a trivial kernel for {info.name} ({info.platform}): {problem}. "
+          f"Use the CLANG device instead (KC_DEVICE=CLANG), or an OpenCL implementation whose compiler supports this "
+          f"{'CPU' if info.is_cpu else 'device'} ({ENV_DEVICE} picks another device where there is one)")
+
+
+_probed: dict[DeviceInfo, Optional[str]] = {}  # a device's DeviceInfo (which names its driver): compiler_problem's answer
+_probe_lock = threading.Lock()
+
+
+def compiler_problem(device) -> Optional[str]:
+  """None when the driver's compiler builds a trivial kernel for `device`, else its first error line. The build runs
+  once per process and device (and driver); later calls only read the device's info."""
+  info = DeviceInfo.of(device)
+  with _probe_lock:  # held through the build: a second thread waits for the answer rather than build again
+    if info not in _probed:
+      from kc_opencl.compiler import build_problem  # imports pyopencl, which select_device found
+      _probed[info] = build_problem(device, info)
+    return _probed[info]
 
 
 @dataclass(frozen=True)
