@@ -31,16 +31,22 @@ class LLVMCompiler(Compiler):
     return f"{llvm_version()} | {self.target.describe()} | O{self.opt}"
 
   def compile_uncached(self, src: str) -> bytes:
+    with _LOCK: return target_machine(self.target, self.opt).emit_object(self._optimized(src))
+
+  def assembly(self, src: str) -> str:
+    """The target's assembly of `src`, as compile_uncached builds it: what a kernel's machine code is."""
+    with _LOCK: return target_machine(self.target, self.opt).emit_assembly(self._optimized(src))
+
+  def _optimized(self, src: str):
+    """The module of `src`, verified and run through the level's default pipeline (the caller holds _LOCK)."""
     import llvmlite.binding as llvm
-    tm = target_machine(self.target, self.opt)
-    with _LOCK:
-      try:
-        mod = llvm.parse_assembly(src)
-        mod.verify()
-      except RuntimeError as e: raise CompileError(f"LLVM rejected the kernel's IR: {str(e).strip()}", src=src, log=str(e)) from None
-      # the default pipeline of the level: mem2reg first (the accumulators' allocas become phis), then LLVM's loop
-      # and SLP vectorizers, unroller and instruction selection for the target's vector width
-      pto = llvm.create_pipeline_tuning_options(speed_level=self.opt)
-      pb = llvm.create_pass_builder(tm, pto)
-      pb.getModulePassManager().run(mod, pb)
-      return tm.emit_object(mod)
+    try:
+      mod = llvm.parse_assembly(src)
+      mod.verify()
+    except RuntimeError as e: raise CompileError(f"LLVM rejected the kernel's IR: {str(e).strip()}", src=src, log=str(e)) from None
+    # the default pipeline of the level: mem2reg first (the accumulators' allocas become phis), then LLVM's loop and
+    # SLP vectorizers, unroller and instruction selection for the target's vector width. No pass fuses a separate
+    # fmul and fadd: the TargetMachine's default FP fusion fuses only llvm.fmuladd, which the renderer never emits
+    pb = llvm.create_pass_builder(target_machine(self.target, self.opt), llvm.create_pipeline_tuning_options(speed_level=self.opt))
+    pb.getModulePassManager().run(mod, pb)
+    return mod

@@ -33,6 +33,13 @@ def test_ir_names_the_host_target_and_keeps_ieee_semantics():
   np.testing.assert_allclose(out, np.exp2(a * b + a), rtol=2e-6)
 
 
+def test_no_fused_multiply_add_in_the_machine_code():
+  """a*b+c stays a multiply and an add on a CPU with FMA: numpy rounds twice."""
+  src = kc.compile(A.sink(A.store(0, F(1, 1024) * F(2, 1024) + F(3, 1024))), "LLVM", "hand").program.src
+  asm = LLVMCompiler().assembly(src).lower()
+  assert "fma" not in asm and "mul" in asm and "add" in asm
+
+
 def test_vectors_are_as_wide_as_the_target_registers():
   r = LLVMRenderer()
   lanes = chosen_target().vector_bytes // 4
