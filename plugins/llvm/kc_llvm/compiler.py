@@ -2,14 +2,9 @@
 manager's default pipeline at O2 (KC_LLVM_OPT=3: O3) and emits the object file for the target. No C compiler, no
 child process. The compile cache (Compiler.compile) keys the object on the IR, the target and LLVM's version."""
 from __future__ import annotations
-import threading
 from typing import Optional
 from kc.backend import CompileError, Compiler
-from kc_llvm.target import OPT, Target, chosen_target, target_machine
-
-# LLVM's context and pass builder are not shared between threads: one compile at a time in a process (a compile is
-# milliseconds; parallel compiles use processes, as kc's BEAM executor does)
-_LOCK = threading.Lock()
+from kc_llvm.target import LOCK, OPT, Target, chosen_target, target_machine
 
 
 def llvm_version() -> str:
@@ -31,14 +26,14 @@ class LLVMCompiler(Compiler):
     return f"{llvm_version()} | {self.target.describe()} | O{self.opt}"
 
   def compile_uncached(self, src: str) -> bytes:
-    with _LOCK: return target_machine(self.target, self.opt).emit_object(self._optimized(src))
+    with LOCK: return target_machine(self.target, self.opt).emit_object(self._optimized(src))
 
   def assembly(self, src: str) -> str:
     """The target's assembly of `src`, as compile_uncached builds it: what a kernel's machine code is."""
-    with _LOCK: return target_machine(self.target, self.opt).emit_assembly(self._optimized(src))
+    with LOCK: return target_machine(self.target, self.opt).emit_assembly(self._optimized(src))
 
   def _optimized(self, src: str):
-    """The module of `src`, verified and run through the level's default pipeline (the caller holds _LOCK)."""
+    """The module of `src`, verified and run through the level's default pipeline (the caller holds LOCK)."""
     import llvmlite.binding as llvm
     try:
       mod = llvm.parse_assembly(src)

@@ -5,13 +5,12 @@ symbols, and the kernel is called through ctypes, which releases the GIL while i
 A kernel the renderer split (its global kc_parts_<name> is 1) takes its part and the number of parts after its
 Variables; a call runs every part at once on kc's kernel threads (kc.backend.run_parts), as CLANG's does."""
 from __future__ import annotations
-import ctypes, functools, itertools, os, threading, time
+import ctypes, functools, itertools, os, time
 from typing import Optional, Sequence
 from kc.backend import HostMemory, KcError, int32_values, raw_buffers, run_parts
 from kc_llvm.renderer import split_symbol, threads
-from kc_llvm.target import chosen_target, initialized, target_machine
+from kc_llvm.target import LOCK, chosen_target, initialized, target_machine
 
-_JIT_LOCK = threading.Lock()
 _JIT: Optional[tuple[int, object]] = None
 _LIBRARY_NUMBER = itertools.count()
 
@@ -41,7 +40,7 @@ class LLVMProgram:
   def __init__(self, name: str, lib: bytes):
     import llvmlite.binding as llvm
     self.name = name
-    with _JIT_LOCK:
+    with LOCK:
       try:
         builder = llvm.JITLibraryBuilder().add_object_img(lib).add_current_process().export_symbol(name)
         self._tracker = builder.export_symbol(split_symbol(name)).link(_jit(), f"kc-{name}-{next(_LIBRARY_NUMBER)}")

@@ -3,7 +3,7 @@
 target's widest vector registers and writes its triple and data layout into each module; the compiler builds for
 it and keys its cache on it. llvmlite is imported only inside functions: `import kc_llvm` stays cheap."""
 from __future__ import annotations
-import functools, platform
+import functools, platform, threading
 from dataclasses import dataclass
 from typing import Optional
 from kc.backend import ConfigError, knob
@@ -17,6 +17,10 @@ THREADS = knob("KC_LLVM_THREADS", int, None, "threads a big kernel's outermost o
                "per core, at least 256)", "kc_llvm.renderer", default_doc="every core")
 OPT = knob("KC_LLVM_OPT", int, 2, "the optimization level of LLVM's pass pipeline and code generator: 2 or 3",
            "kc_llvm.compiler", choices=(2, 3))
+
+# LLVM's global context, pass builders and JIT are used by one thread at a time in a process (a compile takes
+# milliseconds, a load less; parallel compiles use processes, as kc's BEAM executor does)
+LOCK = threading.RLock()
 
 # x86-64 ISA levels as LLVM CPU names (the psABI levels), each with the features a CPU must have to run its code
 _LEVELS = {"avx512f": ("x86-64-v4", 64, ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", "avx2", "fma", "f16c")),

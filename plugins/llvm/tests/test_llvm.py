@@ -178,3 +178,15 @@ def test_exp2_of_float_vectors_is_one_call_for_all_lanes_within_2_ulp():
   assert np.array_equal(out[special & ~np.isnan(want)], want[special & ~np.isnan(want)])
   ulp = np.abs(out[~special].view(np.int32).astype(np.int64) - want[~special].view(np.int32).astype(np.int64))
   assert ulp.max() <= 2
+
+
+def test_threads_compile_and_load_kernels_at_once():
+  """LLVM's state is used by one thread at a time (kc_llvm.target.LOCK): kernels compiled and loaded from several
+  Python threads at once all build and give their results."""
+  from concurrent.futures import ThreadPoolExecutor
+  def build_and_run(i: int) -> bool:
+    k = kc.compile(A.sink(A.store(0, F(1, 512) * float(i + 2) + float(i))), device="LLVM")
+    x, out = np.arange(512, dtype=np.float32), np.empty(512, np.float32)
+    k(out, x)
+    return bool(np.array_equal(out, x * np.float32(i + 2) + np.float32(i)))
+  with ThreadPoolExecutor(4) as pool: assert all(pool.map(build_and_run, range(16)))
