@@ -4,6 +4,7 @@ the vector programs with the results of the scalar ones."""
 import numpy as np
 import pytest
 import kc
+from kc.helpers import prod
 from kc import ast as A, dtypes
 from kc.kernel import Kernel
 from kc.ir.uop import Ops
@@ -153,3 +154,78 @@ def test_large_matmul_runs_its_b_panels_outermost(n, swapped):
   k = hand(mm(n, n, n), vector_renderer(16))
   assert (kc.Opt(kc.OptOps.SWAP, 0, 1) in k.applied_opts) == swapped
   assert k.full_shape[:2] == ((n // 32, n // 8) if swapped else (n // 8, n // 32))
+
+
+def mm_t(M, K, N):
+  """x @ w.T with w stored (N, K): both operands contiguous along the reduce (torch's Linear)."""
+  return A.sink(A.store(0, (F(1, M, K).reshape(M, 1, K) * F(2, N, K).reshape(1, N, K)).sum(2)))
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_k_contiguous_matmul_is_vectorized_along_the_reduce(lanes):
+  # the register tile along N would load each lane of w's rows one by one; the reduce unrolled by a vector instead,
+  # one vector accumulator per output of a tile over M and N that fits the registers, each step whole-vector loads
+  k = hand(mm_t(64, 256, 128), vector_renderer(lanes))
+  assert kc.Opt(kc.OptOps.UNROLL, 0, lanes) in k.applied_opts
+  uops = k.linearize()
+  accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  regs = 32 if lanes * 4 >= 64 else 16
+  assert accs and all(u.dtype == dtypes.float32.vec(lanes) for u in accs) and 4 <= len(accs) <= regs // 2
+  assert not any(u.op is Ops.VECTORIZE and len(set(u.src)) > 1 and u.dtype.count == lanes for u in uops)  # no packing
+  # w (256 KiB: 128 rows) is the larger input: its axis N runs outermost, so it streams once
+  assert kc.Opt(kc.OptOps.SWAP, 0, 1) in k.applied_opts
+
+
+@pytest.mark.parametrize("M,K,N", [(8, 64, 16), (12, 48, 20), (64, 1024, 64)])
+def test_k_contiguous_matmul_matches_numpy_on_clang(M, K, N):
+  rng = np.random.default_rng(M * K + N)
+  x, w = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
+  out = kc.run(mm_t(M, K, N), {1: x, 2: w}, "CLANG")[0]
+  np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def test_lane_accumulators_of_a_tile_are_vectors_only_where_the_lanes_load_as_vectors():
+  # unrolled by a vector along K with 8 output lanes: w K-contiguous gives a vector accumulator per output lane;
+  # the usual layout (w stored (K, N), strided along K) keeps an accumulator per output lane, as vectors along N
+  opts = [kc.Opt(kc.OptOps.UNROLL, 0, 16), kc.Opt(kc.OptOps.UPCAST, 1, 4), kc.Opt(kc.OptOps.UPCAST, 0, 2)]
+  for sink, vector in ((mm_t(32, 64, 32), True), (mm(32, 64, 32), False)):
+    k = Kernel(sink, vector_renderer(16))
+    for o in opts: k.apply_opt(o)
+    accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
+    assert [u.dtype.count for u in accs] == ([16] * 8 if vector else [4] * 2)
+
+
+def softmax_rows(rows, cols, mask: bool, batch: int = 16):
+  x = F(1, batch, rows, cols) * 0.125
+  if mask: x = A.arg(2, dtypes.bool, (rows, cols)).reshape(1, rows, cols).where(float("-inf"), x)
+  e = (x - x.max(2, keepdims=True)).exp()
+  return A.sink(A.store(0, e / e.sum(2, keepdims=True)))
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_row_softmax_reduces_each_row_once(mask):
+  # the max and sum of a row are broadcast back along it: no register tile splits the row into column blocks that
+  # each repeat the row's reduces (a causal mask, broadcast along the batch of 16 x 128 rows, once drew one, its
+  # column blocks outermost)
+  k = hand(softmax_rows(128, 128, mask), vector_renderer(16))
+  exps = [u for u in k.linearize() if u.op is Ops.EXP2]
+  # one exp per upcast lane in the sum's loop and one in the normalize loop, and no loop over column blocks outside
+  # the reduces' loops
+  lanes = prod(k.full_shape[k.first_upcast:])
+  assert sum(u.dtype.count for u in exps) == 2 * lanes
+  assert not any(o.op is kc.OptOps.SWAP for o in k.applied_opts) and k.full_shape[k.first_upcast:].count(16) <= 1
+
+
+def test_accumulators_stay_vectors_under_a_where_after_the_reduce():
+  # a ReLU or a mask after a matmul is a WHERE, which C computes lane by lane: the tile's accumulators stay vectors and
+  # only the WHERE after the loop runs per lane (a gradient's relu mask once made every accumulator a scalar)
+  h = F(3, 64, 64)
+  masked = (h > 0).where(F(1, 64, 64) @ F(2, 64, 64), 0.0)
+  k = hand(A.sink(A.store(0, masked)), vector_renderer(16))
+  uops = k.linearize()
+  accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  assert len(accs) == 16 and all(u.dtype == dtypes.float32.vec(16) for u in accs)
+  rng = np.random.default_rng(3)
+  a, b, hv = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3))
+  out = kc.run(A.sink(A.store(0, masked)), {1: a, 2: b, 3: hv}, "CLANG")[0]
+  np.testing.assert_allclose(out, np.where(hv > 0, a @ b, 0), rtol=1e-5, atol=1e-4)

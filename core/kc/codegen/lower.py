@@ -16,7 +16,7 @@ or int64 where some value of it can leave int32's range."""
 from __future__ import annotations
 import functools, itertools, operator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError
 from kc.helpers import all_int, prod
@@ -273,6 +273,8 @@ class Lowering:
   acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
   launch_guard: Optional[UOp] = None  # false on launch indices beyond the kernel's dims (see get_grouped_dims)
   idt: DType = dtypes.int32  # the dtype of index arithmetic (index_dtype)
+  # the widths of the vectors a dialect computes on (Renderer.vector_widths where vector_alu), else none
+  vector_widths: Callable[[DType], tuple[int, ...]] = lambda dt: ()  # noqa: E731
 
   def __post_init__(self):
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
@@ -529,8 +531,19 @@ class Lowering:
     # chain; they are combined once, after the loop. Many output lanes are independent chains already, and more
     # accumulators would only spill registers.
     out_lanes = prod(self.full_shape[a] for a in range(self.first_upcast, len(self.full_shape)) if a not in axes)
-    if out_lanes < 4: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+    if out_lanes < 4 or self.lanes_load_as_vectors(u, unrolled):
+      return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
+
+  def lanes_load_as_vectors(self, u: UOp, unrolled: list[int]) -> bool:
+    """Whether a reduce's unrolled lanes are a vector the dialect computes on, along which every input it loads is
+    contiguous or constant (a matmul's K where both operands are K-contiguous, a row sum): an accumulator per lane
+    then becomes one vector accumulator (kc.codegen.vectorize), updated by whole-vector loads, whatever the number
+    of output lanes."""
+    if len(unrolled) != 1 or self.full_shape[a := unrolled[0]] not in self.vector_widths(u.dtype): return False
+    loads = [x for x in u.src[0].toposort if x.op is Ops.LOAD]
+    facts = [self.view_facts(st_arg(x)) for x in loads]
+    return any(strides[a] == 1 for strides, _ in facts) and all(strides[a] in (0, 1) and a not in masked for strides, masked in facts)
 
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
@@ -579,7 +592,8 @@ def _index(buf: UOp, idx: UOp, valid: UOp) -> UOp:
 
 def lower(ast: UOp, renderer) -> UOp:
   """The lowered SINK of an optimized kernel AST for `renderer` (its has_local, global_max, local_max)."""
-  lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=index_dtype(ast))
+  lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=index_dtype(ast),
+                **({"vector_widths": renderer.vector_widths} if renderer.vector_alu else {}))
   if any(isinstance(s, int) and s == 0 for s in st_arg(ast.src[0]).shape):
     # no output elements: zero-size work: a program that takes the kernel's buffers and does nothing (no load may touch an empty buffer)
     return UOp(Ops.SINK, dtypes.void, tuple(sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg)))

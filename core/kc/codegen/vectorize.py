@@ -57,6 +57,7 @@ class _Vectorizer:
   def __init__(self, rebuilt: dict[UOp, UOp], accs_under: dict[UOp, frozenset[UOp]], functions: frozenset = frozenset()):
     self.rebuilt, self.accs_under, self.functions = rebuilt, accs_under, functions
     self.built: dict[Lanes, tuple[UOp, bool]] = {}
+    self.combined: set[UOp] = set()  # roots of combines rebuilt over a vector accumulator that loads without gathers
 
   def vector(self, lanes: Lanes) -> UOp: return self.build(lanes)[0]
 
@@ -69,6 +70,9 @@ class _Vectorizer:
     first, n = lanes[0], len(lanes)
     vdt = first.dtype.vec(n)
     if all(x is first for x in lanes): return self.splat(first, n), False
+    # a combine of a vector accumulator is its lanes' sum already: lanes across such combines (a register tile's
+    # outputs, the reduce vectorized along its own axis) are packed, not vectorized across a second set of accumulators
+    if self.combined and any(x in self.combined for x in lanes): return self.gather(lanes), False
     whole = first.src[0] if first.op is Ops.GEP else None
     if whole is not None and whole.dtype == vdt and all(x.op is Ops.GEP and x.src[0] is whole and x.arg == (i,) for i, x in enumerate(lanes)):
       return self.rebuilt[whole], True
@@ -82,7 +86,27 @@ class _Vectorizer:
       # vector is shared by every op that uses the same lanes (a conv's masked input row times each output channel)
       if any(real for _, real in srcs) or sum(v.op is Ops.VECTORIZE and len(set(v.src)) > 1 for v, _ in srcs) <= 1:
         return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
+    if (by_lane := self.over_vector_sources(lanes)) is not None: return by_lane, False
     return self.gather(lanes), False
+
+  def over_vector_sources(self, lanes: Lanes) -> Optional[UOp]:
+    """Lanes of one op that stays scalar (a WHERE, a comparison, a cast: a ReLU or mask after a matmul), some of whose
+    sources are the lanes of a true vector (accumulators, vector arithmetic): that vector is built, and the op runs
+    lane by lane on its lanes, so the accumulators stay one vector; else None."""
+    first = lanes[0]
+    if first.op in (Ops.ASSIGN, Ops.DEFINE_ACC, Ops.GEP, Ops.VECTORIZE) or not first.src or \
+       any(x.op is not first.op or x.arg != first.arg or x.dtype != first.dtype or len(x.src) != len(first.src) for x in lanes):
+      return None
+    vectors: dict[int, UOp] = {}
+    for j, s0 in enumerate(first.src):
+      col = tuple(x.src[j] for x in lanes)
+      if s0.dtype in _FLOATS and (s0.op is Ops.ASSIGN or s0.op in VECTOR_OPS) and all(c.op is s0.op for c in col) and len(set(col)) == len(col):
+        v, real = self.build(col)
+        if real: vectors[j] = v
+    if not vectors: return None
+    return UOp(Ops.VECTORIZE, first.dtype.vec(len(lanes)), tuple(
+      UOp(x.op, x.dtype, tuple(UOp(Ops.GEP, s.dtype, (vectors[j],), (i,)) if j in vectors else self.rebuilt[s] for j, s in enumerate(x.src)), x.arg)
+      for i, x in enumerate(lanes)))
 
   def splat(self, x: UOp, n: int) -> UOp:
     """`x` in every lane of a vector (a constant stays a constant)."""
@@ -114,6 +138,21 @@ class _Vectorizer:
     self.built[accs] = (vacc, True)
     value = self.vector(tuple(x.src[1].src[1] for x in lanes))
     return UOp(Ops.ASSIGN, vdt, (vacc, UOp(upd.op, vdt, (vacc, value))))
+
+
+def _gathers(v: UOp) -> bool:
+  """Whether the vector computation `v` packs any vector lane by lane from distinct scalars (a strided load's
+  lanes): a reduce whose every step loads whole vectors along its own axis has none."""
+  seen, stack = set(), [v]
+  while stack:
+    x = stack.pop()
+    if x in seen or x.dtype.count == 1: continue
+    seen.add(x)
+    if x.op is Ops.VECTORIZE:
+      if len(set(x.src)) > 1: return True
+      continue
+    stack.extend(x.src)
+  return False
 
 
 def accumulators_under(topo: Iterable[UOp]) -> dict[UOp, frozenset[UOp]]:
@@ -148,6 +187,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
     if u in vectors: rebuilt[u] = vz.vector(u.src)
     elif u in combines and (acc := vz.vector(combines[u])).op is Ops.ASSIGN:
       rebuilt[u] = pairwise(u.op, [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(acc.dtype.count)])
+      if not _gathers(acc.src[1].src[1]): vz.combined.add(u)
     else:
       src = tuple(rebuilt[x] for x in u.src)
       rebuilt[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)

@@ -11,7 +11,7 @@ from kc.helpers import all_int, prod
 from kc.kernel.opt import Opt, OptOps
 from kc.kernel.protocol import OptimizingKernel
 from kc.ir.symbolic import resolve
-from kc.ir.uop import Ops
+from kc.ir.uop import Ops, UOp
 
 
 
@@ -43,7 +43,7 @@ def hand_coded_optimizations(k: OptimizingKernel) -> None:
   _upcast_image_inputs(k)
   if k.group_for_reduces: return  # nothing more once the reduce is grouped
   _upcast_masked_axes(k)
-  if not _vector_register_tile(k): _upcast_expanded_axes(k)
+  if not _reduce_vector_tile(k) and not _vector_register_tile(k): _upcast_expanded_axes(k)
   _unroll_reduce(k)
   _upcast_last_axis(k)
   _locals(k)
@@ -151,7 +151,18 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce and isinstance(k.full_shape[a], int)]
   if not unit: return False
   vn = unit[-1]
+  # a reduce result broadcast back along the output's rows (a softmax's max and sum): a tile there would repeat the
+  # row's reduces for every block of columns
+  if vn in (broadcast := _reduce_broadcast_axes(k)): return False
   loads = [(b, k.sts[i]) for i, b in enumerate(k.bufs) if b.op is Ops.LOAD]
+  # the vectors run along an axis every input reads contiguously (or not at all): the output's own where it is one,
+  # else another (an output stored transposed, as a gradient's g.T @ x can be): its vectors are then stored lane by
+  # lane once, after the reduce, instead of loaded lane by lane at every step of it
+  def walking(a: int) -> list: return [st for _, st in loads if st.views[-1].strides[a] != 0]
+  def contiguous(a: int) -> bool: return bool(walk := walking(a)) and all(st.views[-1].strides[a] == 1 and not st.axis_is_masked(a) for st in walk)
+  if any(st.views[-1].strides[vn] != 1 for st in walking(vn)) and \
+     (others := [a for a in range(k.first_reduce) if a not in broadcast and isinstance(k.full_shape[a], int) and contiguous(a)]):
+    vn = others[-1]
   along = [(b, st) for b, st in loads if st.views[-1].strides[vn] != 0]  # the inputs read as vectors
   candidates = [a for a in range(k.first_reduce) if a != vn and isinstance(k.full_shape[a], int)]
   rows_axes = [a for a in candidates if along and all(st.views[-1].strides[a] == 0 for _, st in along)] or \
@@ -184,6 +195,60 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   return False
 
 
+def _reduce_vector_tile(k: OptimizingKernel) -> bool:
+  """On a renderer that computes on vectors (vector_alu), a sum whose every input is contiguous along its last
+  reduce axis (or constant along it) is vectorized along that axis: the axis unrolled by the widest vector, one
+  vector accumulator per output of a register tile (kc.codegen.lower keeps an accumulator per unrolled lane where the
+  lanes load as vectors), its lanes added once after the loop. A matmul with K-contiguous operands (`x @ w.T`, torch's
+  Linear) and a row sum are such reduces; the output-axis register tile would load them lane by lane.
+
+  The tile spans up to two output axes along which some input is broadcast (a matmul's M and N), so each loaded
+  vector is reused across the other axis: rows*cols accumulators plus the rows+cols vectors loaded per step fit the
+  vector registers. The axis along which the larger input varies runs outermost, so that input streams once while
+  the smaller one is re-read from cache."""
+  if k.reduceop is None or k.upcasted or len(k.reduceops) != 1 or k.reduceop.arg[0] is not Ops.ADD or not (width := _widest_vector(k)):
+    return False
+  r = k.first_upcast - 1
+  if r < k.first_reduce or not isinstance(k.full_shape[r], int) or k.full_shape[r] % width: return False
+  loads = [(b, st) for b, st in zip(k.bufs, k.sts) if b.op is Ops.LOAD]
+  strides = [st.real_strides() for _, st in loads]
+  if not any(s[r] == 1 for s in strides) or not all(s[r] in (0, 1) for s in strides): return False
+  # output axes along which an input that walks the reduce is broadcast (its vectors reused there), most reuse first
+  broadcast = _reduce_broadcast_axes(k)
+  reuse = {a: sum(s[a] == 0 for s in strides if s[r] == 1) for a in range(k.first_reduce) if isinstance(k.full_shape[a], int) and a not in broadcast}
+  axes = sorted((a for a, n in reuse.items() if n), key=lambda a: (-reuse[a], -a))[:2] or [a for a in reversed(reuse)][:1]
+  regs = _vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
+  tiles = [(4, 4), (4, 3), (3, 4), (4, 2), (2, 4), (3, 3), (2, 3), (3, 2), (2, 2), (4, 1), (2, 1)] if len(axes) == 2 else [(4,), (2,)]
+  for tile in tiles:
+    if len(tile) == 2 and tile[0] * tile[1] + tile[0] + tile[1] > regs: continue
+    if any(k.full_shape[a] % t for a, t in zip(axes, tile)): continue
+    # both axes keep a loop (neither is upcast whole, which would move it and renumber the axes after it)
+    both_loop = len(axes) == 2 and all(k.full_shape[a] > t for a, t in zip(axes, tile))
+    if not _try(k, Opt(OptOps.UNROLL, r - k.first_reduce, width)): return False
+    for a, t in sorted(zip(axes, tile), reverse=True):  # the later axis first: the earlier one keeps its number
+      if t > 1: _try(k, Opt(OptOps.UPCAST, a, t))
+    if both_loop:
+      outer, inner = sorted(axes)
+      def walked(a: int) -> int: return max((_buffer_bytes(b) for (b, _), s in zip(loads, strides) if s[a] != 0), default=0)
+      if walked(inner) > walked(outer): _try(k, Opt(OptOps.SWAP, outer, inner))
+    return True
+  return False
+
+
+def _reduce_broadcast_axes(k: OptimizingKernel) -> set[int]:
+  """The output axes along which some reduce's value is the same: every output axis where the reduces run inside the
+  kernel's loops (a row softmax's max and sum, broadcast back along the row they reduce: the kernel's shape is the
+  output's), else those along which every input a reduce loads is broadcast. Such an axis must stay inside the loops the
+  reduce depends on, or each of its blocks computes the reduce again."""
+  # no reduce axis among the kernel's: its reduces run inside the loops over the output
+  if k.reduceops and k.first_reduce >= k.shape_len: return set(range(k.first_reduce))
+  axes: set[int] = set()
+  for r in k.reduceops:
+    sts = [k.sts[k.bufs.index(x)] for x in r.toposort if x.op is Ops.LOAD]
+    axes |= {a for a in range(k.first_reduce) if sts and all(st.views[-1].strides[a] == 0 for st in sts) and k.full_shape[a] != 1}
+  return axes
+
+
 # the streamed input of a tile's loops stays in a core's cache (L2) below this; above it the loop order decides how
 # often it comes from further out
 _CACHED_BYTES = 1 << 20
@@ -195,7 +260,7 @@ def _panel_outermost_reads_less(k: OptimizingKernel, along: list, across: list, 
   block's rows of the other input (`across`, A) stay in cache. Swapped, each panel of `along` stays in cache and
   `across` streams once per panel. Swap where that moves fewer bytes and `along` does not fit in the cache anyway
   (matmul 2048 on one thread: 26 GFLOP/s in the axes' order, 65 swapped)."""
-  def nbytes(loads) -> int: return sum(b.src[0].dtype.size * b.src[0].dtype.base.itemsize for b, _ in loads)
+  def nbytes(loads) -> int: return sum(_buffer_bytes(b) for b, _ in loads)
   if vm > vn or not all_int(k.full_shape) or (streamed := nbytes(along)) <= _CACHED_BYTES: return False
   return (k.full_shape[vn] // cols) * nbytes(across) < (k.full_shape[vm] // rows) * streamed
 
@@ -248,6 +313,9 @@ def _locals(k: OptimizingKernel) -> None:
     axis -= deleted
     whole = sz == k.full_shape[axis]
     if _try(k, Opt(OptOps.LOCAL, axis, sz)) and whole: deleted += 1  # refused: the work-group would be too large
+
+
+def _buffer_bytes(load: UOp) -> int: return load.src[0].dtype.size * load.src[0].dtype.base.itemsize
 
 
 def _positive(stride) -> int: return int(isinstance(stride, int) and stride > 0 or not isinstance(stride, int))

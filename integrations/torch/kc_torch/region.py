@@ -5,7 +5,12 @@ process, for every region with the same graph code; kc's own compile cache on di
 processes). Tensors cross without copies: an input laid out as a permutation of a contiguous array (what a transpose
 or permute gives) is read in its memory order and permuted back in the program; an output is allocated with the
 strides torch's FakeTensor gave it and written in its memory order, so the eager ops after a region see the layout
-they would have seen. Anything else is made contiguous first (torch copies it)."""
+they would have seen. Anything else is made contiguous first (torch copies it).
+
+A matmul's or convolution's result, and anything computed from it, that more than one node reads is realized: one
+kernel computes it into an intermediate that every reader loads. kc.ast fuses each reader's use into the reader's
+kernel otherwise, and a backward pass reads a layer's masked gradient three times (its bias gradient's sum, its
+weight gradient's matmul through a transpose, the input gradient's matmul): three kernels would each redo the matmul."""
 from __future__ import annotations
 import threading
 from dataclasses import dataclass
@@ -18,6 +23,11 @@ from kc_torch import report
 from kc_torch.dtypes import to_kc
 from kc_torch.lowering import LOWERINGS, meta
 from kc_torch.options import Options
+
+aten = torch.ops.aten
+# the ops whose results cost a long reduce per element: worth computing once where several nodes read them
+CONTRACTIONS = frozenset({aten.mm.default, aten.bmm.default, aten.matmul.default, aten.addmm.default, aten.baddbmm.default,
+                          aten.convolution.default, aten.convolution_backward.default})
 
 
 def memory_order(shape, strides) -> Optional[tuple[int, ...]]:
@@ -116,6 +126,7 @@ class KcRegion(torch.nn.Module):
       physical = tuple(x.shape) if order is None else tuple(x.shape[d] for d in order)
       value = A.arg(n_out + index_of.get(i, 0), to_kc(x.dtype), physical)
       env[node] = value if order is None or order == tuple(range(x.dim())) else value.permute(_inverse(order))
+    holds_contraction: set[torch.fx.Node] = set()  # values computed from a contraction's result, not realized yet
     for node in self.gm.graph.nodes:
       if node.op != "call_function": continue
       lower = LOWERINGS.get(node.target)
@@ -123,7 +134,12 @@ class KcRegion(torch.nn.Module):
       load = lambda a: env[a] if isinstance(a, torch.fx.Node) else a  # noqa: E731
       fargs = torch.fx.node.map_aggregate(node.args, load)
       fkwargs = torch.fx.node.map_aggregate(node.kwargs, load)
-      env[node] = lower.fn(node, *fargs, **fkwargs)
+      value = lower.fn(node, *fargs, **fkwargs)
+      if node.target in CONTRACTIONS or any(a in holds_contraction for a in node.all_input_nodes):
+        # the region's outputs are stored by the program itself, once: only the nodes that compute from it count
+        if isinstance(value, A.Expr) and sum(1 for u in node.users if u.op != "output") > 1: value = value.realize()
+        else: holds_contraction.add(node)
+      env[node] = value
     return env
 
   def _build(self, args) -> Plan:

@@ -1,6 +1,7 @@
 """The backend's own behaviour: registration by name, options, fallbacks and their report, shapes that change, layouts
 that cross without copies, and the lowering table's choices (torch's dtypes, exact ops only)."""
 from __future__ import annotations
+import math
 from importlib.metadata import entry_points
 import pytest
 import torch
@@ -149,3 +150,22 @@ def test_reductions_with_indices_scans_powers_and_tiles_match_eager():
   for g, w in zip(got, want):
     assert g.dtype == w.dtype and g.shape == w.shape
     torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-5, atol=1e-5)
+
+
+def test_a_gradient_read_three_times_is_computed_once(monkeypatch):
+  # Linear-ReLU-Linear's backward reads the hidden layer's masked gradient (g @ W2, relu-masked) three times: its bias
+  # gradient's sum, its weight gradient's matmul (through a transpose) and nothing else needs it again. Realized once,
+  # the contractions are the five the model has: two forward, three backward (W2's, the hidden gradient, W1's);
+  # fused into each reader, the hidden gradient's matmul ran three times
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
+  x = torch.randn(16, 64)
+  compiled(model)(x).sum().backward()
+  got = [p.grad.clone() for p in model.parameters()]
+  model.zero_grad()
+  model(x).sum().backward()
+  for g, p in zip(got, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+  work = [math.prod(ck.kernel.full_shape) for plan in KcRegion._programs.values() for ck in plan.program.kernels]
+  assert sorted(w for w in work if w >= 16 * 32 * 128) == sorted([16 * 64 * 128, 16 * 128 * 32] + [32 * 128 * 16, 16 * 128 * 32, 128 * 64 * 16])
