@@ -141,18 +141,26 @@ class _Vectorizer:
 
 
 def _gathers(v: UOp) -> bool:
-  """Whether the vector computation `v` packs any vector lane by lane from distinct scalars (a strided load's
-  lanes): a reduce whose every step loads whole vectors along its own axis has none."""
+  """Whether the vector computation `v` packs a vector from scalars loaded one by one (a strided load's lanes): a
+  reduce whose every step loads whole vectors along its own axis has none. Lanes computed from a vector's own lanes
+  (a ReLU of a loaded vector, lane by lane) are packed from registers, not memory: they do not count."""
   seen, stack = set(), [v]
   while stack:
     x = stack.pop()
     if x in seen or x.dtype.count == 1: continue
     seen.add(x)
     if x.op is Ops.VECTORIZE:
-      if len(set(x.src)) > 1: return True
+      if len(set(x.src)) > 1 and any(_loaded_alone(s) for s in x.src): return True
       continue
     stack.extend(x.src)
   return False
+
+
+def _loaded_alone(lane: UOp, depth: int = 4) -> bool:
+  """Whether a scalar lane is, or is computed from, a scalar LOAD (within a few ops: a lane's own arithmetic)."""
+  if lane.op is Ops.LOAD: return True
+  if depth == 0 or lane.op in (Ops.GEP, Ops.CONST): return False
+  return any(_loaded_alone(s, depth - 1) for s in lane.src if s.dtype.count == 1 and s.op is not Ops.INDEX)
 
 
 def accumulators_under(topo: Iterable[UOp]) -> dict[UOp, frozenset[UOp]]:
