@@ -1,14 +1,15 @@
-"""The call path of a compiled kernel on every device that opens here (CLANG, EMU, OPENCL, CUDA): what a call costs
+"""The call path of a compiled kernel on every device that opens here (CLANG, LLVM, EMU, OPENCL, CUDA): what a call costs
 around the kernel itself, with numpy arrays (used in place on host-memory devices, copied in and out elsewhere) and
 with kc.Buffers, for a 4-element add (nothing but overhead) and a 1M-float add, against numpy's own call
 (np.add(x, y, out=out)) in the same run. On CLANG, "copied" forces the copy-in/copy-out path a device-memory device
-takes, to show what using the arrays in place saves. CLANG kernels run on one thread (KC_CLANG_THREADS=1) so that
-thread scheduling on a shared machine does not drown the call path. Each result is checked against numpy first;
+takes, to show what using the arrays in place saves. CLANG and LLVM kernels run on one thread (KC_CLANG_THREADS=1,
+KC_LLVM_THREADS=1) so that thread scheduling on a shared machine does not drown the call path. Each result is checked against numpy first;
 figures are medians of whole calls. Writes its section of benchmarks/RESULTS.md.
-Run: python benchmarks/bench_call.py [--repeats 9] [--devices CLANG,EMU,OPENCL,CUDA]"""
+Run: python benchmarks/bench_call.py [--repeats 9] [--devices CLANG,LLVM,EMU,OPENCL,CUDA]"""
 from __future__ import annotations
 import argparse, os, pathlib, platform, sys
 os.environ.setdefault("KC_CLANG_THREADS", "1")
+os.environ.setdefault("KC_LLVM_THREADS", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import numpy as np  # noqa: E402
 import kc  # noqa: E402
@@ -32,7 +33,7 @@ def cpu() -> str:
   return f"{model}, {platform.machine()} ({isa}), {os.cpu_count()} cores"
 
 
-DEVICES = ("CLANG", "EMU", "OPENCL", "CUDA")
+DEVICES = ("CLANG", "LLVM", "EMU", "OPENCL", "CUDA")
 
 
 def add_kernel(n: int, device: str) -> kc.CompiledKernel:
@@ -88,7 +89,7 @@ def main() -> None:
         rows.append((device, label, way, f"{wall * 1e6:.1f} us", f"{kern * 1e6:.1f} us", f"{(wall - kern) * 1e6:.1f} us", f"{wall / base:.2f}x"))
   for r in rows: print(f"{r[0]:7s} {r[1]:14s} {r[2]:22s} call {r[3]:>11s}  kernel {r[4]:>11s}  around it {r[5]:>11s}  vs numpy {r[6]:>8s}")
   body = (f"## bench_call: the call path of a kernel on each device (`python benchmarks/bench_call.py --repeats {args.repeats}`)\n\n"
-          f"CPU: {cpu()}. CLANG kernels on one thread. \"call\" is the median wall time of `k(...)`, \"kernel\" the median "
+          f"CPU: {cpu()}. CLANG and LLVM kernels on one thread. \"call\" is the median wall time of `k(...)`, \"kernel\" the median "
           "time the call reports for the kernel alone, \"around it\" their difference: argument checks, handles, copies, "
           "the launch. \"vs numpy\" is the call against numpy's own `np.add(x, y, out=out)` of the same size, in the same "
           "run. On CLANG, \"copied\" forces the copy-in/copy-out path of a device-memory device.\n\n"
