@@ -105,7 +105,7 @@ def test_a_kernel_compiled_again_in_one_process_reuses_its_program(monkeypatch):
   # rendering is most of a compile from the caches: the same AST, device, opts and renderer settings reuse the
   # Program and the loaded binary; a setting the renderer reads from the environment renders anew
   pytest.importorskip("kc_clang")
-  n = 1 << 16
+  n = 1 << 20  # past PARALLEL_MIN_OPS: split across the threads when there are two
   sink = A.sink(A.store(0, A.arg(1, dtypes.float32, (n, 4)).sum(1)))
   monkeypatch.setenv("KC_CLANG_THREADS", "2")
   a, b = kc.compile(sink, "CLANG"), kc.compile(sink, "CLANG")

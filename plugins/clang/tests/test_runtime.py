@@ -290,13 +290,13 @@ def test_both_c_compilers_build_split_kernels(cc, monkeypatch):
   from kc import ast as A
   if shutil.which(cc) is None: pytest.skip(f"{cc} is not installed")
   monkeypatch.setenv("KC_CLANG_THREADS", "2")
-  x = A.arg(1, dtypes.float32, (512, 512))
+  x = A.arg(1, dtypes.float32, (1024, 1024))
   k = kc.compile(A.sink(A.store(0, (x * x).sum(1))), device="CLANG")
   assert "kc_part" in k.program.src
   dev = kc.Device["CLANG"]
   fn = dev.runtime(k.name, ClangCompiler(cmd=[cc]).compile(k.program.src))
-  inp = np.random.rand(512, 512).astype(np.float32)
-  out = Buffer("CLANG", 512, dtypes.float32).allocate()
+  inp = np.random.rand(1024, 1024).astype(np.float32)
+  out = Buffer("CLANG", 1024, dtypes.float32).allocate()
   fn(out, buf(inp))
   np.testing.assert_allclose(out.numpy(), (inp * inp).sum(1), rtol=1e-4)
 
