@@ -7,8 +7,9 @@ or permute gives) is read in its memory order and permuted back in the program; 
 strides torch's FakeTensor gave it and written in its memory order, so the eager ops after a region see the layout
 they would have seen. Anything else is made contiguous first (torch copies it).
 
-A matmul's or convolution's result, and anything computed from it, that more than one node reads is realized: one
-kernel computes it into an intermediate that every reader loads. kc.ast fuses each reader's use into the reader's
+A matmul's or convolution's result, and anything computed from it, that more than one node reads, one of them a
+reduction (directly or through views), is realized: one kernel computes it into an intermediate that every reader
+loads. kc.ast fuses each reader's use into the reader's
 kernel otherwise, and a backward pass reads a layer's masked gradient three times (its bias gradient's sum, its
 weight gradient's matmul through a transpose, the input gradient's matmul): three kernels would each redo the matmul."""
 from __future__ import annotations
@@ -28,6 +29,20 @@ aten = torch.ops.aten
 # the ops whose results cost a long reduce per element: worth computing once where several nodes read them
 CONTRACTIONS = frozenset({aten.mm.default, aten.bmm.default, aten.matmul.default, aten.addmm.default, aten.baddbmm.default,
                           aten.convolution.default, aten.convolution_backward.default})
+# readers that reduce what they read: each would be a kernel of its own around the contraction it reads
+REDUCTIONS = CONTRACTIONS | frozenset({aten.sum.default, aten.sum.dim_IntList, aten.mean.default, aten.mean.dim, aten.amax.default,
+                                       aten.amin.default, aten.var.correction, aten.std.correction})
+# readers that only view what they read (a weight gradient's transpose before its matmul)
+VIEWS = frozenset({aten.t.default, aten.permute.default, aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+                   aten.transpose.int, aten.expand.default, aten.squeeze.dim, aten.unsqueeze.default})
+
+
+def reduces_it(reader: torch.fx.Node) -> bool:
+  """Whether a node reduces what it reads, directly or through views: kc.ast would compute a contraction it reads
+  once more inside that reduction's kernel. Elementwise readers (a GELU's two reads of its input) merge back into one
+  value, which the next reduction reads as a whole."""
+  if reader.target in REDUCTIONS: return True
+  return reader.target in VIEWS and any(reduces_it(u) for u in reader.users)
 
 
 def memory_order(shape, strides) -> Optional[tuple[int, ...]]:
@@ -137,7 +152,8 @@ class KcRegion(torch.nn.Module):
       value = lower.fn(node, *fargs, **fkwargs)
       if node.target in CONTRACTIONS or any(a in holds_contraction for a in node.all_input_nodes):
         # the region's outputs are stored by the program itself, once: only the nodes that compute from it count
-        if isinstance(value, A.Expr) and sum(1 for u in node.users if u.op != "output") > 1: value = value.realize()
+        readers = [u for u in node.users if u.op != "output"]
+        if isinstance(value, A.Expr) and len(readers) > 1 and any(reduces_it(u) for u in readers): value = value.realize()
         else: holds_contraction.add(node)
       env[node] = value
     return env

@@ -169,3 +169,18 @@ def test_a_gradient_read_three_times_is_computed_once(monkeypatch):
   for g, p in zip(got, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
   work = [math.prod(ck.kernel.full_shape) for plan in KcRegion._programs.values() for ck in plan.program.kernels]
   assert sorted(w for w in work if w >= 16 * 32 * 128) == sorted([16 * 64 * 128, 16 * 128 * 32] + [32 * 128 * 16, 16 * 128 * 32, 128 * 64 * 16])
+
+
+def test_an_activation_that_reads_its_input_twice_is_not_computed_again_per_column(monkeypatch):
+  # GELU reads the Linear's output twice (x * 0.5 and erf(x / sqrt 2)), but both reads merge into one value: it is
+  # computed once, in the first Linear's kernel, and the second Linear loads it. Realizing the Linear's output for
+  # its two readers left the GELU in the second matmul's loop, its erf computed again for every block of columns
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).eval()
+  x = torch.randn(16, 64)
+  with torch.no_grad(): torch.testing.assert_close(compiled(model)(x), model(x), rtol=1e-4, atol=1e-5)
+  kernels = [ck for plan in KcRegion._programs.values() for ck in plan.program.kernels]
+  with_exp = [math.prod(ck.kernel.full_shape) for ck in kernels if "exp2" in ck.program.src]
+  assert with_exp and 16 * 128 * 32 not in with_exp
