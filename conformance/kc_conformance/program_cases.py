@@ -128,22 +128,21 @@ def program_outputs_of_three_shapes(rng):
 
 @program_case("reduce")
 def program_reduce_reshaped(rng):
-  # a reduce result reshaped across its reduced axis, then computed with: the reshape merges axes on both sides of
-  # the reduce's loop, so the result is an intermediate (a reshape on one side stays in the reduce's kernel)
-  a = uniform(rng, (2, 3, 4))
-  x = arg(1, (2, 3, 4))
-  want = f64(a).sum(1).reshape(4, 2) + 1
-  return program(A.sink(A.store(0, x.sum(1).reshape(4, 2) + 1)), {1: a}, {0: f32(want)}, kernels=2)
+  # a reduce result reshaped, then computed with: the reshape regroups the reduce's output, an intermediate
+  a = uniform(rng, (4, 6))
+  x = arg(1, (4, 6))
+  want = f64(a).sum(0).reshape(2, 3) + 1
+  return program(A.sink(A.store(0, x.sum(0).reshape(2, 3) + 1)), {1: a}, {0: f32(want)}, kernels=2)
 
 
 @program_case("reduce")
 def program_reduce_of_reshaped_reduce(rng):
   a = uniform(rng, (3, 4, 5))
   x = arg(1, (3, 4, 5))
-  sink = A.sink(A.store(0, x.sum(1).reshape(15).max()), A.store(2, x.sum(1).reshape(5, 3).sum(1)))
-  want = {0: f32(f64(a).sum(1).reshape(15).max()), 2: f32(f64(a).sum(1).reshape(5, 3).sum(1))}
-  # the inner reduce they share into an intermediate (reshaped across the reduced axis), then each outer reduce
-  return program(sink, {1: a}, want, kernels=3)
+  sink = A.sink(A.store(0, x.sum(2).reshape(12).max()), A.store(2, x.sum(0).reshape(2, 10).sum(1)))
+  want = {0: f32(f64(a).sum(2).reshape(12).max()), 2: f32(f64(a).sum(0).reshape(2, 10).sum(1))}
+  # each output: its inner reduce into an intermediate, then the outer reduce
+  return program(sink, {1: a}, want, kernels=4)
 
 
 @program_case("reduce")
@@ -156,13 +155,12 @@ def program_std_of_rows_over_std(rng):
 
 @program_case("reduce")
 def program_two_intermediates_combined(rng):
-  # two reduce results, each reshaped (across its reduced axis) into an intermediate of its own (one kernel writes
-  # both: they loop alike), live together in the arena
-  a = uniform(rng, (2, 3, 4))
-  x = arg(1, (2, 3, 4))
-  out = x.sum(1).reshape(4, 2) + x.max(1).reshape(8)[:4].reshape(4, 1)
-  want = f64(a).sum(1).reshape(4, 2) + a.max(1).reshape(8)[:4].reshape(4, 1)
-  return program(A.sink(A.store(0, out)), {1: a}, {0: f32(want)}, kernels=2)
+  # two reduce results, each reshaped into an intermediate of its own, live together in the arena
+  a = uniform(rng, (6, 8))
+  x = arg(1, (6, 8))
+  out = x.sum(0).reshape(2, 4) + x.max(1)[:2].reshape(2, 1)
+  want = f64(a).sum(0).reshape(2, 4) + a.max(1)[:2].reshape(2, 1)
+  return program(A.sink(A.store(0, out)), {1: a}, {0: f32(want)}, kernels=3)
 
 
 @program_case("reduce")
@@ -181,9 +179,7 @@ def program_chain_of_intermediates(rng):
   x = arg(1, (16, 16))
   y, ya = x, f64(a)
   for _ in range(3):
-    # the rows summed in blocks of 4, reshaped across the reduced axis: an intermediate per step
-    y, ya = (y.reshape(4, 4, 16).sum(1).reshape(64)[:16] + 1.0).reshape(16, 1) * x, \
-            (ya.reshape(4, 4, 16).sum(1).reshape(64)[:16] + 1.0).reshape(16, 1) * f64(a)
+    y, ya = (y.sum(0).reshape(4, 4) + 1.0).reshape(16, 1) * x, (ya.sum(0).reshape(4, 4) + 1.0).reshape(16, 1) * f64(a)
   return program(A.sink(A.store(0, y)), {1: a}, {0: f32(ya)}, kernels=4)
 
 
@@ -199,7 +195,7 @@ if hasattr(A.Expr, "cumsum"):
   def program_cumsum_long_rows(rng):
     # 300 elements: past kc.ast.scan's BLOCKED_FROM, a scan within blocks and one of the block totals
     a = uniform(rng, (3, 300), -1.0, 1.0)
-    return program(A.sink(A.store(0, arg(1, (3, 300)).cumsum(1))), {1: a}, {0: f32(f64(a).cumsum(1))}, kernels=3)
+    return program(A.sink(A.store(0, arg(1, (3, 300)).cumsum(1))), {1: a}, {0: f32(f64(a).cumsum(1))}, kernels=4)
 
 
 if hasattr(A, "concatenate"):
