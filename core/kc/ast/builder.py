@@ -187,27 +187,8 @@ class Expr:
     if self.size is not None and _size(shape) != self.size:
       raise ShapeError(f"reshape: cannot reshape {fmt_shape(self.shape)} ({self.size} elements) to {fmt_shape(shape)}")
     if [s for s in shape if s != 1] == [s for s in self.shape if s != 1]: return self._regroup(shape)
-    if (around := self._around_hidden(shape)) is not None: return around
     # the kernel shape becomes the new shape: the hidden (size-1) axes are reshaped away with the rest
     return self._kernel_move("reshape", shape, "reshape", hidden=())
-
-  def _around_hidden(self, shape: tuple) -> Optional["Expr"]:
-    """A reshape that splits or merges logical axes only between the hidden ones (a matmul's (B*T, C) result viewed as
-    (B, T, C)): the hidden axes keep their places between the new axes, so a reduce result is reshaped in its kernel
-    instead of being materialised first. None where a hidden axis would fall inside a merged or split group."""
-    if not self.hidden or not all(isinstance(d, int) and d > 0 for d in self.shape + shape): return None
-    def prefixes(dims) -> list[int]: return [math.prod(dims[:i]) for i in range(len(dims) + 1)]
-    old, new = prefixes(self.shape), prefixes(shape)
-    at: dict[int, list[int]] = {}  # new position -> the hidden kernel axes placed before it
-    for h in self.hidden:
-      before = builtins.sum(1 for a in self._logical if a < h)  # logical axes before this hidden one
-      if old[before] not in new: return None
-      at.setdefault(new.index(old[before]), []).append(h)
-    kshape, hidden = [], []
-    for q in range(len(shape) + 1):
-      for h in at.get(q, []): hidden.append(len(kshape)); kshape.append(self.kshape[h])
-      if q < len(shape): kshape.append(shape[q])
-    return self._kernel_move("reshape", tuple(kshape), "reshape", hidden=tuple(hidden))
 
   def _infer(self, shape: tuple) -> tuple[sint, ...]:
     if builtins.sum(1 for s in shape if isinstance(s, int) and s == -1) > 1: raise ShapeError(f"reshape: at most one -1 in {shape}")

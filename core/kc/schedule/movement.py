@@ -6,7 +6,6 @@ input, so a reduce result broadcast along a kept axis is computed per row); on t
 broadcast (a VIEW above the reduce) or an identity is possible. A pad of a computed value is masked at the place it is
 applied: pushed to the leaves alone it would pad the inputs, and f(0) is not 0 for every f (exp2(0) is 1)."""
 from __future__ import annotations
-import math
 from dataclasses import dataclass
 from typing import Any, Optional
 from kc.ir.dtype import dtypes
@@ -127,8 +126,6 @@ class _Pusher:
       else: inner_mv = Move("expand", tuple(ins[i] if i in axes else s for i, s in enumerate(mv.arg)))
       moved = rebuild(self.walk(src, inner_mv))
       return broadcast(moved, self.shape(moved), new)
-    if mv.kind == "reshape" and (inner := _reshape_around(axes, ins, out, new)) is not None:
-      return rebuild(self.walk(src, Move("reshape", inner[0])), inner[1])
     raise self.refuse(x, mv, "only adding or removing size-1 axes, permutes, flips, shrinks, pads and expands can follow a "
                              "reduce in the same kernel; move the reduce's input instead, or store the result")
 
@@ -151,22 +148,6 @@ class _Pusher:
                                f"cannot make it {new[bad[0]]}; store the result and {mv.kind} it in a second kernel")
     moved = self.walk(base, inner)
     return broadcast(moved, self.shape(moved), new)
-
-
-def _reshape_around(axes, ins: Shape, out: Shape, new: Shape) -> Optional[tuple[Shape, list[int]]]:
-  """A reshape of a reduce result (`out`, its reduced axes of size 1) to `new` that splits or merges only the other
-  axes, each reduced axis keeping a size-1 slot of its own between them (a matmul's (B*T, 1, C) result as (B, T, 1, C)):
-  the reduce's input shape reshaped alike (the reduced axes at their slots, at their input sizes) and the slots. None
-  where a reduced axis would fall inside a group, or the sizes are symbolic."""
-  if not all(isinstance(d, int) and d > 0 for d in tuple(out) + tuple(new)): return None
-  def prefix(dims, i: int) -> int: return math.prod(dims[:i])
-  inner, slots, q = list(new), [], 0
-  for a in sorted(axes):
-    q = next((j for j in range(q, len(new)) if new[j] == 1 and prefix(new, j) == prefix(out, a) and prefix(new, j + 1) == prefix(out, a + 1)), -1)
-    if q < 0: return None
-    inner[q], q = ins[a], q + 1
-    slots.append(q - 1)
-  return tuple(inner), slots
 
 
 def broadcast(u: UOp, shape: Shape, new: Shape) -> UOp:
