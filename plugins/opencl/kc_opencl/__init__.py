@@ -22,7 +22,8 @@ def device_renderer():
   """The renderer with the selected device's limits, or conservative defaults where there is no device. A device whose
   compiler cannot build (unavailable_reason) still gives its limits: rendering needs only them, never a build."""
   from kc_opencl.renderer import OpenCLRenderer
-  try: info = selected_info()
+  # the device is selected anew (the platforms can change under a test's stand-ins); its limits are queried once
+  try: info = selected_info() if select_device() is not None else None
   except DeviceUnavailable: info = None
   return OpenCLRenderer(info)
 
