@@ -229,3 +229,18 @@ def test_accumulators_stay_vectors_under_a_where_after_the_reduce():
   a, b, hv = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3))
   out = kc.run(A.sink(A.store(0, masked)), {1: a, 2: b, 3: hv}, "CLANG")[0]
   np.testing.assert_allclose(out, np.where(hv > 0, a @ b, 0), rtol=1e-5, atol=1e-4)
+
+
+def test_a_relu_of_the_k_contiguous_input_keeps_the_reduce_vectorized_along_k():
+  # relu(x) @ w.T: each lane of x's ReLU is computed from a loaded vector's lane, packed from registers, not loaded
+  # lane by lane, so the reduce stays vectorized along K (a tile of vector accumulators) instead of falling back to
+  # vectors along N gathered from w's rows
+  x, w = F(1, 64, 256), F(2, 128, 256)
+  relu = (x > 0).where(x, 0.0)
+  sink = A.sink(A.store(0, (relu.reshape(64, 1, 256) * w.reshape(1, 128, 256)).sum(2)))
+  k = hand(sink, vector_renderer(16))
+  accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
+  assert accs and all(u.dtype == dtypes.float32.vec(16) for u in accs) and kc.Opt(kc.OptOps.UNROLL, 0, 16) in k.applied_opts
+  rng = np.random.default_rng(5)
+  xa, wa = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((128, 256)).astype(np.float32)
+  np.testing.assert_allclose(kc.run(sink, {1: xa, 2: wa}, "CLANG")[0], np.maximum(xa, 0) @ wa.T, rtol=1e-4, atol=1e-3)
