@@ -23,7 +23,9 @@ def device_renderer():
   compiler cannot build (unavailable_reason) still gives its limits: rendering needs only them, never a build."""
   from kc_opencl.renderer import OpenCLRenderer
   # the device is selected anew (the platforms can change under a test's stand-ins); its limits are queried once
-  try: info = selected_info() if select_device() is not None else None
+  try:
+    select_device()
+    info = selected_info()
   except DeviceUnavailable: info = None
   return OpenCLRenderer(info)
 
