@@ -164,10 +164,12 @@ class CUDAProgram:
       raise KcError(f"{driver} refused the cubin of {name}: {e}. A stale compile cache entry can cause this: clear "
                     "KC_CACHE_DIR") from None
     weakref.finalize(self, _unload_module, device, self.module)
-    try: self.function = check(cu.cuModuleGetFunction(self.module, name.encode()), f"cuModuleGetFunction({name})")
+    # a kernel built in a batch has its own name in the batch's cubin; one built alone (or an older cache entry) has the program's
+    entry = meta.get("entry", name)
+    try: self.function = check(cu.cuModuleGetFunction(self.module, entry.encode()), f"cuModuleGetFunction({entry})")
     except CUDAError as e:
       if isinstance(e, CUDADeviceLost): raise
-      raise KcError(f"the cubin has no kernel named {name!r} ({e}): the kernel must be declared extern \"C\" __global__") from None
+      raise KcError(f"the cubin has no kernel named {entry!r} ({e}): the kernel must be declared extern \"C\" __global__") from None
     if self.dynamic_shared > STATIC_SHARED_LIMIT:
       # above 48 KiB a kernel must opt in before its first launch, or the launch fails with CUDA_ERROR_INVALID_VALUE
       attr = cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
