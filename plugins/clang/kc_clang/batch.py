@@ -6,12 +6,17 @@ A C compile of one small kernel is mostly fixed cost (the compiler starting, mat
 names (kernel, static helpers, the split symbol) are renamed per member by a #define before it and an #undef after,
 so two kernels of the same name or the same helper never meet; each member's library is then linked from the one
 object keeping only what that member reaches (--gc-sections), with its own names exported again (--defsym) and
-nothing else (a version script). The links run the linker command the driver would run (asked once with -###): clang's
-driver alone takes 40 ms to start. That needs the GNU linker's options, which Linux's gcc and clang use; elsewhere
-batching_supported() is False and sources compile one by one. A member any of this cannot represent (a preprocessor
+nothing else (a version script). The links run the linker itself, not the driver (clang's driver alone takes 40 ms to
+start), with what the driver's own link line (asked once with -###) says about the target and the library folders, and
+none of what a kernel's library does without: the C runtime's start and end objects (crti.o, crtbeginS.o, ...), libc
+and libgcc_s, and gcc's LTO plugin (collect2 then ld). A kernel calls only libm and libgcc (half and 128-bit
+conversions), and now and then memcpy, which the process's own libc provides when the library loads: with -lm and
+-lgcc a member's link takes 9 ms instead of 21. A link line this cannot read runs as the driver wrote it. That needs
+the GNU linker's options, which Linux's gcc and clang use; elsewhere batching_supported() is False and sources compile
+one by one. A member any of this cannot represent (a preprocessor
 line of its own) makes the batch fail, and kc's Compiler.compile_many then builds the sources one by one."""
 from __future__ import annotations
-import functools, os, re, shlex, subprocess, sys, tempfile
+import functools, os, re, shlex, shutil, subprocess, sys, tempfile
 from dataclasses import dataclass
 from typing import Optional, Sequence
 from kc.backend import CompileError
@@ -80,8 +85,61 @@ def link_command(cmd: tuple[str, ...], flags: tuple[str, ...]) -> Optional[LinkC
   return LinkCommand(argv, obj, lib) if os.path.isabs(argv[0]) and obj in argv and lib in argv else None
 
 
+# what a lean link keeps of the driver's link line: the target (-m, -z), the hash table style, the build id, the
+# unwind table's index, the library folders, -shared; and the libraries a kernel calls, which it links after the object
+_KEPT_WITH_VALUE = ("-m", "-z")
+_KEPT = re.compile(r"-L.+|--sysroot=.+|--hash-style=\w+|--build-id(=\w+)?|--eh-frame-hdr|-shared")
+_LIBRARIES = ("-lm", "-lgcc")
+# ... and what it leaves out: the LTO plugin and its options, the C runtime's objects, libc, libgcc_s and the --as-needed
+# state around them (the driver's output path comes with -o)
+_DROPPED_WITH_VALUE = ("-plugin", "-o")
+_DROPPED = re.compile(r"-plugin-opt=.*|-lc|-lgcc_s|--push-state|--pop-state|--(no-)?as-needed|(.*/)?crt\w*\.o")
+_GNU_LINKER = re.compile(r"(.*/)?ld(\.(bfd|gold|lld))?")
+
+
+@dataclass(frozen=True)
+class LeanLink:
+  """A member's link by the linker itself: `argv` (linker and options) + -o, the member's options, the object, then
+  `libraries`."""
+  argv: tuple[str, ...]
+  libraries: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=None)
+def lean_link(cmd: tuple[str, ...], flags: tuple[str, ...]) -> Optional[LeanLink]:
+  """The link of link_command(cmd, flags) without the C runtime's objects, libc, libgcc_s and the LTO plugin; None
+  when the line holds anything else, or the flags make objects only a plugin can link (-flto) or pick a linker
+  (-fuse-ld, -B) that collect2 would find but the linker named here would not be."""
+  if (link := link_command(cmd, flags)) is None or any(f.startswith(("-flto", "-fuse-ld", "-B")) for f in flags): return None
+  if (linker := _linker(cmd, link.argv[0])) is None: return None
+  kept: list[str] = []
+  libraries: list[str] = []
+  args = iter(link.argv[1:])
+  for a in args:
+    if a == link.obj: continue
+    if a in _KEPT_WITH_VALUE: kept += [a, next(args, "")]
+    elif a in _DROPPED_WITH_VALUE: next(args, None)
+    elif a in _LIBRARIES: libraries.append(a)
+    elif _KEPT.fullmatch(a): kept.append(a)
+    elif not _DROPPED.fullmatch(a): return None  # an option this does not know: the driver's line as it is
+  if "-shared" not in kept or "-lm" not in libraries: return None
+  return LeanLink((linker, *kept), tuple(dict.fromkeys(libraries)))
+
+
+def _linker(cmd: tuple[str, ...], first: str) -> Optional[str]:
+  """The GNU-style linker the driver's link line runs: the line's own, or for gcc's collect2 the ld it runs."""
+  if os.path.basename(first) == "collect2":
+    try: r = subprocess.run([*cmd, "-print-prog-name=ld"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError): return None
+    first = r.stdout.strip() if r.returncode == 0 else ""
+    if first and not os.path.isabs(first): first = shutil.which(first) or ""
+  return first if first and _GNU_LINKER.fullmatch(first) and os.access(first, os.X_OK) else None
+
+
 def member_link(cmd: Sequence[str], flags: Sequence[str], obj: str, lib: str, options: list[str]) -> list[str]:
-  """The command that links one member's library from the batch's object `obj`."""
+  """The command that links one member's library from the batch's object `obj`: the lean link where there is one,
+  else the driver's link line, else the driver."""
+  if (lean := lean_link(tuple(cmd), tuple(flags))) is not None: return [*lean.argv, "-o", lib, *options, obj, *lean.libraries]
   if (link := link_command(tuple(cmd), tuple(flags))) is None: return [*cmd, *flags, obj, "-o", lib, "-lm", *(f"-Wl,{o}" for o in options)]
   argv = [{link.obj: obj, link.lib: lib}.get(a, a) for a in link.argv]
   at = argv.index(obj)

@@ -1,7 +1,7 @@
 """Batched builds (kc_clang.batch): many kernels from one C compiler run, each member's library behaving exactly as
 the library of its own compile, with both C compilers; members that share a kernel name or a helper's name; split
 kernels; and sources a batch cannot hold failing the batch so that compile_many builds them one by one."""
-import ctypes, shutil
+import ctypes, os, re, shutil, subprocess
 import numpy as np
 import pytest
 import kc
@@ -10,7 +10,7 @@ from kc.api import CompiledKernel
 from kc import ast as A
 import kc_clang
 from kc_clang import batch
-from kc_clang.compiler import ClangCompiler
+from kc_clang.compiler import ClangCompiler, compile_flags, has_float16
 from kc_clang.runtime import ClangProgram, _symbol_address
 
 if kc_clang.unavailable_reason() is not None or not batch.batching_supported():
@@ -106,3 +106,78 @@ def test_compile_many_builds_a_bad_batch_one_by_one(programs):
   for src, lib, name in ((good[0], got[0], "double"), (good[1], got[2], "exp")):
     x = inputs(name)
     np.testing.assert_array_equal(run_library(programs[name], lib, x), run_library(programs[name], c.compile(src), x))
+
+
+# ---------------------------------------------------------------------------------------------------------- lean links
+
+# calls into libm (expf), libgcc (half conversions without F16C, 128-bit division) and libc (memcpy of a variable size)
+RUNTIME_CALLS = """#include <math.h>
+#include <string.h>
+static inline float twice(float x) { return x * 2.0f; }
+void k(float* restrict out, float* restrict copy, long long* restrict quot, const float* restrict x, const int n) {
+  for (int i = 0; i < n; i++) {
+    HALF_LINE
+    out[i] = expf(twice(h));
+    quot[i] = (long long)(((__int128)(i + 1) << 60) / (__int128)(3 * i + 7));
+  }
+  memcpy(copy, x, (unsigned long)n * sizeof(float));
+}
+"""
+
+
+def runtime_calls_source(compiler: ClangCompiler) -> str:
+  half = "float h = (float)(_Float16)x[i];" if has_float16(tuple(compiler.cmd), tuple(compiler.flags)) else "float h = x[i];"
+  return RUNTIME_CALLS.replace("HALF_LINE", half)
+
+
+def baseline_compilers() -> list[ClangCompiler]:
+  """Each C compiler at the baseline x86-64 level (no F16C: half converts through libgcc) and at the machine's."""
+  return [ClangCompiler(cmd=c.cmd, flags=compile_flags(cmd=c.cmd, native=native)) for c in compilers() for native in (False, True)]
+
+
+def call_runtime_calls(path: str, n: int = 100) -> tuple[np.ndarray, ...]:
+  lib = ctypes.CDLL(path, mode=os.RTLD_NOW)  # every undefined symbol resolved now, or the load fails
+  x = np.random.default_rng(1).uniform(-3, 3, n).astype(np.float32)
+  out, copy, quot = np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.int64)
+  ptr = ctypes.c_void_p
+  lib.k.argtypes = [ptr, ptr, ptr, ptr, ctypes.c_int]
+  lib.k(*(ptr(a.ctypes.data) for a in (out, copy, quot, x)), n)
+  return x, out, copy, quot
+
+
+@pytest.mark.parametrize("compiler", baseline_compilers(), ids=lambda c: f"{c.cmd[0]}{'-native' if '-march=native' in c.flags else ''}")
+def test_a_lean_linked_member_calls_libm_libgcc_and_libc(compiler, tmp_path):
+  lean = batch.lean_link(tuple(compiler.cmd), tuple(compiler.flags))
+  assert lean is not None  # gcc and clang on Linux: the linker itself
+  assert not any(a.endswith(".o") or a.startswith("-plugin") or a == "-lc" for a in lean.argv + lean.libraries)
+  other = "static inline float twice(float x) { return x; }\nvoid j(float* restrict d) { d[0] = twice(1.0f); }\n"
+  libs = compiler.compile_batch_uncached([other, runtime_calls_source(compiler)])
+  paths = []
+  for i, lib in enumerate((libs[1], compiler.compile_uncached(runtime_calls_source(compiler)))):
+    paths.append(str(tmp_path / f"m{i}.so"))
+    with open(paths[-1], "wb") as f: f.write(lib)
+  x, out, copy, quot = call_runtime_calls(paths[0])
+  h = x.astype(np.float16).astype(np.float32) if has_float16(tuple(compiler.cmd), tuple(compiler.flags)) else x
+  np.testing.assert_allclose(out, np.exp(h.astype(np.float64) * 2), rtol=2e-6)
+  np.testing.assert_array_equal(copy, x)
+  assert quot.tolist() == [((i + 1) << 60) // (3 * i + 7) for i in range(len(x))]
+  for got, want in zip(call_runtime_calls(paths[0]), call_runtime_calls(paths[1])):  # bit for bit the library of its own compile
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="no readelf here")
+@pytest.mark.parametrize("compiler", compilers(), ids=lambda c: c.cmd[0])
+def test_a_lean_linked_member_needs_only_libm_and_resolves_in_the_process(compiler, tmp_path):
+  flags = compile_flags(cmd=compiler.cmd, native=False)
+  compiler = ClangCompiler(cmd=compiler.cmd, flags=flags)
+  lib = compiler.compile_batch_uncached(["void j(float* restrict d) { d[0] = 1.0f; }\n", runtime_calls_source(compiler)])[1]
+  path = tmp_path / "member.so"
+  path.write_bytes(lib)
+  dynamic = subprocess.run(["readelf", "--dynamic", "--dyn-syms", "--wide", str(path)], capture_output=True, text=True, check=True).stdout
+  needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic))
+  assert needed == {"libm.so.6"}  # no libgcc_s: what libgcc has is linked in; libc is the process's own
+  undefined = {m.split("@")[0] for m in re.findall(r"^\s*\d+: 0+\s+\d+\s+\w+\s+GLOBAL\s+\w+\s+UND\s+(\S+)", dynamic, re.MULTILINE)}
+  assert "expf" in undefined and not any(name.startswith("__") for name in undefined)  # libgcc's helpers are inside
+  process, libm = ctypes.CDLL(None), ctypes.CDLL("libm.so.6")
+  for name in undefined: assert hasattr(process, name) or hasattr(libm, name), name
+  assert ClangProgram("k", lib) is not None  # loads as the runtime loads it
