@@ -180,4 +180,4 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
   # vector arithmetic last: it only regroups lanes of values already simplified and rewritten into the ops the
   # dialect spells, so the rules above never see a vector op they were not written for
   if not renderer.vector_alu: return sink
-  return vectorize_alu(sink, _declared_widths(renderer), frozenset(renderer.vector_functions))
+  return vectorize_alu(sink, _declared_widths(renderer), frozenset(renderer.vector_functions), renderer.vector_select)

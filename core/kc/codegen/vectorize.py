@@ -5,10 +5,14 @@ VECTORIZE, e.g. the value of a vector store) is rebuilt as one vector computatio
   lanes that are the lanes of one vector, in order      that vector (a vector load, a vector accumulator)
   lanes that are one and the same value                 that value splat to every lane
   lanes of one arithmetic op (ADD SUB MUL MULACC NEG    that op on the vectors of its sources' lanes
-    FDIV, and the renderer's vector_functions on
+    FDIV RECIP, and the renderer's vector_functions on
     float32), same dtype
+  lanes of one WHERE of float32 values, of one           that op on vectors, the bools as lane masks
+    comparison of float32 values or of one AND OR XOR
+    or logical not of bools (Renderer.vector_select)
   lanes that update accumulators, acc_i = acc_i <op>    one accumulator of the vector dtype updated with the vector
-    x_i (op ADD or MUL), the same loops                   of the x_i
+    x_i (op ADD or MUL, or MAX where it is one of the     of the x_i
+    vector_functions), the same loops
 
 Accumulators are also found where no vector uses them: a reduce over unrolled lanes keeps one accumulator per lane
 and combines them pairwise after its loops (kc.codegen.lower). Such a combine of a declared width's accumulators,
@@ -16,11 +20,12 @@ combined by their own update op, becomes one vector accumulator and the same pai
 lane adds the same values in the same order, so the result is the same bit for bit.
 
 Every other set of lanes stays a VECTORIZE of scalars: lanes that mix vectors or cross lanes (GEPs out of order, a
-reduce across an upcast axis), comparisons and WHERE (a comparison of C vectors gives an int vector, not a bool
-one), casts (a C cast between vector types reinterprets, it converts nothing), transcendentals the renderer has
-no vector function for, and every int computation. An op is only made a vector where at least one of its sources is
-a vector already, or where at most one source is gathered lane by lane and the rest are splats: with two gathers,
-the scalar computation costs less than packing the lanes of both.
+reduce across an upcast axis), comparisons and WHERE where the renderer has no vector_select (a comparison of C
+vectors gives an int vector of lane masks, not a bool one), casts (a C cast between vector types reinterprets, it
+converts nothing), transcendentals the renderer has no vector function for, and every int computation. An op is
+only made a vector where at least one of its sources is a vector already, or where at most one source is gathered
+lane by lane and the rest are splats: with two gathers, the scalar computation costs less than packing the lanes of
+both.
 
 Only the dtypes and widths the renderer declares vector accesses of (Renderer.vector_widths) are vectorized, and
 only float32 and float64, whose C arithmetic on vectors is the same IEEE arithmetic lane by lane."""
@@ -31,9 +36,16 @@ from kc.codegen.lower import pairwise
 from kc.ir.uop import Ops, UOp
 
 # the ops whose C operators compute lane by lane on GCC/Clang vector types with the scalar operators' results
-VECTOR_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.FDIV})
-# the updates of an accumulator that stay lane by lane on a vector accumulator (MAX is a WHERE by now in C)
+VECTOR_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.MULACC, Ops.NEG, Ops.FDIV, Ops.RECIP})
+# with Renderer.vector_select: the ops on float32 lanes that give bool lanes (lane masks), and the ops on bool lanes
+_COMPARES = frozenset({Ops.CMPLT, Ops.CMPNE})
+_MASK_LOGIC = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.CMPNE})  # CMPNE of bools: logical not (x != true) and xor
+# the updates of an accumulator that stay lane by lane on a vector accumulator; MAX too where the dialect computes it
+# on vectors (Renderer.vector_functions; elsewhere it is a WHERE by now)
 _ACC_UPDATES = frozenset({Ops.ADD, Ops.MUL})
+
+
+def _acc_updates(functions: frozenset) -> frozenset: return _ACC_UPDATES | (functions & {Ops.MAX})
 _FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _NO_ACCS: frozenset[UOp] = frozenset()
 
@@ -54,8 +66,9 @@ class _Vectorizer:
   to its rebuilt version (the walk fills it sources first); `built` remembers each set of lanes, so lanes shared by
   two vectors (an accumulator read by its update and by the store after the loop) become one vector."""
 
-  def __init__(self, rebuilt: dict[UOp, UOp], accs_under: dict[UOp, frozenset[UOp]], functions: frozenset = frozenset()):
-    self.rebuilt, self.accs_under, self.functions = rebuilt, accs_under, functions
+  def __init__(self, rebuilt: dict[UOp, UOp], accs_under: dict[UOp, frozenset[UOp]], functions: frozenset = frozenset(),
+               select: bool = False):
+    self.rebuilt, self.accs_under, self.functions, self.select = rebuilt, accs_under, functions, select
     self.built: dict[Lanes, tuple[UOp, bool]] = {}
     self.combined: set[UOp] = set()  # roots of combines rebuilt over a vector accumulator that loads without gathers
 
@@ -77,9 +90,8 @@ class _Vectorizer:
     if whole is not None and whole.dtype == vdt and all(x.op is Ops.GEP and x.src[0] is whole and x.arg == (i,) for i, x in enumerate(lanes)):
       return self.rebuilt[whole], True
     if first.op is Ops.ASSIGN and (acc := self.accumulator(lanes)) is not None: return acc, True
-    if (first.op in VECTOR_OPS or (first.op in self.functions and first.dtype == dtypes.float32)) \
-       and all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype for x in lanes) \
-       and all(s.dtype == first.dtype for x in lanes for s in x.src):
+    if all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype and len(x.src) == len(first.src) for x in lanes) \
+       and self._lane_op(first) and all(s.dtype == f.dtype for x in lanes for s, f in zip(x.src, first.src)):
       srcs = [self.build(tuple(x.src[j] for x in lanes)) for j in range(len(first.src))]
       # a vector op where a source is a vector already, or where at most one source must be packed lane by lane
       # (the rest splats): packing that one source costs what packing the op's results would, and the packed
@@ -88,6 +100,17 @@ class _Vectorizer:
         return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
     if (by_lane := self.over_vector_sources(lanes)) is not None: return by_lane, False
     return self.gather(lanes), False
+
+  def _lane_op(self, u: UOp) -> bool:
+    """Whether `u`'s op computes lane by lane on vectors of its dtype in the dialect (its sources' dtypes lined up
+    across the lanes are checked by the caller)."""
+    if u.op in VECTOR_OPS: return u.dtype != dtypes.bool and all(s.dtype == u.dtype for s in u.src)
+    if u.op in self.functions and u.dtype == dtypes.float32 and all(s.dtype == u.dtype for s in u.src): return True
+    if not self.select: return False
+    # lane masks are as wide as float32's lanes: selects of float32, comparisons of float32, logic of their masks
+    if u.op is Ops.WHERE: return u.dtype == dtypes.float32 and u.src[0].dtype == dtypes.bool and u.src[1].dtype == u.src[2].dtype == u.dtype
+    if u.op in _COMPARES and all(s.dtype == dtypes.float32 for s in u.src): return True
+    return u.op in _MASK_LOGIC and u.dtype == dtypes.bool and all(s.dtype == dtypes.bool for s in u.src)
 
   def over_vector_sources(self, lanes: Lanes) -> Optional[UOp]:
     """Lanes of one op that stays scalar (a WHERE, a comparison, a cast: a ReLU or mask after a matmul), some of whose
@@ -125,7 +148,7 @@ class _Vectorizer:
     if any(x.op is not Ops.ASSIGN for x in lanes): return None
     accs = tuple(x.src[0] for x in lanes)
     first, upd = accs[0], lanes[0].src[1]
-    if len(set(accs)) != len(accs) or upd.op not in _ACC_UPDATES: return None
+    if len(set(accs)) != len(accs) or upd.op not in _acc_updates(self.functions): return None
     for x, acc in zip(lanes, accs):
       u = x.src[1]
       if x.op is not Ops.ASSIGN or acc.op is not Ops.DEFINE_ACC or acc.dtype != first.dtype or acc.src[1:] != first.src[1:] \
@@ -181,16 +204,18 @@ def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
   return u.op is Ops.VECTORIZE and dt in _FLOATS and all(s.dtype == dt for s in u.src) and u.dtype.count in widths(dt)
 
 
-def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functions: frozenset = frozenset()) -> UOp:
+def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functions: frozenset = frozenset(),
+                  select: bool = False) -> UOp:
   """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
   lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
-  dialect also computes on float32 vectors (Renderer.vector_functions)."""
+  dialect also computes on float32 vectors (Renderer.vector_functions); `select`: comparisons and WHERE on float32
+  vectors with lane masks (Renderer.vector_select)."""
   topo = passing_toposort(sink)
   vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths)}  # in order, asked again below
-  combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src})
+  combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src}, _acc_updates(functions))
   if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
-  vz = _Vectorizer(rebuilt, accumulators_under(topo), functions)
+  vz = _Vectorizer(rebuilt, accumulators_under(topo), functions, select)
   for u in topo:
     if u in vectors: rebuilt[u] = vz.vector(u.src)
     elif u in combines and (acc := vz.vector(combines[u])).op is Ops.ASSIGN:
@@ -202,12 +227,14 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   return rebuilt[sink]
 
 
-def _accumulator_combines(topo: Reversible[UOp], widths: Callable[[DType], tuple[int, ...]], in_vectors: set[UOp]) -> dict[UOp, tuple[UOp, ...]]:
-  """The roots of pairwise combines (ADD or MUL trees) of a declared width's accumulator updates, each with its
-  leaves in order: accumulators of one op over the same loops, which no vector of `in_vectors`' lanes holds."""
+def _accumulator_combines(topo: Reversible[UOp], widths: Callable[[DType], tuple[int, ...]], in_vectors: set[UOp],
+                          updates: frozenset = _ACC_UPDATES) -> dict[UOp, tuple[UOp, ...]]:
+  """The roots of pairwise combines (trees of one op of `updates`: ADD, MUL, MAX) of a declared width's accumulator
+  updates, each with its leaves in order: accumulators of one op over the same loops, which no vector of
+  `in_vectors`' lanes holds."""
   found: dict[UOp, tuple[UOp, ...]] = {}
   inside: set[UOp] = set()
-  candidates = _accumulator_trees(topo, widths)
+  candidates = _accumulator_trees(topo, widths, updates)
   for u in reversed(topo):  # a combine's root before its subtrees: the largest combine wins
     if u in inside or u not in candidates: continue
     leaves, inner, stack = [], [], [u]
@@ -224,15 +251,15 @@ def _accumulator_combines(topo: Reversible[UOp], widths: Callable[[DType], tuple
   return found
 
 
-def _accumulator_trees(topo: Iterable[UOp], widths: Callable[[DType], tuple[int, ...]]) -> set[UOp]:
-  """The float ADDs and MULs whose tree of the same op and dtype has a declared width's number of leaves (a shared
+def _accumulator_trees(topo: Iterable[UOp], widths: Callable[[DType], tuple[int, ...]], updates: frozenset = _ACC_UPDATES) -> set[UOp]:
+  """The float ADDs and MULs (the ops of `updates`) whose tree of the same op and dtype has a declared width's number of leaves (a shared
   subtree counted each time the walk over the tree reaches it), every leaf an update of an accumulator by that op.
   Found for every node in one pass, sources first: walking every subtree of a long chain (a conv's unrolled sum) to
   find its leaves would take time quadratic in the chain's length, for trees that are almost never combines."""
   counts: dict[UOp, int] = {}  # leaves, capped above the widest width; 0 where a leaf is no accumulator update
   caps: dict[DType, int] = {}  # per dtype: one above its widest width (asked only of the dtypes the graph has)
   for u in topo:
-    if u.op not in _ACC_UPDATES or u.dtype not in _FLOATS: continue
+    if u.op not in updates or u.dtype not in _FLOATS: continue
     if (cap := caps.get(u.dtype)) is None: cap = caps[u.dtype] = max(widths(u.dtype), default=0) + 1
     n = 0
     for x in u.src:

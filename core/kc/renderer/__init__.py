@@ -113,12 +113,16 @@ class Renderer(ABC):
   # vector_alu: the dialect computes on the vectors vector_widths declares (GCC/Clang vector extensions: `a*b+c` of
   # float16 values). The lowering then keeps lanes that line up as one vector value through their arithmetic and in
   # vector accumulators (kc.codegen.vectorize says which lanes do); the dialect must render ADD SUB MUL MULACC NEG
-  # FDIV of float32/float64 vectors, a VECTORIZE of one value (a splat) and DEFINE_ACC/ASSIGN of a vector dtype.
+  # FDIV RECIP of float32/float64 vectors, a VECTORIZE of one value (a splat) and DEFINE_ACC/ASSIGN of a vector dtype.
   # False: every value is computed lane by lane, only loads and stores are vectors.
   vector_alu: bool = False
   # vector_functions: with vector_alu, the unary ops of float32 (EXP2, ...) the dialect also computes on those
   # vectors; its code_for_op renders them for a vector dtype (a vector function of its own). Others stay per lane.
   vector_functions: frozenset = frozenset()
+  # vector_select: with vector_alu, comparisons (CMPLT, CMPNE) of float32 vectors give a vector of lane masks (bool
+  # vectors: AND OR XOR and logical not of them, and bool lanes packed one by one, render as masks too) and WHERE of a
+  # mask selects float32 lanes: a ReLU, a clamp or a sign after vector arithmetic stays one vector computation.
+  vector_select: bool = False
   code_for_op: dict = {}          # the ops the dialect spells; the rest are rewritten into these before rendering
   extra_matcher = None            # a PatternMatcher of dialect rewrites applied to the lowered graph before linearizing
 

@@ -1,5 +1,6 @@
 """The C dialect: plain C99 plus GCC/Clang vector extensions for vector accesses as wide as the host's registers.
-No work-groups: the global dims are loops. Transcendentals come from math.h (exp2 of float vectors from kc_exp2_<n>);
+No work-groups: the global dims are loops. Transcendentals come from math.h (exp2 and log2 of float vectors from
+kc_exp2_<n> and kc_log2_<n>; WHERE of float vectors is kc_where_<n> on lane masks);
 half is _Float16 where the compiler has it (else held as its bits, as bfloat16 always is); bfloat16 is stored as its
 16 bits and converted to float for arithmetic with integer bit operations.
 
@@ -8,7 +9,7 @@ int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_pa
 (equal contiguous slices, computed in C, so a range with Variable bounds splits too). It also defines the int
 `kc_parts_<name>` (SPLIT_SYMBOL), by which the runtime (runtime.py) knows to call it once per part from its threads."""
 from __future__ import annotations
-import platform, re
+import math, platform, re
 from typing import Optional
 from kc.backend import (CStyleLanguage, DType, KcError, Ops, PtrDType, UOp, dtypes, splits_loop, thread_count,
                         max_threads)  # noqa: F401  (max_threads: KC_CLANG_THREADS' bound, read here by its users)
@@ -58,16 +59,29 @@ def _math(name: str):
 # (ln 2)^k / k!, k = 7 .. 1
 _EXP2_TAYLOR = ("1.5252733804059841e-05f", "1.5403530393381606e-04f", "1.3333558146428443e-03f", "9.6181291076284772e-03f",
                 "5.5504108664821580e-02f", "2.4022650695910071e-01f", "6.9314718055994531e-01f")
-VECTOR_FUNCTIONS = frozenset({Ops.EXP2})  # what _vector_exp2 defines
+
+
+def _int_vector(n: int) -> str:
+  """The C of kc_int<n>, the int vector of n lanes: a float vector's lane masks (what its comparisons give, and
+  kc's bool vectors) and its bits."""
+  return f"typedef int kc_int{n} __attribute__((vector_size({4 * n}), aligned(4)));"
+
+
+def _sel(vec: str, n: int):
+  """C that picks a's lanes where the mask m is set and b's elsewhere, on float vectors `vec` of n lanes."""
+  return lambda m, a, b: f"(({vec})(((kc_int{n})({a}) & ({m})) | ((kc_int{n})({b}) & ~({m}))))"
+
+
+def _vector_where(vec: str, n: int) -> list[str]:
+  """The C of kc_where_<n>(mask, a, b), WHERE of float vectors: a C ?: takes no vector condition."""
+  return [f"static inline {vec} kc_where_{n}(kc_int{n} m, {vec} a, {vec} b) {{ return {_sel(vec, n)('m', 'a', 'b')}; }}"]
 
 
 def _vector_exp2(vec: str, n: int) -> list[str]:
-  """The C of kc_exp2_<n> on the float vector type `vec` (and its int vector type of the same shape)."""
-  iv = f"kc_int{n}"
-  sel = lambda m, a, b: f"(({vec})((({iv})({a}) & {m}) | (({iv})({b}) & ~{m})))"  # noqa: E731
+  """The C of kc_exp2_<n> on the float vector type `vec` (with kc_int<n>, _int_vector)."""
+  iv, sel = f"kc_int{n}", _sel(vec, n)
   steps = " ".join(f"p = p*f + {c};" for c in _EXP2_TAYLOR[1:])
-  return [f"typedef int {iv} __attribute__((vector_size({4 * n}), aligned(4)));",
-          f"static inline {vec} kc_exp2_{n}({vec} x) {{",
+  return [f"static inline {vec} kc_exp2_{n}({vec} x) {{",
           f"  const {vec} zero = {{0}}; {iv} big = x > 128.0f, small = x < -150.0f, nan = x != x;",
           f"  {vec} c = {sel('big', 'zero + 128.0f', sel('small', 'zero - 150.0f', 'x'))};",
           "  c = " + sel("nan", "zero", "c") + ";",
@@ -76,6 +90,61 @@ def _vector_exp2(vec: str, n: int) -> list[str]:
           f"  {iv} e = __builtin_convertvector(n, {iv}), a = e >> 1, b = e - a;",
           f"  {vec} r = p * ({vec})((a + 127) << 23) * ({vec})((b + 127) << 23);",
           f"  return {sel('nan', 'x', 'r')};", "}"]
+
+
+# log2 of a float vector, as kc.codegen.transcendental.log2 computes it: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+# log2(m) = 2 atanh(t) / ln 2 with t = (m-1)/(m+1), |t| < 0.172, by its odd series to t^11 (truncation below 2^-36,
+# 1/ln 2 folded into the coefficients: one rounding fewer);
+# subnormals are scaled by 2^64 first; x < 0 gives NaN, 0 gives -inf, inf and NaN pass through. Within 3 ulp (near 1,
+# where t's own rounding shows; libm's log2f is within 1).
+_LOG2_SERIES = tuple(f"{2.0 / ((2 * k + 1) * math.log(2))!r}f" for k in range(6))  # 2/((2k+1) ln 2), k = 0 .. 5
+_NAN = '__builtin_nanf("")'
+
+
+def _vector_log2(vec: str, n: int) -> list[str]:
+  """The C of kc_log2_<n> on the float vector type `vec` (with kc_int<n>, _int_vector)."""
+  iv, sel = f"kc_int{n}", _sel(vec, n)
+  steps = " ".join(f"p = p*t2 + {c};" for c in reversed(_LOG2_SERIES[:-1]))
+  return [f"static inline {vec} kc_log2_{n}({vec} x) {{",
+          f"  const {vec} zero = {{0}}; {iv} sub = x < 1.17549435e-38f;",
+          f"  {iv} bits = ({iv})({sel('sub', 'x * 18446744073709551616.0f', 'x')});",
+          f"  {iv} e = ((bits >> 23) & 0xff) - 127 - (sub & 64);",
+          f"  {vec} m = ({vec})((bits & 0x7fffff) | (127 << 23));",
+          f"  {iv} big = m > 1.41421356237309515f;",
+          f"  m = {sel('big', 'm * 0.5f', 'm')}; e = e - big;",
+          f"  {vec} t = (m - 1.0f) / (m + 1.0f), t2 = t * t, p = zero + {_LOG2_SERIES[-1]};",
+          f"  {steps}",
+          f"  {vec} r = __builtin_convertvector(e, {vec}) + t * p;",
+          f"  r = {sel('x < 0.0f', 'zero + ' + _NAN, 'r')};",
+          f"  r = {sel('x == 0.0f', 'zero - __builtin_inff()', 'r')};",
+          f"  r = {sel('x == __builtin_inff()', 'x', 'r')};",
+          f"  return {sel('x != x', 'x', 'r')};", "}"]
+
+
+def _vector_max(vec: str, n: int) -> list[str]:
+  """The C of kc_max_<n>, MAX of float vectors as kc computes max (see _max): NaN in either operand wins."""
+  return [f"static inline {vec} kc_max_{n}({vec} a, {vec} b) {{ return kc_where_{n}((b < a) | (a != a), a, b); }}"]
+
+
+def _max_name(dt: DType) -> str: return "kc_max_" + re.sub(r"\W", "_", dt.name)
+
+
+def _max(a: str, b: str, dt: DType) -> str:
+  """MAX by a function (its operands are named once: an expression written twice into a chain of maxes would double
+  at each step): kc_max_<n> of float vectors, _scalar_max's of scalars. Spelled here rather than rewritten into a
+  WHERE (kc.codegen.graph), so that a max reduce keeps MAX for the vector accumulators of kc.codegen.vectorize."""
+  return f"kc_max_{dt.count}({a}, {b})" if dt.count > 1 else f"{_max_name(dt)}({a}, {b})"
+
+
+def _scalar_max(ctype: str, dt: DType) -> str:
+  """The C of the max of scalars of `dt` (C type `ctype`): b < a ? a : b, numpy's maximum, which gives the second of two
+  equal operands (-0.0 and 0.0), as the WHERE of kc.codegen.graph does; for floats a NaN in either operand wins."""
+  take_a = "(b < a) | (a != a)" if dtypes.is_float(dt) else "b < a"
+  return f"static inline {ctype} {_max_name(dt)}({ctype} a, {ctype} b) {{ return ({take_a}) ? a : b; }}"
+
+
+# the C of kc_<op>_<n> for float32 vectors (MAX's needs kc_where_<n>)
+VECTOR_FUNCTIONS = {Ops.EXP2: _vector_exp2, Ops.LOG2: _vector_log2, Ops.MAX: _vector_max}
 
 
 class ClangRenderer(CStyleLanguage):
@@ -96,11 +165,12 @@ class ClangRenderer(CStyleLanguage):
   bfloat16_as_bits = True  # C has no portable bfloat16: __kc_bf2f / __kc_f2bf are defined in render_kernel
   fp8_as_bits = True  # nor fp8: CStyleLanguage.render_kernel defines its conversions
   extra_matcher = CStyleLanguage.bfloat16_in_float  # bfloat16 and fp8 are held as bits and computed in float
-  code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}}
+  code_for_op = {**CStyleLanguage.code_for_op, **{op: _math(name) for op, name in _FLOAT_FUNCS.items()}, Ops.MAX: _max}
   # GCC/Clang vector extensions compute on the vector typedefs lane by lane: upcast lanes stay vectors through their
   # arithmetic and in vector accumulators (kc.codegen.vectorize), and the heuristics tile for the registers
   vector_alu = True
-  vector_functions = VECTOR_FUNCTIONS
+  vector_functions = frozenset(VECTOR_FUNCTIONS)
+  vector_select = True  # bool vectors are kc_int<n> lane masks; WHERE of float vectors is kc_where_<n>
 
   def __init__(self, native: Optional[bool] = None, isa: Optional[str] = None):
     # the same choice as the compiler's flags (compiler.compile_flags): an x86 ISA level (`isa`, else KC_CLANG_ISA
@@ -133,16 +203,38 @@ class ClangRenderer(CStyleLanguage):
     # the work, when there is enough of it
     return SPLIT_MARKER if splits_loop(rng, uops, depth == 1, threads()) else None
 
-  def render_vector(self, dt: DType, elements: list[str]) -> str: return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
+  def render_dtype(self, dt: DType, mutable: bool = True) -> str:
+    # a bool vector is a vector of lane masks: what a comparison of float vectors gives (int lanes of -1 and 0)
+    if not isinstance(dt, PtrDType) and dt.count > 1 and dt.scalar() == dtypes.bool: return f"kc_int{dt.count}"
+    return super().render_dtype(dt, mutable)
+
+  def render_vector(self, dt: DType, elements: list[str]) -> str:
+    if dt.scalar() == dtypes.bool: elements = [f"-(int)({e})" for e in elements]  # true: every bit of the lane set
+    return f"(({self.render_dtype(dt)}){{{','.join(elements)}}})"
+
+  def render_lane(self, vec: str, dt: DType, lane: int) -> str:
+    if dt.scalar() == dtypes.bool: return f"((_Bool)({vec})[{lane}])"  # a mask's lane as the bool it stands for
+    return super().render_lane(vec, dt, lane)
+
+  def _expression(self, u: UOp, s: list[str]) -> str:
+    if u.op is Ops.WHERE and u.dtype.count > 1: return f"kc_where_{u.dtype.count}({', '.join(s)})"
+    return super()._expression(u, s)
 
   def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
     lines = ["#include <math.h>", "#include <string.h>"]
-    for dt in dict.fromkeys(u.dtype for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)):
+    vectors = [u for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)]
+    # kc_int<n>: the masks of bool vectors, and the bits of float vectors in their functions
+    lines += [_int_vector(n) for n in dict.fromkeys(u.dtype.count for u in vectors if u.dtype.scalar() == dtypes.bool
+                                                     or u.op in VECTOR_FUNCTIONS or u.op is Ops.WHERE)]
+    for dt in dict.fromkeys(u.dtype for u in vectors if u.dtype.scalar() != dtypes.bool):
       scalar = self.render_dtype(dt.scalar())
       # aligned to the scalar: a vector access through a buffer view at any element offset stays legal
       lines.append(f"typedef {scalar} {self.render_dtype(dt)} __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
-    for dt in dict.fromkeys(u.dtype for u in uops if u.op in VECTOR_FUNCTIONS and u.dtype.count > 1):
-      lines += _vector_exp2(self.render_dtype(dt), dt.count)
+    functions = dict.fromkeys((u.op, u.dtype) for u in vectors if u.op in VECTOR_FUNCTIONS or u.op is Ops.WHERE)
+    for dt in dict.fromkeys(dt for op, dt in functions if op in (Ops.WHERE, Ops.MAX)): lines += _vector_where(self.render_dtype(dt), dt.count)
+    for op, dt in functions:
+      if op is not Ops.WHERE: lines += VECTOR_FUNCTIONS[op](self.render_dtype(dt), dt.count)
+    lines += [_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in uops if u.op is Ops.MAX and u.dtype.count == 1)]
     if any(u.dtype.scalar() == dtypes.bfloat16 for u in uops if not isinstance(u.dtype, PtrDType)):
       lines += ["static inline float __kc_bf2f(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f; memcpy(&f, &u, 4); return f; }",
                 "static inline unsigned short __kc_f2bf(float f) { unsigned int u; memcpy(&u, &f, 4);"

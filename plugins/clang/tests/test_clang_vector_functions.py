@@ -1,0 +1,136 @@
+"""CLANG's functions of float vectors (renderer.VECTOR_FUNCTIONS) against numpy's float64 results rounded once to
+float32: exp2 (kc_exp2_<n>) within 2 ulp and log2 (kc_log2_<n>) within 3 everywhere, exact at the special values,
+subnormals included; and WHERE on lane masks (kc_where_<n>, comparisons of float vectors) exactly as numpy selects."""
+import numpy as np
+import pytest
+import kc
+from kc import Opt, OptOps, dtypes
+from kc import ast as A
+from kc_clang.renderer import ClangRenderer
+
+
+def _exp2_kernel(n: int, width: int):
+  x = A.arg(1, dtypes.float32, (n,))
+  return kc.compile(A.sink(A.store(0, x.exp2())), "CLANG", [Opt(OptOps.UPCAST, 0, width)])
+
+
+def _ulps(got: np.ndarray, want64: np.ndarray) -> np.ndarray:
+  want = want64.astype(np.float32)
+  return np.abs(got.astype(np.float64) - want.astype(np.float64)) / np.spacing(np.abs(want)).astype(np.float64)
+
+
+@pytest.mark.parametrize("width", [w for w in ClangRenderer().vector_widths(dtypes.float32) if w >= 4])
+def test_vector_exp2_is_vectorized_and_within_2_ulp(width):
+  rng = np.random.default_rng(width)
+  n = 1 << 18
+  x = np.concatenate([np.linspace(-152, 130, n // 2, dtype=np.float32), rng.uniform(-1, 1, n // 4).astype(np.float32),
+                      rng.uniform(-149.9, -125, n // 4).astype(np.float32)])  # the subnormal results
+  ck = _exp2_kernel(x.size, width)
+  assert f"kc_exp2_{width}(" in ck.program.src  # the vector function, not exp2f lane by lane
+  out = np.empty_like(x)
+  ck(out, x)
+  want = np.exp2(x.astype(np.float64))
+  with np.errstate(over="ignore"): want32 = want.astype(np.float32)
+  finite = np.isfinite(want32) & (want32 != 0)
+  assert _ulps(out[finite], want[finite]).max() <= 2
+  assert np.array_equal(out[~finite], want32[~finite])  # inf above 128, 0 below -149.5
+
+
+def test_vector_exp2_special_values():
+  specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 128.0, 127.99999, -126.0, -149.0, -149.5, -150.0, -151.0,
+                       200.0, -200.0, 1e30, -1e30, 0.5, -0.5, 1.0, 3.0] * 4, dtype=np.float32)[:64]
+  width = max(ClangRenderer().vector_widths(dtypes.float32))
+  ck = _exp2_kernel(specials.size, width)
+  out = np.empty_like(specials)
+  ck(out, specials)
+  with np.errstate(over="ignore"):
+    want = np.exp2(specials.astype(np.float64)).astype(np.float32)
+  np.testing.assert_array_equal(out, want)  # NaN matches NaN; inf, 0 and the exact powers of two exactly
+
+
+def _log2_kernel(n: int, width: int):
+  x = A.arg(1, dtypes.float32, (n,))
+  return kc.compile(A.sink(A.store(0, x.log2())), "CLANG", [Opt(OptOps.UPCAST, 0, width)])
+
+
+@pytest.mark.parametrize("width", [w for w in ClangRenderer().vector_widths(dtypes.float32) if w >= 4])
+def test_vector_log2_is_vectorized_and_within_3_ulp(width):
+  rng = np.random.default_rng(width)
+  n = 1 << 18
+  x = np.concatenate([rng.uniform(0.5, 2.0, n // 4), np.exp2(rng.uniform(-149, 128, n // 4)),  # subnormals too
+                      1.0 + rng.uniform(-2.0 ** -10, 2.0 ** -10, n // 4), rng.uniform(1e-30, 1e30, n // 4)]).astype(np.float32)
+  x = x[(x > 0) & np.isfinite(x)]
+  x = x[: x.size // width * width]
+  ck = _log2_kernel(x.size, width)
+  assert f"kc_log2_{width}(" in ck.program.src  # the vector function, not log2f lane by lane
+  out = np.empty_like(x)
+  ck(out, x)
+  want = np.log2(x.astype(np.float64))
+  nonzero = want != 0
+  # 3 ulp at worst, where x is near 1 (the exponent adds nothing and t's own rounding shows); libm's log2f gives 1
+  assert _ulps(out[nonzero], want[nonzero]).max() <= 3
+  # near 1 log2 is tiny: the error there is measured against the result's size (the series keeps it relative)
+  assert np.array_equal(out[~nonzero], want[~nonzero].astype(np.float32))
+
+
+def test_vector_log2_special_values():
+  specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, 2.0, 0.5, -1.0, -1e-45, 1e-45, 2.0 ** -126, 2.0 ** -127,
+                       2.0 ** 127, 3.4028235e38, 1.4142135, 1.4142137, 0.70710677, -np.nan, 8.0] * 4, dtype=np.float32)[:64]
+  width = max(ClangRenderer().vector_widths(dtypes.float32))
+  ck = _log2_kernel(specials.size, width)
+  out = np.empty_like(specials)
+  ck(out, specials)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    want = np.log2(specials.astype(np.float64))
+    exact = ~np.isfinite(want) | (np.round(want) == want)  # nan, +-inf and the powers of two: exactly
+  np.testing.assert_array_equal(out[exact], want[exact].astype(np.float32))
+  assert _ulps(out[~exact], want[~exact]).max() <= 3
+
+
+def _select_cases(x, y, m):
+  """(kc expression, numpy result) pairs of WHERE and comparisons on float32 inputs x, y and a bool input m."""
+  with np.errstate(invalid="ignore"):
+    return [
+      (lambda X, Y, M: X.maximum(0.0), np.maximum(x, 0)),  # a ReLU
+      (lambda X, Y, M: A.where(X < Y, X * 2, Y - 1), np.where(x < y, x * 2, y - 1)),
+      (lambda X, Y, M: A.where(X != X, 0.0, X.abs()), np.where(x != x, 0, np.abs(x))),  # NaN to 0
+      (lambda X, Y, M: X.maximum(Y).minimum(1.5), np.minimum(np.maximum(x, y), np.float32(1.5))),  # NaN wins in both
+      (lambda X, Y, M: A.where(M, X, Y * 3), np.where(m, x, y * 3)),  # a loaded bool as the mask
+      (lambda X, Y, M: A.where((X < 0) & (Y > 0) | M, X + Y, -X), np.where((x < 0) & (y > 0) | m, x + y, -x)),
+      (lambda X, Y, M: A.where(~(X < Y), X, Y) * 3, np.where(~(x < y), x, y) * 3),
+      (lambda X, Y, M: X.sign() * Y, np.sign(x) * y),
+    ]
+
+
+@pytest.mark.parametrize("width", [w for w in ClangRenderer().vector_widths(dtypes.float32) if w >= 4])
+def test_vector_where_and_comparisons_select_as_numpy(width):
+  rng = np.random.default_rng(100 + width)
+  n = width * 64
+  x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+  x[::7], y[::11], x[::13], y[::17], x[::19] = np.nan, np.nan, 0.0, -0.0, -np.inf
+  m = rng.random(n) < 0.5
+  X, Y, M = A.arg(1, dtypes.float32, (n,)), A.arg(2, dtypes.float32, (n,)), A.arg(3, dtypes.bool, (n,))
+  for i, (expr, want) in enumerate(_select_cases(x, y, m)):
+    ck = kc.compile(A.sink(A.store(0, expr(X, Y, M))), "CLANG", [Opt(OptOps.UPCAST, 0, width)])
+    assert f"kc_where_{width}(" in ck.program.src or "kc_int" in ck.program.src, (i, ck.program.src)
+    out = np.empty(n, np.float32)
+    ck(out, *(a for k, a in ((1, x), (2, y), (3, m)) if k in ck.program.globals))
+    np.testing.assert_array_equal(out, want.astype(np.float32), err_msg=f"case {i}")
+
+
+@pytest.mark.parametrize("width", [w for w in ClangRenderer().vector_widths(dtypes.float32) if w >= 4])
+def test_a_max_reduce_keeps_one_vector_accumulator_and_matches_numpy(width):
+  # softmax's row max: the unrolled lanes' accumulators are one vector updated by kc_max_<n>, their combine after the
+  # loop is scalar maxes; NaN anywhere in a row wins, -inf and signed zeros as numpy
+  rng = np.random.default_rng(200 + width)
+  rows, cols = 24, width * 16
+  x = rng.standard_normal((rows, cols)).astype(np.float32)
+  x[3, 5], x[7, -1], x[11, 0] = np.nan, np.nan, np.nan
+  x[13], x[14] = -np.inf, 0.0
+  x[14, ::3] = -0.0
+  X = A.arg(1, dtypes.float32, (rows, cols))
+  ck = kc.compile(A.sink(A.store(0, X.max(axis=1))), "CLANG", [Opt(OptOps.UNROLL, 0, width)])
+  assert f"kc_max_{width}(acc" in ck.program.src, ck.program.src  # the accumulator is a vector
+  out = np.empty(rows, np.float32)
+  ck(out, x)
+  np.testing.assert_array_equal(out, x.max(axis=1))
