@@ -80,6 +80,11 @@ CASES = {
   "exp": (lambda: A.sink(A.store(0, F(1, 128).exp() * F(2, 128))), lambda a: np.exp(a[1]) * a[2], {1: (128,), 2: (128,)}),
   "where": (lambda: A.sink(A.store(0, (F(1, 64) < F(2, 64)).where(F(1, 64), F(2, 64) * 2))), lambda a: np.where(a[1] < a[2], a[1], a[2] * 2),
             {1: (64,), 2: (64,)}),
+  # lane masks combined (AND, OR, not), a bool computed lane by lane packed into a mask, and log2 of a vector
+  "mask_logic": (lambda: A.sink(A.store(0, (((F(1, 64) < 0) & ~(F(2, 64) < F(1, 64))) | (F(2, 64) > 1)).where(F(1, 64).log2(), -F(2, 64)))),
+                 lambda a: np.where(((a[1] < 0) & ~(a[2] < a[1])) | (a[2] > 1), np.log2(a[1]), -a[2]), {1: (64,), 2: (64,)}),
+  "int_mask": (lambda: A.sink(A.store(0, (A.arg(2, dtypes.int32, (64,)) % 3 == 0).where(F(1, 64) * 2, F(1, 64).exp2()))),
+               lambda a: np.where(a[2] % 3 == 0, a[1] * 2, np.exp2(a[1])), {1: (64,), 2: (64,)}),
 }
 
 
@@ -89,9 +94,30 @@ def test_emu_runs_vector_programs(emu, name, lanes):
   build, ref, shapes = CASES[name]
   rng = np.random.default_rng(0)
   inputs = {i: rng.standard_normal(s).astype(np.float32) + (3 if name == "sub_div_neg" and i == 3 else 0) for i, s in shapes.items()}
+  if name == "int_mask": inputs[2] = rng.integers(-9, 9, 64).astype(np.int32)
   emu.renderer = impersonating(vector_renderer(lanes))
   out = kc.run(build(), inputs, device=DEVICE)[0]
-  np.testing.assert_allclose(out.reshape(-1), np.asarray(ref(inputs), np.float32).reshape(-1), rtol=1e-5, atol=1e-4)
+  with np.errstate(invalid="ignore", divide="ignore"): want = np.asarray(ref(inputs), np.float32).reshape(-1)
+  np.testing.assert_allclose(out.reshape(-1), want, rtol=1e-5, atol=1e-4)
+
+
+def test_comparisons_and_where_are_vectors_only_with_vector_select():
+  # a ReLU after vector arithmetic: one vector WHERE on a mask of one vector comparison; without vector_select the
+  # comparison and the WHERE run lane by lane
+  sink = A.sink(A.store(0, (F(1, 256) * 2 + 1).maximum(0.0) * A.where(F(1, 256) < F(2, 256), F(2, 256), 3.0)))
+  r = vector_renderer(16)
+  k = Kernel(sink, r)
+  k.apply_opt(kc.Opt(kc.OptOps.UPCAST, 0, 16))
+  uops = k.linearize()
+  assert any(u.op is Ops.WHERE and u.dtype == dtypes.float32.vec(16) for u in uops)
+  assert any(u.op is Ops.CMPLT and u.dtype == dtypes.bool.vec(16) for u in uops)
+  assert any(u.op is Ops.MAX and u.dtype == dtypes.float32.vec(16) for u in uops)
+  assert not any(u.op in (Ops.WHERE, Ops.CMPLT, Ops.MAX) and u.dtype.count == 1 for u in uops)
+  r.vector_select = False
+  r.vector_functions = r.vector_functions - {Ops.MAX}
+  k = Kernel(sink, r)
+  k.apply_opt(kc.Opt(kc.OptOps.UPCAST, 0, 16))
+  assert not any(u.op in (Ops.WHERE, Ops.CMPLT, Ops.MAX) and u.dtype.count > 1 for u in k.linearize())
 
 
 def conv(cin=8, cout=16, H=8, W=32, k=3):
