@@ -78,16 +78,27 @@ class Plan:
   outputs: tuple[OutputPlan, ...]
   results: tuple[int, ...]                    # per result of the region: which output (duplicates share one)
 
+  # what each call does to its tensors, decided when the plan is built: per output, the permute that is its buffer
+  # (None: the output itself); per input read, "contiguous" (a copy), a permute, or None (the input itself)
+  out_permutes: tuple[Optional[tuple[int, ...]], ...]
+  in_views: tuple[tuple[int, Any], ...]
+
+
+def _is_identity(order: tuple[int, ...]) -> bool: return order == tuple(range(len(order)))
+
 
 class Unsupported(Exception):
   """A node the lowering table refuses for these inputs (the region then runs in torch)."""
 
 
 def _input_key(x) -> Any:
-  if isinstance(x, torch.Tensor):
-    order = memory_order(tuple(x.shape), x.stride()) if x.dim() else ()
-    return ("t", tuple(x.shape), x.dtype, order, x.device.type)
+  # shape and strides decide the memory order the plan reads a tensor in (memory_order), so they key it as they are:
+  # the order itself is computed once, when the plan is built, not on every call
+  if isinstance(x, torch.Tensor): return (x.shape, x.stride(), x.dtype, x.device.type)
   return ("v", x)
+
+
+_MISSING = object()
 
 
 class KcRegion(torch.nn.Module):
@@ -104,28 +115,34 @@ class KcRegion(torch.nn.Module):
     # plugin whether it can open, which cost a call tens of microseconds
     self.device = options.device_name
     self.code = gm.code
-    self._eager: set[Any] = set()
+    # this region's plans by its inputs' signature (None: the signature runs in torch), in front of the process's
+    # shared _programs: a call then computes one small key
+    self._plans: dict[Any, Optional[Plan]] = {}
     out = next(n for n in gm.graph.nodes if n.op == "output")
     self._tuple_out = isinstance(out.args[0], (tuple, list))
 
   def forward(self, *args):
-    key = (self.code, self.device, self.options.opts, tuple(_input_key(a) for a in args))
-    if key in self._eager: return self.gm(*args)
-    plan = self._programs.get(key)
-    if plan is None:
-      try:
-        plan = self._build(args)
-        results = self._run(plan, args)
-      except (kc.KcError, Unsupported, ValueError, TypeError, IndexError) as e:
-        self._eager.add(key)
-        ops = sorted({str(n.target) for n in self.gm.graph.nodes if n.op == "call_function"})
-        report.record(report.Fallback(self.graph_name, f"region of {len(ops)} op kinds ({', '.join(ops[:6])}"
-                                      f"{', ...' if len(ops) > 6 else ''})", f"{type(e).__name__}: {e}"),
-                      self.options.report)
-        return self.gm(*args)
-      with self._lock: self._programs[key] = plan
-      return results
-    return self._run(plan, args)
+    signature = tuple(map(_input_key, args))
+    plan = self._plans.get(signature, _MISSING)
+    if plan is None: return self.gm(*args)
+    if isinstance(plan, Plan): return self._run(plan, args)
+    key = (self.code, self.device, self.options.opts, signature)
+    if (plan := self._programs.get(key)) is not None:
+      self._plans[signature] = plan
+      return self._run(plan, args)
+    try:
+      plan = self._build(args)
+      results = self._run(plan, args)
+    except (kc.KcError, Unsupported, ValueError, TypeError, IndexError) as e:
+      self._plans[signature] = None
+      ops = sorted({str(n.target) for n in self.gm.graph.nodes if n.op == "call_function"})
+      report.record(report.Fallback(self.graph_name, f"region of {len(ops)} op kinds ({', '.join(ops[:6])}"
+                                    f"{', ...' if len(ops) > 6 else ''})", f"{type(e).__name__}: {e}"),
+                    self.options.report)
+      return self.gm(*args)
+    with self._lock: self._programs[key] = plan
+    self._plans[signature] = plan
+    return results
 
   # ------------------------------------------------------------------------------------------------------- build
 
@@ -176,7 +193,9 @@ class KcRegion(torch.nn.Module):
     program = kc.compile(A.sink(*stores), device=self.device, opts=self.options.opts)
     inputs = tuple((memory_order(tuple(x.shape), x.stride()) if x.dim() else ()) if isinstance(x, torch.Tensor) else None
                    for x in args)
-    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results))
+    out_permutes = tuple(None if _is_identity(o.order) else o.order for o in outputs)
+    in_views = tuple((i, "contiguous" if inputs[i] is None else None if _is_identity(inputs[i]) else inputs[i]) for i in used)
+    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results), out_permutes, in_views)
 
   def _stores(self, env, distinct: list[torch.fx.Node]):
     stores, outputs = [], []
@@ -199,14 +218,12 @@ class KcRegion(torch.nn.Module):
   def _run(self, plan: Plan, args):
     device = next((x.device for x in args if isinstance(x, torch.Tensor)), torch.device("cpu"))
     outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype, device=device) for o in plan.outputs]
-    buffers = [out.permute(o.order) if o.order != tuple(range(len(o.shape))) else out for out, o in zip(outs, plan.outputs)]
-    for i in plan.used:
+    buffers = [out if p is None else out.permute(p) for out, p in zip(outs, plan.out_permutes)]
+    for i, view in plan.in_views:
       # AOTAutograd owns the autograd of the graph: its inputs are plain data here (DLPack refuses a tensor that
       # requires grad)
-      x, order = args[i].detach(), plan.inputs[i]
-      if order is None: x = x.contiguous()
-      elif order != tuple(range(x.dim())): x = x.permute(order)
-      buffers.append(x)
+      x = args[i].detach()
+      buffers.append(x if view is None else x.contiguous() if view == "contiguous" else x.permute(view))
     if device.type == "cpu":  # numpy views of the same memory: kc's numpy path costs a fifth of a DLPack import
       plan.program(*(_host_view(b) for b in buffers))
     else:  # on a GPU the kernels run on torch's current stream: ordered after torch's work there, no device-wide sync
