@@ -78,3 +78,23 @@ def test_every_choice_is_legal_and_reproducible(gpu):
     r = Kernel(build(), gpu)
     for o in k.applied_opts: r.apply_opt(o)
     assert r.full_shape == k.full_shape and r.colors() == k.colors()
+
+
+@pytest.mark.parametrize("shape,tile", [((1024, 512), 8), ((96, 36), 4), ((64, 3), None)])
+def test_a_transposing_copy_gets_a_square_tile_and_matches_numpy(cpu, shape, tile):
+  # the output is contiguous along its last axis, the input along its first: both upcast (the input's first), so
+  # each step loads whole input rows and stores whole output rows; an axis too short for a tile leaves the usual opts
+  import numpy as np
+  import kc
+  n, k_ = shape
+  sink = A.sink(A.store(0, F(1, n, k_).permute(1, 0) * 2))
+  k = Kernel(sink, cpu).hand_coded_optimizations()
+  if tile is None: assert len([o for o in k.applied_opts if o.op is OptOps.UPCAST]) <= 1
+  else: assert k.applied_opts == [Opt(OptOps.UPCAST, 0, tile), Opt(OptOps.UPCAST, 1, tile)]
+  x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+  np.testing.assert_array_equal(kc.run(sink, {1: x}, "CLANG")[0], x.T * 2)
+
+
+def test_a_copy_without_a_transpose_gets_no_square_tile(cpu):
+  k = Kernel(A.sink(A.store(0, F(1, 64, 64) + F(2, 64, 64).permute(1, 0).permute(1, 0))), cpu).hand_coded_optimizations()
+  assert len(k.applied_opts) == 1

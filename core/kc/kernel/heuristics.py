@@ -43,7 +43,7 @@ def hand_coded_optimizations(k: OptimizingKernel) -> None:
   _upcast_image_inputs(k)
   if k.group_for_reduces: return  # nothing more once the reduce is grouped
   _upcast_masked_axes(k)
-  if not _reduce_vector_tile(k) and not _vector_register_tile(k): _upcast_expanded_axes(k)
+  if not _reduce_vector_tile(k) and not _vector_register_tile(k) and not _transpose_tile(k): _upcast_expanded_axes(k)
   _unroll_reduce(k)
   _upcast_last_axis(k)
   _locals(k)
@@ -232,6 +232,26 @@ def _reduce_vector_tile(k: OptimizingKernel) -> bool:
       def walked(a: int) -> int: return max((_buffer_bytes(b) for (b, _), s in zip(loads, strides) if s[a] != 0), default=0)
       if walked(inner) > walked(outer): _try(k, Opt(OptOps.SWAP, outer, inner))
     return True
+  return False
+
+
+def _transpose_tile(k: OptimizingKernel) -> bool:
+  """A kernel without a reduce on a renderer without work-groups whose output is contiguous along one axis and an
+  input along another (a transpose, a permuted copy) gets a square tile of both axes: each step loads a few whole
+  rows of the input and stores a few whole rows of the output, where upcasting the output's axis alone loads every
+  lane from another row of the input (a 1024x512 float transpose: 0.21 ms with 8x8, 1.7 with the output's axis by 16).
+  The input's axis is upcast first, so the output's lanes are innermost. Returns whether it applied the tile."""
+  if k.reduceop is not None or k.upcasted or k.renderer.has_local: return False
+  out_axes = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce and isinstance(k.full_shape[a], int)]
+  if not out_axes: return False
+  o = out_axes[-1]
+  inputs = [st for b, st in zip(k.bufs, k.sts) if b.op is Ops.LOAD and st.views[-1].strides[o] not in (0, 1)]
+  across = [a for st in inputs for a in st.unit_stride_axes() if a != o and a < k.first_reduce and isinstance(k.full_shape[a], int)]
+  for t in (8, 4):
+    i = next((a for a in across if k.full_shape[a] > t and k.full_shape[a] % t == 0), None)
+    # both axes keep a loop (neither upcast whole, which would renumber the axes after it)
+    if i is None or k.full_shape[o] <= t or k.full_shape[o] % t: continue
+    return _try(k, Opt(OptOps.UPCAST, i, t)) and _try(k, Opt(OptOps.UPCAST, o, t))
   return False
 
 
