@@ -211,27 +211,36 @@ def _positions(sizes, stride, dilation, padding, width: int, rank: int):
   return (h - padding[0]) * width + (w - padding[1])
 
 
+def _index_dtype(plane: int):
+  """The int type a pooling's window keys are computed in: int32 (kc computes it faster) while 4 * plane fits."""
+  return A.dtypes.int32 if 4 * plane < 2 ** 31 else A.dtypes.int64
+
+
 @lowering(aten.max_pool2d_with_indices.default)
 def _max_pool2d_with_indices(node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
   """(values, indices) as torch's CPU kernel: the max of each window (padding never wins); the index into the
   flattened input plane of the first element equal to it, or, where the window holds a NaN, of its last NaN (torch
   replaces its running max by every NaN it meets); the value is the element at that index (of -0.0 and 0.0, the
-  first)."""
+  first). Two reduces: the max, then one key per element whose largest names the index and, in its low bit, the
+  sign of a zero there (the only case where the element at the index is not the max itself)."""
   kernel, stride, padding, dilation = _pool_params(kernel_size, stride, padding, dilation)
   out = tuple(int(s) for s in meta(node)[0].shape[-2:])
   height, width = x.shape[-2:]
   values = _patches(x, kernel, stride, dilation, padding, out, value=_lowest(out_dtype(node, 0)))
   inside = _patches(A.const(True, to_kc(torch.bool), (height, width)), kernel, stride, dilation, padding, out)
   top = values.max((-2, -1), keepdims=True)
-  flat = _positions(out + kernel, stride, dilation, padding, width, len(values.shape))
   plane = height * width
+  it = _index_dtype(plane)
+  flat = _positions(out + kernel, stride, dilation, padding, width, len(values.shape)).astype(it)
   # one max finds both rules: a NaN's key (plane + index) beats every other, and the largest of them is the last NaN;
-  # an element equal to the max has key plane - 1 - index, largest for the first one
-  key = A.where(inside & values.isnan(), plane + flat, A.where(inside & (values == top), plane - 1 - flat, -1))
+  # an element equal to the max has key plane - 1 - index, largest for the first one. Doubled, plus 1 for a -0.0
+  negative_zero = ((values == 0) & ((1 / values) < 0)).astype(it) if out_dtype(node, 0).is_floating_point else 0
+  key = A.where(inside & values.isnan(), (plane + flat) * 2, A.where(inside & (values == top), (plane - 1 - flat) * 2 + negative_zero, -1))
   best = key.max((-2, -1), keepdims=True)
-  index = A.where(best >= plane, best - plane, plane - 1 - best)
-  if out_dtype(node, 0).is_floating_point:  # the value is the element the index names: of -0.0 and 0.0, the first
-    top = A.where(flat == index, values, -math.inf).max((-2, -1), keepdims=True)
+  position = best >> 1
+  index = A.where(position >= plane, position - plane, plane - 1 - position).astype(to_kc(out_dtype(node, 1)))
+  if out_dtype(node, 0).is_floating_point:  # the element at the index: the max, or of -0.0 and 0.0 the first
+    top = A.where(top == 0, A.where((best & 1) == 1, -0.0, 0.0), top)
   return top.reshape(top.shape[:-2]), index.reshape(index.shape[:-2])
 
 
@@ -252,11 +261,12 @@ def _max_pool2d_backward(node, go, x, kernel_size, stride, padding, dilation, ce
   height, width = x.shape[-2:]
   dt = out_dtype(node)
   grads = _gather_windows(cast(go, opmath(dt)), kernel, stride, dilation, padding, (height, width))
-  # indices + 1, so that the zeros the gathering adds never name position 0
-  named = _gather_windows(indices + 1, kernel, stride, dilation, padding, (height, width))
+  # indices + 1, so that the zeros the gathering adds never name position 0; in int32 where the plane allows
+  it = _index_dtype(height * width)
+  named = _gather_windows(indices.astype(it) + 1, kernel, stride, dilation, padding, (height, width))
   lead = (1,) * (len(grads.shape) - 4)
   rows, cols = A.arange(height).reshape(lead + (height, 1, 1, 1)), A.arange(width).reshape(lead + (1, width, 1, 1))
-  here = rows * width + cols + 1
+  here = (rows * width + cols + 1).astype(it)
   return cast(A.where(named == here, grads, 0).sum((-2, -1)), dt)
 
 

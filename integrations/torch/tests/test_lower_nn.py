@@ -214,6 +214,11 @@ def test_max_pool_values_and_indices_with_nan_inf_and_ties():
   fn = lambda x: (_max_pool(x, (2, 3), (1, 2), (1, 1), (1, 1), False)  # noqa: E731
                   + _max_pool(x, (2, 2), (2, 2), (0, 0), (2, 1), True))
   assert compare(fn, x, grad=False, exact=True) == []
+  # of -0.0 and 0.0 the first is the value, with its sign (the windows of the last row hold both, in both orders)
+  z = torch.tensor([[-0., 0., 0., -0.], [-1., -2., -3., -4.]]).reshape(1, 1, 2, 4)
+  got = torch.compile(lambda x: _max_pool(x, (2, 2), (2, 2), (0, 0), (1, 1), False)[0], backend="kc")(z)
+  assert torch.equal(torch.signbit(got), torch.signbit(_max_pool(z, (2, 2), (2, 2), (0, 0), (1, 1), False)[0]))
+  assert torch.signbit(got).tolist() == [[[[True, False]]]]
   ints = torch.randint(-3, 3, (2, 3, 5, 5))
   assert compare(lambda x: _max_pool(x, (3, 2), (1, 1), (1, 1), (1, 1), False), ints, grad=False) == []
 
