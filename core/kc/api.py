@@ -1,5 +1,6 @@
 """kc.compile and kc.run: a program (one or more kernels, kc.schedule decides) to a callable on a device."""
 from __future__ import annotations
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
@@ -414,17 +415,24 @@ def _compile_one(sink: UOp, dev, opts: OptsArg, tc_level: int) -> CompiledKernel
 # environment (Renderer.render_env), the applied opts and the tensor-core level they were applied at; bounded. On a
 # miss the Program comes from the disk cache when an earlier process rendered it (kc.runtime.program_cache), so a
 # warm process renders nothing, and the binary from the compile cache.
+# Its reads and writes take a lock (kernels are compiled from several threads at once: a hit must not be evicted
+# between finding and refreshing it); a miss compiles outside it.
 _LOADED: OrderedDict = OrderedDict()
 _LOADED_MAX = 256
+_LOADED_LOCK = threading.Lock()
 
 
 def _compile_kernel(sink: UOp, k: Kernel, dev) -> CompiledKernel:
   key = (sink, dev.name, dev.renderer, dev.renderer.render_env(), tuple(k.applied_opts), k.use_tensor_cores)
-  if (hit := _LOADED.get(key)) is not None: _LOADED.move_to_end(key)
-  else:
+  with _LOADED_LOCK:
+    if (hit := _LOADED.get(key)) is not None: _LOADED.move_to_end(key)
+  if hit is None:
     prg = cached_program(k)
-    hit = _LOADED[key] = (prg, dev.runtime(prg.name, dev.compiler.compile(prg.src)))
-    if len(_LOADED) > _LOADED_MAX: _LOADED.popitem(last=False)
+    hit = (prg, dev.runtime(prg.name, dev.compiler.compile(prg.src)))
+    with _LOADED_LOCK:
+      _LOADED[key] = hit
+      evicted = _LOADED.popitem(last=False) if len(_LOADED) > _LOADED_MAX else None
+    del evicted  # released here, outside the lock: freeing a loaded binary may take its backend's own lock
   return CompiledKernel(sink, k, hit[0], dev.name, hit[1])
 
 

@@ -45,8 +45,9 @@ class Target:
 def initialized() -> None:
   """LLVM's native target and assembly printer, registered once a process."""
   import llvmlite.binding as llvm
-  llvm.initialize_native_target()
-  llvm.initialize_native_asmprinter()
+  with LOCK:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,10 +95,11 @@ def target_machine(target: Target, opt: int):
   independent code: an object file loads at any address."""
   import llvmlite.binding as llvm
   initialized()
-  return llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features, opt=opt,
-                                                                     reloc="pic", codemodel="default")
+  with LOCK:  # made and first used by whichever thread compiles first, while others may compile or load
+    return llvm.Target.from_triple(target.triple).create_target_machine(cpu=target.cpu, features=target.features,
+                                                                       opt=opt, reloc="pic", codemodel="default")
 
 
 def data_layout(target: Target) -> str:
   """The `target datalayout` string of `target`, as its TargetMachine gives it."""
-  return str(target_machine(target, 2).target_data)
+  with LOCK: return str(target_machine(target, 2).target_data)
