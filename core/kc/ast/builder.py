@@ -826,10 +826,8 @@ def _shift(op: Ops, a, b) -> Expr:
 
 
 def _arg_extreme(x: Expr, axis, keepdims: bool, largest: bool) -> Expr:
-  """argmax / argmin in one kernel. The IR has no index value, but an index written in binary is one: the axis (padded
-  to N = 2**B) is reshaped into B axes of 2, and bit b of the index is the coordinate of axis b, which a constant
-  padded on that axis (0 then 2**(B-1-b)) holds. Two fused reduces over those B axes follow: the extreme value
-  (NaN-propagating), then the largest N-1-index among the elements that equal it or are NaN, which is the first."""
+  """argmax / argmin in one kernel: two fused reduces along the axis, the extreme value (NaN-propagating), then the
+  largest n-1-index (a POSITION leaf: the loop index) among the elements that equal it or are NaN: the first one."""
   name = "argmax" if largest else "argmin"
   if axis is None:
     flat = _arg_extreme(x.reshape(-1), 0, False, largest)
@@ -838,33 +836,20 @@ def _arg_extreme(x: Expr, axis, keepdims: bool, largest: bool) -> Expr:
       _refuse(f"{name} takes one axis (an int) or None, got {axis!r}")
   n = x.shape[a]
   if not isinstance(n, int): raise InvalidASTError(f"{name} over a symbolic axis of {fmt_shape(x.shape)}")
-  bits = builtins.max(1, (n - 1).bit_length())
-  N, before, after = 1 << bits, x.shape[:a], x.shape[a + 1:]
-  ones = lambda k: (1,) * k
-  around = lambda shape, pad: tuple([(0, 0)] * a + [pad] + [(0, 0)] * (len(shape) - a - 1))
-  split = lambda shape: shape[:a] + (2,) * bits + shape[a + 1:]
   # the order-reversing map of each kind turns argmin into argmax (as min is built from max); bools compare as uint8
   key = x.cast(dtypes.uint8) if dtypes.is_bool(x.dtype) else x
   if not largest: key = -key if dtypes.is_float(key.dtype) else ~key
-  kd = key.dtype
-  inside = const(True, dtypes.bool, ones(a) + (n,) + ones(len(after)))
-  if N != n: key, inside = key.pad(around(key.shape, (0, N - n))), inside.pad(around(inside.shape, (0, N - n)))
-  key, inside = key.reshape(split(key.shape)), inside.reshape(split(inside.shape))
-  axes = tuple(range(a, a + bits))
-  index = None
-  for b in range(bits):
-    shape = ones(a + bits + len(after))
-    bit = const(2 ** (bits - 1 - b), dtypes.int64, shape)
-    bit = bit.pad(tuple((1, 0) if i == a + b else (0, 0) for i in range(len(shape))))
-    index = bit if index is None else index + bit
-  # the dtype's least value: -inf, or where a format has no inf (fp8e4m3, whose -inf would be its NaN) its least finite
-  lowest = dtypes.min(kd)
-  top = where(inside, key, lowest).max(axes, keepdims=True)
+  index = position(n).reshape((1,) * a + (n,) + (1,) * (x.ndim - a - 1))
+  top = key.max(a, keepdims=True)
   hit = key == top
-  if dtypes.is_float(kd): hit = hit | key.isnan()
-  score = where(hit & inside, (N - 1) - index, -1).max(axes, keepdims)
-  out = (N - 1) - score
-  return out.reshape(before + (1,) + after) if keepdims else out
+  if dtypes.is_float(key.dtype): hit = hit | key.isnan()
+  return (n - 1) - where(hit, (n - 1) - index, -1).max(a, keepdims)
+
+
+def position(n: int) -> Expr:
+  """0, 1, ..., n-1 as int64: the offset of each element in a contiguous (n,) view (a POSITION leaf), which a kernel
+  computes from its loop indices as it computes a load's address, reading nothing."""
+  return Expr(UOp(Ops.POSITION, dtypes.int64, (ShapeTracker.from_shape((n,)).to_uop(),)), (n,))
 
 
 def _refuse(msg: str):

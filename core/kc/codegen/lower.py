@@ -361,6 +361,9 @@ class Lowering:
     if u.op in (Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR): return u
     if u.op is Ops.BIND: return u.src[0]
     if u.op is Ops.VALID: return self.indexed(st_arg(u), env)[1]
+    if u.op is Ops.POSITION:  # the offset, in the AST's int type
+      idx = self.indexed(st_arg(u), env)[0]
+      return idx if idx.dtype == u.dtype else idx.cast(u.dtype)
     if u.op is Ops.LOAD: return self.lower_load(u, env)
     if u.op is Ops.STORE: return self.lower_store(u, env)
     if u.op is Ops.VIEW: return self.lower(u.src[0], env)  # a broadcast: the value is the same along the expanded axes

@@ -25,7 +25,7 @@ def view_arg(u: UOp, i: int) -> ShapeTracker:
 
 def st_arg(u: UOp) -> ShapeTracker:
   """The ShapeTracker a LOAD, STORE or VALID addresses its buffer with."""
-  return view_arg(u, 0 if u.op is Ops.VALID else 1)
+  return view_arg(u, 0 if u.op in GroupOp.FromView else 1)
 
 
 def reduce_axes(u: UOp) -> tuple[int, ...]:
@@ -111,7 +111,7 @@ def verify_ast(ast: UOp, optimized: bool = False) -> dict[UOp, ShapeTracker]:
       continue
     if u.op in GroupOp.Buffer:
       st = st_arg(u)
-      if u.op is not Ops.VALID: _check_buffer(u)
+      if u.op not in GroupOp.FromView: _check_buffer(u)
       if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_LOCAL and len(u.src) > 2:
         # a load back from local memory after a grouped reduce: it has the stored reduce's shape
         stored = u.src[2]

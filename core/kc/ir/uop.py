@@ -43,6 +43,10 @@ class Ops(IntEnum):
   # its numpy shape. It lives only in program graphs, above the kernels: the scheduler turns it into a kernel that
   # stores the value and LOADs of a buffer where it is read, so no kernel AST ever holds one
   BUFFER = auto()
+  # an AST leaf like VALID, src (VIEW,): the element's offset in its view, which for a 1-D range view is numpy's
+  # arange. Lowered to the view's index expression (its dtype: the AST's int type), so an arange is the loop index
+  # itself and no memory is read. Last in the enum: the linearizer never sees one
+  POSITION = auto()
 
   def __repr__(self): return f"Ops.{self.name}"
   def __str__(self): return f"Ops.{self.name}"
@@ -64,7 +68,8 @@ class GroupOp:
   # ops whose value at 0 is not 0: padding their input with zeros changes the result (PADTO on a reduce)
   UnsafePad = frozenset({Ops.RECIP, Ops.LOG2, Ops.EXP2, Ops.IDIV, Ops.POW})
   Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
-  Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.VALID})
+  Buffer = frozenset({Ops.LOAD, Ops.STORE, Ops.VALID, Ops.POSITION})
+  FromView = frozenset({Ops.VALID, Ops.POSITION})  # leaves whose value their view alone decides (src: the VIEW)
   Block = frozenset({Ops.RANGE, Ops.IF})
   BlockEnd = frozenset({Ops.ENDRANGE, Ops.ENDIF})
   Meta = frozenset({Ops.SINK, Ops.NOOP, Ops.VIEW, Ops.KERNEL_INFO})

@@ -151,7 +151,7 @@ class Kernel:
     self.reduceops: list[UOp] = [x for x in order if x.op is Ops.REDUCE_AXIS]
     # keepdim-expands of reduce results (fused reduce chains): their views move with every opt like a buffer's
     self.broadcasts: list[UOp] = [x for x in order if x.op is Ops.VIEW and x.src]
-    self.bufs: list[UOp] = list(ast.src) + dedup(x for x in preorder(ast) if x.op in (Ops.LOAD, Ops.VALID))
+    self.bufs: list[UOp] = list(ast.src) + dedup(x for x in preorder(ast) if x.op in (Ops.LOAD, Ops.VALID, Ops.POSITION))
     self.vars: list[UOp] = sorted({v for u in self.bufs for v in st_arg(u).vars()} |
                                   {v for b in self.broadcasts for v in b.arg.vars()} | set(ast.variables()), key=lambda v: v.arg)
     # every buffer is an argument (Variables are too where the kernel reads them: render_program counts those)

@@ -36,7 +36,7 @@ def get_optimized_ast(k: OptimizingKernel) -> UOp:
     ret = op.replace(src=tuple(memo[s] for s in op.src))
     if op.op in GroupOp.Buffer and op in k.bufs:
       st_uop = k.sts[k.bufs.index(op)].to_uop()
-      ret = ret.replace(src=(st_uop,)) if op.op is Ops.VALID else ret.replace(src=(ret.src[0], st_uop, *ret.src[2:]))
+      ret = ret.replace(src=(st_uop,)) if op.op in GroupOp.FromView else ret.replace(src=(ret.src[0], st_uop, *ret.src[2:]))
     elif op.op is Ops.VIEW and op in k.broadcasts:
       ret = ret.replace(arg=k.sts[len(k.bufs) + 2 * len(k.reduceops) + k.broadcasts.index(op)])
     elif op.op is Ops.SINK:

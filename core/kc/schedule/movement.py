@@ -12,7 +12,7 @@ from kc.ir.dtype import dtypes
 from kc.errors import InvalidASTError, KcError
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
-from kc.ir.uop import Ops, UOp, sint
+from kc.ir.uop import GroupOp, Ops, UOp, sint
 
 Shape = tuple[sint, ...]
 
@@ -40,7 +40,7 @@ def shape_of(u: UOp, cache: Optional[dict] = None) -> Optional[Shape]:
   for x in u.toposort:
     if x in cache: continue
     if x.op is Ops.LOAD: s = x.src[1].arg.shape
-    elif x.op is Ops.VALID or (x.op is Ops.VIEW and not x.src): s = (x.src[0].arg if x.src else x.arg).shape
+    elif x.op in GroupOp.FromView or (x.op is Ops.VIEW and not x.src): s = (x.src[0].arg if x.src else x.arg).shape
     elif x.op is Ops.VIEW: s = x.arg.shape
     elif x.op is Ops.REDUCE_AXIS:
       inner = cache[x.src[0]]
@@ -69,7 +69,7 @@ def extents(u: UOp) -> Shape:
   had before the reduce). Only this kernel's loads count: a materialised value (a BUFFER) is read through its own
   view, and the loops of the kernel that computed it are not this kernel's."""
   shapes = [x.src[1].arg.shape if x.op is Ops.LOAD else x.src[0].arg.shape
-            for x in kernel_nodes(u) if x.op in (Ops.LOAD, Ops.VALID)]
+            for x in kernel_nodes(u) if x.op in (Ops.LOAD, Ops.VALID, Ops.POSITION)]
   if not shapes: return ()
   return tuple(next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*shapes))
 
@@ -94,7 +94,7 @@ class _Pusher:
     key = (x, mv)
     if key in self.memo: return self.memo[key]
     if x.op is Ops.LOAD: ret = x.replace(src=(x.src[0], mv.apply(x.src[1].arg).to_uop()))
-    elif x.op is Ops.VALID: ret = x.replace(src=(mv.apply(x.src[0].arg).to_uop(),))
+    elif x.op in GroupOp.FromView: ret = x.replace(src=(mv.apply(x.src[0].arg).to_uop(),))
     elif x.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND): ret = x
     elif x.op is Ops.REDUCE_AXIS: ret = self.reduce(x, mv)
     elif x.op is Ops.VIEW: ret = self.view(x, mv)
