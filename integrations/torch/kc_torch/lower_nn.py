@@ -260,14 +260,34 @@ def _max_pool2d_backward(node, go, x, kernel_size, stride, padding, dilation, ce
   kernel, stride, padding, dilation = _pool_params(kernel_size, stride, padding, dilation)
   height, width = x.shape[-2:]
   dt = out_dtype(node)
+  it = _index_dtype(height * width)  # indices + 1 below, so that the zeros padding adds never name position 0
+  out = tuple(go.shape[-2:])
+  if tuple(stride) == tuple(kernel) and tuple(dilation) == (1, 1) and tuple(padding) == (0, 0) and \
+     out[0] * kernel[0] <= height and out[1] * kernel[1] <= width:
+    # windows that tile the plane: each input position is in at most one, so the backward is elementwise (a
+    # window's gradient and index spread over its positions) instead of a reduce over the windows covering it
+    lead = (1,) * (len(go.shape) - 2)
+    rows, cols = A.arange(height).reshape(lead + (height, 1)), A.arange(width).reshape(lead + (1, width))
+    named = _spread(indices.astype(it) + 1, kernel, (height, width))
+    grads = cast(A.where(named == (rows * width + cols + 1).astype(it), _spread(cast(go, opmath(dt)), kernel, (height, width)), 0), dt)
+    # stored once: a convolution's backward reads each gradient KH * KW times and would otherwise recompute it per
+    # read (conv_net's training step: 10.4 -> 9.4 ms)
+    return grads.realize()
   grads = _gather_windows(cast(go, opmath(dt)), kernel, stride, dilation, padding, (height, width))
-  # indices + 1, so that the zeros the gathering adds never name position 0; in int32 where the plane allows
-  it = _index_dtype(height * width)
   named = _gather_windows(indices.astype(it) + 1, kernel, stride, dilation, padding, (height, width))
   lead = (1,) * (len(grads.shape) - 4)
   rows, cols = A.arange(height).reshape(lead + (height, 1, 1, 1)), A.arange(width).reshape(lead + (1, width, 1, 1))
   here = (rows * width + cols + 1).astype(it)
   return cast(A.where(named == here, grads, 0).sum((-2, -1)), dt)
+
+
+def _spread(per_window, kernel, size):
+  """(*lead, Ho, Wo) -> (*lead, H, W): each window's value on every position of its (KH, KW) window, for windows
+  that tile the plane from its origin (stride = kernel, no padding), 0 past the last whole window."""
+  (ho, wo), (kh, kw) = per_window.shape[-2:], kernel
+  lead = tuple(per_window.shape[:-2])
+  spread = per_window.reshape(lead + (ho, 1, wo, 1)).expand(lead + (ho, kh, wo, kw)).reshape(lead + (ho * kh, wo * kw))
+  return spread.pad(((0, 0),) * len(lead) + ((0, size[0] - ho * kh), (0, size[1] - wo * kw)))
 
 
 def _avg_divisors(x_size, out, kernel, stride, padding, count_include_pad, divisor_override):

@@ -226,10 +226,17 @@ def test_max_pool_values_and_indices_with_nan_inf_and_ties():
 @pytest.mark.parametrize("shape, kernel, stride, padding, dilation, ceil_mode, dtype", [
   ((2, 3, 7, 6), (3, 2), (2, 2), (1, 1), (1, 2), True, torch.float32),
   ((3, 6, 5), (2, 2), (1, 1), (0, 1), (1, 1), False, torch.bfloat16),
+  # windows that tile the plane (the elementwise backward): a row and a column past the last window, 3x2 windows,
+  # and a last window ceil_mode cuts (the general form)
+  ((2, 3, 7, 6), (2, 2), (2, 2), (0, 0), (1, 1), False, torch.float32),
+  ((2, 4, 9, 8), (3, 2), (3, 2), (0, 0), (1, 1), False, torch.bfloat16),
+  ((1, 2, 7, 7), (2, 2), (2, 2), (0, 0), (1, 1), True, torch.float32),
 ])
 def test_max_pool_backward(shape, kernel, stride, padding, dilation, ceil_mode, dtype):
-  """Overlapping windows (stride 1) send one input several gradients; ties on bfloat16's coarse values."""
+  """Overlapping windows (stride 1) send one input several gradients; ties on bfloat16's coarse values and on small
+  integers (the first of equal elements gets the gradient)."""
   x = torch.randn(shape).to(dtype)
+  assert compare(lambda x: _max_pool(x, kernel, stride, padding, dilation, ceil_mode)[0], x.round()) == []
   fn = lambda x: _max_pool(x, kernel, stride, padding, dilation, ceil_mode)[0]  # noqa: E731
   assert compare(fn, x) == []
 
