@@ -430,7 +430,7 @@ from collections import Counter  # noqa: E402
 import hashlib  # noqa: E402
 
 _LATER = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite", "square",
-          "shift", "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows")
+          "shift", "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows", "arange")
 
 # the first 80 classic kernels of case_seed(4, i), keyed by i, as the generator made them before the later ops existed:
 # the first 12 hex digits of the sha256 of their kc.ast and numpy lines and input bytes

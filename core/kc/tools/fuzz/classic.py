@@ -28,7 +28,7 @@ _LIMIT = {"float16": 2000.0, "float32": 1e6, "bfloat16": 1e6, "fp8e4m3": 100.0, 
 _LATER_P = 0.2
 _LATER_OPS = ("tanh", "sigmoid", "floor", "ceil", "trunc", "rint", "round", "sign", "isnan", "isinf", "isfinite",
               "square", "var", "std", "argmax", "argmin", "squeeze", "flatten", "ravel", "windows", "__lshift__",
-              "__rshift__")
+              "__rshift__", "arange")
 # the share of steps followed by a step only a program of several kernels can run (Generator.scheduled), and of
 # reduces that drop their axes (keepdims=False); both drawn from the scheduler's stream (Generator.wide)
 _SCHEDULED_P = 0.2
@@ -46,7 +46,7 @@ def features() -> frozenset[str]:
     if callable(getattr(E, name, None)): have.add(name.strip("_"))
   if "keepdims" in inspect.signature(E.sum).parameters: have.add("keepdims")
   if E.__eq__ is not object.__eq__: have.add("eq_operator")
-  have.update(name.strip("_") for name in _LATER_OPS if callable(getattr(E, name, None)))
+  have.update(name.strip("_") for name in _LATER_OPS if callable(getattr(E, name, None)) or callable(getattr(A, name, None)))
   # the scans are methods (x.cumsum(axis)), the joins functions of the module (A.concatenate([...], axis))
   have.update(name for name in _SCHEDULED_OPS if callable(getattr(E, name, None)) or callable(getattr(A, name, None)))
   return frozenset(have)
@@ -452,7 +452,8 @@ class Generator:
     n = len(self.nodes)
     with self.drawing_from(self.more):
       if move is None:
-        moves = [(4, self.later_unary), (1.5, self.shift), (2.5, self.later_reduce), (2, self.later_movement)]
+        moves = [(4, self.later_unary), (1.5, self.shift), (2.5, self.later_reduce), (2, self.later_movement),
+                 (1, self.positions)]
         weights = np.array([w for w, _ in moves])
         move = moves[int(self.rng.choice(len(moves), p=weights / weights.sum()))][1]
       out = move(x)
@@ -545,6 +546,17 @@ class Generator:
     else: axis, keep = int(self.rng.integers(len(self.shp(x)))), self.chance(0.5)
     args = f"axis={axis}, keepdims={keep}"
     return self.node(op, f"{{0}}.{op}({args})", f"np.{op}({{0}}, {args})", (x,), needs_exact=True, reduced=True)
+
+  def positions(self, x: int) -> Optional[int]:
+    """x plus a small arange along one of its axes (broadcast along the others, in x's dtype): an index computed from
+    the kernel's loop indices, which the opts reorder, upcast and split with the rest of the kernel."""
+    shape, dt = self.shp(x), self.dt(x)
+    if "arange" not in features() or not shape or dt == "bool": return None
+    a = int(self.rng.integers(len(shape)))
+    start, step, view = int(self.rng.integers(0, 4)), int(self.pick((1, 2, 3))), tuple(d if k == a else 1 for k, d in enumerate(shape))
+    bounds = f"{start}, {start + step * shape[a]}, {step}"
+    return self.node("arange", f"({{0}} + (A.arange({bounds}) % 5).cast({_kdt(dt)}).reshape({view}))",
+                     f"({{0}} + (np.arange({bounds}) % 5).astype({_np(dt)}).reshape({view}))", (x,))
 
   def later_movement(self, x: int) -> Optional[int]:
     # a reduce result moved otherwise than by its size-1 axes is read from an intermediate buffer (kc.schedule)
