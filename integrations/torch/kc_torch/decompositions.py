@@ -4,7 +4,7 @@ backward of scaled dot-product attention's CPU kernel (one opaque op otherwise) 
 from __future__ import annotations
 import math
 import torch
-from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._decomp import core_aten_decompositions, decompositions as torch_decompositions, get_decompositions
 
 aten = torch.ops.aten
 _EXTRA = [aten.native_layer_norm, aten.native_layer_norm_backward, aten._softmax, aten._log_softmax,
@@ -19,7 +19,19 @@ def decompositions() -> dict:
   table = dict(core_aten_decompositions())
   table.update(get_decompositions(_EXTRA))
   table[aten._scaled_dot_product_flash_attention_for_cpu_backward.default] = sdpa_cpu_backward
+  table[aten._softmax.default] = softmax
   return table
+
+
+def softmax(x, dim: int, half_to_float: bool):
+  """torch's decomposition of softmax, each row scaled by its sum's reciprocal (as torch's CPU kernel does) instead of
+  divided by its sum: one division a row instead of one an element. An empty tensor takes torch's decomposition."""
+  if x.numel() == 0: return torch_decompositions._softmax(x, dim, half_to_float)
+  compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+  y = x.to(compute)
+  unnormalized = torch.exp(y - y.amax(dim, keepdim=True))
+  out = unnormalized * unnormalized.sum(dim, keepdim=True).reciprocal()
+  return out if half_to_float else out.to(x.dtype)
 
 
 def sdpa_cpu_backward(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None):

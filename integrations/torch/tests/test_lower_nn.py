@@ -336,3 +336,17 @@ def test_conv_net_forward_and_backward():
   torch.testing.assert_close(got, expected)
   for g, p in zip(grads, net.parameters()): torch.testing.assert_close(g, p.grad)
   assert kc_torch.fallbacks() == []
+
+
+@pytest.mark.parametrize("shape, dim, dtype", [((6, 33), -1, torch.float32), ((5, 4, 7), 1, torch.float64),
+                                               ((3, 17), 0, torch.bfloat16), ((0, 5), -1, torch.float32),
+                                               ((4, 0), 1, torch.float32)])
+def test_softmax_scales_each_row_by_its_sums_reciprocal(shape, dim, dtype):
+  """kc-torch's softmax decomposition multiplies by 1/sum (torch's CPU kernel does too): the values and gradients
+  match eager along any dim, halves included, and empty tensors run in kc as well (torch's decomposition)."""
+  x = (torch.randn(shape) * 4).to(dtype)
+  assert compare(lambda x: x.softmax(dim) * 2, x) == []
+  from kc_torch.decompositions import softmax
+  traced = torch.fx.experimental.proxy_tensor.make_fx(lambda x: softmax(x, -1, False))(torch.randn(3, 5))
+  targets = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+  assert torch.ops.aten.reciprocal.default in targets and torch.ops.aten.div.Tensor not in targets
