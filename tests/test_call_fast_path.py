@@ -183,3 +183,56 @@ def test_the_buffer_fast_path_answers_every_call_as_the_general_path(buffer_kern
     try: answers.append(buffer_outcome(buffer_kernel, args))
     finally: buffer_kernel._fast_buffers = saved
   assert answers[0] == answers[1]
+
+
+@pytest.fixture(scope="module")
+def program():
+  """A program of three kernels over an intermediate: t = 2a + b stored once, then out0 = t.sum(1) and out1 = t * a (the
+  last kernel's parameters come in another order than the program's buffer indices)."""
+  a, b = A.arg(2, dtypes.float32, (M, K)), A.arg(3, dtypes.float32, (K,)).reshape(1, K).expand(M, K)
+  t = (a * 2.0 + b).realize()
+  return kc.compile(A.sink(A.store(0, t.sum(1)), A.store(1, t.flip(0) * a)), device="CLANG")
+
+
+def _program_want(a, b):
+  t = a * 2 + b
+  return [t.sum(1), t[::-1] * a]
+
+
+def test_a_program_in_host_memory_takes_the_fast_path_over_its_intermediates(program):
+  assert isinstance(program, kc.CompiledProgram) and len(program.kernels) >= 2 and program._temps
+  assert program._fast is not None and any(ck._order is not None for ck in program.kernels)
+  rng = np.random.default_rng(2)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+  outs = [np.zeros(M, np.float32), np.zeros((M, K), np.float32)]
+  launched = []
+  original = kc.api.CompiledKernel._launch
+  kc.api.CompiledKernel._launch = lambda self, *x, **k: launched.append(self) or original(self, *x, **k)
+  try: program(*outs, a, b)
+  finally: kc.api.CompiledKernel._launch = original
+  assert launched == []  # no kernel went through the general path's launch
+  for got, want in zip(outs, _program_want(a, b)): np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(KINDS), st.sampled_from(KINDS), st.sampled_from(["none", "out_is_a"]))
+def test_the_program_fast_path_answers_every_call_as_the_general_path(program, out_kind, a_kind, alias):
+  rng = np.random.default_rng(3)
+  a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal(K).astype(np.float32)
+  answers = []
+  for fast in (True, False):
+    args = [np.zeros(M, np.float32), variants(out_kind, np.zeros((M, K), np.float32)), variants(a_kind, a), b.copy()]
+    if alias == "out_is_a" and isinstance(args[1], np.ndarray) and args[1].shape == (M, K): args[2] = args[1]
+    saved = program._fast
+    if not fast: program._fast = None
+    try:
+      program(*args)
+      out1 = args[1]
+      if isinstance(out1, kc.Buffer):
+        host = np.empty(out1.size, np.float32)
+        out1.copyout(memoryview(host).cast("B"))
+        out1 = host.reshape(M, K)
+      answers.append(("ok", args[0].tolist(), np.asarray(out1).tolist()))
+    except kc.KcError as e: answers.append(("error", type(e).__name__, str(e)))
+    finally: program._fast = saved
+  assert answers[0] == answers[1]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 import numpy as np
 from kc.runtime.device import Buffer, Device
-from kc.errors import ConfigError, InvalidOptError, KernelOptError, OptsError, SymbolicError
+from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError, OptsError, SymbolicError
 from kc.config import debug_level, read
 from kc.ir.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
@@ -60,10 +60,14 @@ class CompiledKernel:
     """The plain call's fast path, where there is one: a kernel without Variables, on a program that takes numpy arrays
     itself (ProgramHandle.launch_arrays: host memory), whose buffers all have a numpy dtype, a declared shape and no
     alignment beyond their elements'. A call with exactly such arrays (plain_arrays) then goes straight to the program:
-    no per-call work that the checks below do not need."""
+    no per-call work that the checks below do not need. A program whose parameters are in another order than the
+    buffer indices (a kernel of a schedule) gets them in its order."""
     take = getattr(handle, "launch_arrays", None)
-    if take is None or not self._static or self._empty or self._order is not None: return None
+    if take is None or not self._static or self._empty: return None
     if any(s.np_dtype is None or s.shape is None or s.alignment > 1 for s in self.specs): return None
+    if (order := self._order) is not None:
+      launch_arrays = take
+      def take(args): return launch_arrays([args[g] for g in order])  # noqa: E306
     return take, tuple((np.dtype(s.np_dtype), s.shape, s.output) for s in self.specs)
 
   @property
@@ -197,9 +201,28 @@ class CompiledProgram(CompiledKernel):
     self._fast_buffers = self._buffer_call()
     arena = Buffer(device, plan.peak_bytes, dtypes.uint8).allocate() if plan.peak_bytes else None
     self._temps = [Buffer(device, t.size, t.dtype, base=arena, offset=t.offset).allocate() for t in plan.temps]
+    self._fast = self._plain_program_call()
     if debug_level() >= 2:
       for line, ck in zip(plan.describe(), kernels): print(f"{device:8s} schedule {ck.name:32s} {line}")
       if plan.temps: print(f"{device:8s} schedule {plan.describe()[-1]}")
+
+  def _plain_program_call(self) -> Optional[tuple]:
+    """The plain call's fast path of a program in host memory: where every kernel has its own (_plain_call) and the
+    intermediates are numpy views of the arena (DLPack of host memory), a call with plain arrays (plain_arrays, against
+    the program's specs) runs each kernel's launch_arrays on the caller's arrays and those views, skipping the general
+    path's per-buffer handles (a region of kc-torch calls its program so on every step)."""
+    takes = [fast[0] for ck in self.kernels if (fast := ck._fast) is not None]
+    if not self._static or self._empty or len(takes) != len(self.kernels): return None
+    if any(s.np_dtype is None or s.shape is None or s.alignment > 1 for s in self.specs): return None
+    if self._allocator.dlpack_device != (1, 0): return None
+    try: temps = [np.from_dlpack(t) for t in self._temps]
+    except (KcError, TypeError, ValueError, BufferError): return None  # an intermediate numpy cannot view (bfloat16)
+    steps = tuple((take, tuple(temps[r.index] if r.temp else r.index for r in sk.buffers))
+                  for sk, take in zip(self.schedule.kernels, takes))
+
+    def launch(args: tuple) -> float:
+      return sum(take([args[r] if type(r) is int else r for r in refs]) for take, refs in steps)
+    return launch, tuple((np.dtype(s.np_dtype), s.shape, s.output) for s in self.specs)
 
   @property
   def name(self) -> str: return "+".join(ck.name for ck in self.kernels)
