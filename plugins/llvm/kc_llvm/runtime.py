@@ -1,6 +1,7 @@
 """Loading and launching compiled LLVM kernels: the object file is linked into this process by LLVM's ORC JIT
 (LLJIT, one a process), which resolves its calls into the C library (the math functions) from the process's own
-symbols, and the kernel is called through ctypes, which releases the GIL while it runs.
+symbols, and the kernel is called through ctypes, which releases the GIL while it runs. Linking, disposing and
+running kernels take kc_llvm.target.LOCK, so no JIT library changes while a kernel runs.
 
 A kernel the renderer split (its global kc_parts_<name> is 1) takes its part and the number of parts after its
 Variables; a call runs every part at once on kc's kernel threads (kc.backend.run_parts), as CLANG's does."""
@@ -13,6 +14,16 @@ from kc_llvm.target import LOCK, chosen_target, initialized, target_machine
 
 _JIT: Optional[tuple[int, object]] = None
 _LIBRARY_NUMBER = itertools.count()
+# The JIT's libraries change (link, dispose) only while no kernel of this process runs: kernels run under LOCK too,
+# one call at a time (a split call still uses every kernel thread). A dropped program's library is released under
+# LOCK: its tracker waits here when the lock is busy (a garbage collection inside a running call, or in a kernel
+# thread, must not block on a lock its own call holds)
+_RETIRED: list = []
+
+
+def _release_retired() -> None:
+  """Dispose the libraries of dropped programs (the caller holds LOCK)."""
+  while _RETIRED: _RETIRED.pop()
 
 
 def _jit():
@@ -41,6 +52,7 @@ class LLVMProgram:
     import llvmlite.binding as llvm
     self.name = name
     with LOCK:
+      _release_retired()
       try:
         builder = llvm.JITLibraryBuilder().add_object_img(lib).add_current_process().export_symbol(name)
         self._tracker = builder.export_symbol(split_symbol(name)).link(_jit(), f"kc-{name}-{next(_LIBRARY_NUMBER)}")
@@ -75,7 +87,18 @@ class LLVMProgram:
     return time.perf_counter() - start
 
   def _run(self, ptrs: Sequence, ints: Sequence) -> None:
-    if self.split: run_parts(self._function(len(ptrs), len(ints) + 2), (*ptrs, *ints), threads())
-    else: self._function(len(ptrs), len(ints))(*ptrs, *ints)
+    with LOCK:
+      _release_retired()
+      if self.split: run_parts(self._function(len(ptrs), len(ints) + 2), (*ptrs, *ints), threads())
+      else: self._function(len(ptrs), len(ints))(*ptrs, *ints)
+
+  def __del__(self):
+    tracker = self.__dict__.pop("_tracker", None)
+    if tracker is None: return
+    _RETIRED.append(tracker)
+    del tracker
+    if LOCK.acquire(blocking=False):
+      try: _release_retired()
+      finally: LOCK.release()
 
   def __repr__(self): return f"<LLVMProgram {self.name}>"
