@@ -61,6 +61,31 @@ def test_add_kernel_matches_numpy(clang):
   np.testing.assert_array_equal(out.numpy(), a + b)
 
 
+def _mapped_kernel_files(name: str) -> list[str]:
+  """The lines of /proc/self/maps that map a loaded library of kernel `name` (its file is removed once loaded)."""
+  with open("/proc/self/maps") as f: return [line for line in f if f"/kc-{name}-" in line]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's /proc/self/maps")
+def test_a_dropped_program_unloads_its_library(clang):
+  """A program's library is unmapped once the program is garbage: a process that loads kernels for hours keeps only
+  the live ones mapped (each library maps 4 or 5 regions, and a process may have 65530)."""
+  import gc
+  lib = clang.compiler.compile(ADD)
+  kept = clang.runtime("add", lib)
+  for _ in range(50): clang.runtime("add", lib)  # each dropped at once
+  gc.collect()
+  mapped = {line.split()[-2] for line in _mapped_kernel_files("add")}
+  assert len(mapped) == 1  # the kept program's file only
+  out = Buffer("CLANG", 1000, dtypes.float32).allocate()
+  a = np.arange(1000, dtype=np.float32)
+  kept(out, buf(a), buf(a))
+  np.testing.assert_array_equal(out.numpy(), a + a)
+  del kept
+  gc.collect()
+  assert _mapped_kernel_files("add") == []
+
+
 def test_variable_arguments_and_timing(clang):
   x, y = np.ones(64, np.float32), np.arange(64, dtype=np.float32)
   out, inp = buf(x), buf(y)

@@ -6,7 +6,7 @@ running kernels take kc_llvm.target.LOCK, so no JIT library changes while a kern
 A kernel the renderer split (its global kc_parts_<name> is 1) takes its part and the number of parts after its
 Variables; a call runs every part at once on kc's kernel threads (kc.backend.run_parts), as CLANG's does."""
 from __future__ import annotations
-import ctypes, functools, itertools, os, time
+import ctypes, functools, itertools, os, sys, time
 from typing import Optional, Sequence
 from kc.backend import HostMemory, KcError, int32_values, raw_buffers, run_parts
 from kc_llvm.renderer import split_symbol, threads
@@ -92,13 +92,15 @@ class LLVMProgram:
       if self.split: run_parts(self._function(len(ptrs), len(ints) + 2), (*ptrs, *ints), threads())
       else: self._function(len(ptrs), len(ints))(*ptrs, *ints)
 
-  def __del__(self):
+  def __del__(self, retired=_RETIRED, lock=LOCK, finalizing=sys.is_finalizing):
+    # the defaults are bound at definition: at interpreter exit this module's globals may already be None; the
+    # library is then left queued, as the process's JIT goes with the process
     tracker = self.__dict__.pop("_tracker", None)
     if tracker is None: return
-    _RETIRED.append(tracker)
+    retired.append(tracker)
     del tracker
-    if LOCK.acquire(blocking=False):
+    if not finalizing() and lock.acquire(blocking=False):
       try: _release_retired()
-      finally: LOCK.release()
+      finally: lock.release()
 
   def __repr__(self): return f"<LLVMProgram {self.name}>"
