@@ -224,9 +224,9 @@ _RUNTIME = '''\
 """Loading and launching compiled ${device} kernels with ctypes. Buffers live in host memory (kc's HostAllocator
 hands out HostMemory), so a kernel is passed the address of each buffer."""
 from __future__ import annotations
-import ctypes, os, tempfile, time
+import ctypes, time
 from typing import Optional, Sequence
-from kc.backend import HostMemory, KcError, int32_values, raw_buffers
+from kc.backend import HostMemory, KcError, SharedLibrary, int32_values, raw_buffers
 
 
 class ${cls}Program:
@@ -238,15 +238,10 @@ class ${cls}Program:
 
   def __init__(self, name: str, lib: bytes):
     self.name = name
-    # dlopen needs a file; once loaded, the mapping outlives it, so the file is removed at once
-    fd, path = tempfile.mkstemp(prefix=f"kc-{name}-", suffix=".so")
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(lib)
-      try: self._lib = ctypes.CDLL(path)
-      except OSError as e: raise KcError(f"cannot load the compiled library of kernel {name!r}: {e}") from None
-    finally: os.unlink(path)
-    try: self._fn = getattr(self._lib, name)
-    except AttributeError: raise KcError(f"the compiled library has no function named {name!r}") from None
+    # loaded into this process; unloaded when this program is dropped, so a long-lived process keeps only the
+    # kernels it still holds mapped
+    self._lib = SharedLibrary(lib, name)
+    self._fn = self._lib.function(name)
     self._fn.restype = None
 
   def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),

@@ -5,10 +5,10 @@ number of parts: a call runs it once per part, one part per thread, the calling 
 persistent kernel threads the others (kc.backend.run_parts, shared with the other host backends). cffi releases the
 GIL while C runs, so the parts run at once; nothing needs OpenMP."""
 from __future__ import annotations
-import _ctypes, ctypes, functools, os, sys, tempfile, threading, time
+import functools, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.backend import HostMemory, KcError, int32_values, raw_buffers, run_parts
+from kc.backend import HostMemory, KcError, SharedLibrary, int32_values, raw_buffers, run_parts
 from kc_clang.renderer import split_symbol, threads
 
 
@@ -21,21 +21,6 @@ def _signature(nbufs: int, nints: int):
   return _FFI.typeof(f"void(*)({', '.join(['void*'] * nbufs + ['int'] * nints) or 'void'})")
 
 
-def _symbol_address(lib: ctypes.CDLL, symbol: str) -> Optional[int]:
-  """The address of `symbol` in the loaded library (dlsym), None when it has none."""
-  try: return ctypes.cast(lib[symbol], ctypes.c_void_p).value  # item access looks any name up, even one starting with __
-  except AttributeError: return None
-
-
-_CLOSE = getattr(_ctypes, "dlclose", None) or getattr(_ctypes, "FreeLibrary", None)
-
-
-def _unload(lib: ctypes.CDLL, close=_CLOSE, finalizing=sys.is_finalizing) -> None:
-  """Close a library ctypes loaded (ctypes itself never does): dlclose, FreeLibrary on Windows. Not at interpreter
-  exit, where the process's mappings go with it."""
-  if close is not None and not finalizing(): close(lib._handle)
-
-
 class ClangProgram:
   """One kernel function in a shared object. Kernels loop over their whole domain, so global and local
   sizes are accepted (for the common launch protocol) and ignored.
@@ -46,18 +31,11 @@ class ClangProgram:
 
   def __init__(self, name: str, lib: bytes):
     self.name = name
-    fd, path = tempfile.mkstemp(prefix=f"kc-{name}-", suffix=".so")
-    try:
-      with os.fdopen(fd, "wb") as f: f.write(lib)
-      # unloaded when the program is dropped (__del__): a process that loads kernels for hours (a test suite, a
-      # search) would otherwise run out of memory mappings (vm.max_map_count: each library maps 4 or 5)
-      try: self._lib = ctypes.CDLL(path)
-      except OSError as e: raise KcError(f"cannot load the compiled library of kernel {name!r}: {e}") from None
-    finally: os.unlink(path)  # the loaded mapping outlives the file; nothing is left behind in /tmp
-    address = _symbol_address(self._lib, name)
+    self._lib = SharedLibrary(lib, name)  # unloaded when this program is dropped
+    address = self._lib.address(name)
     if address is None: raise KcError(f"the compiled library has no function named {name!r}")
     self._address = address
-    self.split = _symbol_address(self._lib, split_symbol(name)) is not None
+    self.split = self._lib.address(split_symbol(name)) is not None
     self._fn = None
     self._arity: Optional[tuple[int, int]] = None
     self._declare_lock = threading.Lock()
@@ -98,12 +76,6 @@ class ClangProgram:
     if self.split: run_parts(fn, tuple(ptrs), threads())
     else: fn(*ptrs)
     return time.perf_counter() - start
-
-  def __del__(self, unload=_unload):
-    # every call goes through this object (the kernel threads finish a call's parts before it returns), so no code
-    # of the library can run once it is garbage; the default is bound at definition, for interpreter exit
-    lib = self.__dict__.pop("_lib", None)
-    if lib is not None: unload(lib)
 
   def __repr__(self): return f"<ClangProgram {self.name}>"
 

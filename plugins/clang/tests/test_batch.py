@@ -11,7 +11,8 @@ from kc import ast as A
 import kc_clang
 from kc_clang import batch
 from kc_clang.compiler import ClangCompiler, compile_flags, has_float16
-from kc_clang.runtime import ClangProgram, _symbol_address
+from kc.backend import SharedLibrary
+from kc_clang.runtime import ClangProgram
 
 if kc_clang.unavailable_reason() is not None or not batch.batching_supported():
   pytest.skip("CLANG batches need a C compiler and the GNU linker's options (Linux)", allow_module_level=True)
@@ -78,12 +79,10 @@ def test_a_member_library_exports_only_its_own_names(programs, compiler, tmp_pat
   names = ("double", "exp", "big")
   libs = compiler.compile_batch_uncached([programs[n].program.src for n in names])
   for name, lib in zip(names, libs):
-    path = tmp_path / f"{name}.so"
-    path.write_bytes(lib)
-    loaded = ctypes.CDLL(str(path))
-    assert _symbol_address(loaded, programs[name].program.name) is not None
+    loaded = SharedLibrary(lib, name)
+    assert loaded.address(programs[name].program.name) is not None
     # the batch's own names (kcb<i>_...) stay local to each library
-    assert all(_symbol_address(loaded, f"kcb{j}_{programs[n].program.name}") is None for j, n in enumerate(names))
+    assert all(loaded.address(f"kcb{j}_{programs[n].program.name}") is None for j, n in enumerate(names))
 
 
 def test_members_are_renamed_apart():
