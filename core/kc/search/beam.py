@@ -15,6 +15,7 @@ from kc.errors import ConfigError, KcError
 from kc.config import debug_level
 from kc.kernel.opt import Opt
 from kc.renderer import Program
+from kc.search import interrupt
 from kc.search.actions import DEFAULT_LIMITS, SearchLimits, action_list, expand
 from kc.search.check import mismatch
 from kc.search.executor import shared_pool
@@ -165,8 +166,13 @@ def beam_search(kernel: Kernel, device: Any, width: int = 2, *, min_gain: float 
   actions = action_list(kernel.renderer)
   buffers = SearchBuffers(kernel.ast, device, seed)
   search = _Search(device, buffers, executor, float(timeout), progress, timing)
-  try: return _run(search, kernel, width, min_gain, max_rounds, limits, timing, actions)
+  try:
+    with interrupt.watched():
+      result = _run(search, kernel, width, min_gain, max_rounds, limits, timing, actions)
+      interrupt.raise_if_interrupted()  # a Ctrl-C that a finalizer swallowed after the last compile wait
+      return result
   except KeyboardInterrupt:
+    interrupt.consume()
     _stop_workers(executor)
     raise SearchInterrupted(search.best_so_far()) from None
   finally: buffers.free()

@@ -12,7 +12,8 @@ finish on its own.
 
 Ctrl-C is the parent's to handle: workers ignore SIGINT (kc.testing.worker), and a parent interrupted while it
 compiles kills the workers that were busy; LocalCompilePool.terminate() kills the rest (beam_search calls it when it
-is interrupted)."""
+is interrupted). The wait loops wake at least every kc.search.interrupt.POLL_S seconds to raise a Ctrl-C that a
+finalizer swallowed (under beam_search's watch), so no search waits out its compiles after one."""
 from __future__ import annotations
 import os, pickle, queue, threading, time
 from collections import deque
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_connections
 from typing import Any, Callable, Iterator, Optional, Sequence
 from kc.errors import ConfigError, KcError
+from kc.search.interrupt import POLL_S, raise_if_interrupted
 from kc.testing.worker import CRASH, HANG, Outcome, Worker, attempt
 
 
@@ -118,7 +120,9 @@ class LocalCompilePool:
             w.send((blob, sources[busy[w]]))
         now = time.perf_counter()
         deadlines = [w.since + timeout - now for w in busy]
-        ready = wait_connections([w.conn for w in self._pool], timeout=max(0.0, min(deadlines)) if deadlines else None)
+        # woken at least every POLL_S, for a Ctrl-C that a finalizer swallowed (kc.search.interrupt)
+        ready = wait_connections([w.conn for w in self._pool], timeout=max(0.0, min([POLL_S, *deadlines])))
+        raise_if_interrupted()
         for i, w in enumerate(self._pool):
           if w.conn in ready: got = w.receive()
           elif w in busy and time.perf_counter() - w.since >= timeout: got = w.hung(timeout)
@@ -165,9 +169,9 @@ def compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, wo
       index = todo.popleft()
       running[index] = time.perf_counter()
       threading.Thread(target=run, args=(index,), daemon=True, name="kc-compile").start()
-    wait_for = max(0.0, min(running.values()) + timeout - time.perf_counter())
+    wait_for = max(0.0, min(min(running.values()) + timeout - time.perf_counter(), POLL_S))
     try: index, got = results.get(timeout=wait_for)
-    except queue.Empty: pass
+    except queue.Empty: raise_if_interrupted()
     else:
       if running.pop(index, None) is not None: yield compile_outcome(index, got, timeout)  # else: reported as timed out
     now = time.perf_counter()
