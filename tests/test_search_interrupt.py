@@ -6,7 +6,16 @@ from kc.search import LocalCompilePool
 from kc.search import interrupt
 from search_fakes import FakeCompiler, UnpicklableCompiler
 
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+              pytest.mark.usefixtures("python_sigint_handler")]
+
+
+@pytest.fixture
+def python_sigint_handler():
+  """Python's own SIGINT handler, as a program started from a terminal has it (a pytest-xdist worker ignores SIGINT)."""
+  old = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, old)
 
 
 class _SwallowsACtrlC:
