@@ -3,10 +3,10 @@
 Python raises KeyboardInterrupt in whatever Python code runs when the signal arrives, and that can be a finalizer (a
 UOp's __del__, a weakref callback), where an exception is printed as "Exception ignored" and dropped: the search went
 on waiting for its compiles as if no Ctrl-C had come. While a search runs in the main thread under Python's default
-SIGINT handler, `watched()` installs a handler that also leaves a mark (and keeps Python from printing the
-swallowed one as an error); the executors' wait loops, which wake at
-least every POLL_S seconds, call `raise_if_interrupted()`, which turns a mark that no except clause consumed into a
-KeyboardInterrupt there. Code that catches the KeyboardInterrupt calls `consume()`, so it is not raised twice."""
+SIGINT handler, `watched()` installs a handler that also leaves a mark (and keeps Python from printing the swallowed
+one as an error); the executors' wait loops, which wake at least every POLL_S seconds, call `raise_if_interrupted()`,
+which turns a mark that no except clause consumed into a KeyboardInterrupt there. Code that catches the
+KeyboardInterrupt calls `consume()`, so it is not raised twice."""
 from __future__ import annotations
 import contextlib, signal, sys, threading
 from typing import Iterator
