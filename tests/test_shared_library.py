@@ -39,6 +39,7 @@ def test_dropping_it_unmaps_the_code(image):
   libs[0].close()
   assert mapped("dropped") == set() and libs[0].lib is None
   libs[0].close()  # closing twice is harmless
+  with pytest.raises(kc.KcError, match="was closed"): libs[0].address("kc_answer")
 
 
 def test_an_image_the_loader_refuses_is_a_kc_error():

@@ -19,6 +19,7 @@ class SharedLibrary:
   that is removed at once (the mapping outlives the file). Raises KcError when the loader refuses it."""
 
   def __init__(self, image: bytes, name: str, suffix: str = ".so"):
+    self.name = name
     fd, path = tempfile.mkstemp(prefix=f"kc-{name}-", suffix=suffix)
     try:
       with os.fdopen(fd, "wb") as f: f.write(image)
@@ -28,15 +29,17 @@ class SharedLibrary:
 
   def address(self, symbol: str) -> Optional[int]:
     """The address of `symbol` (dlsym), None when the library has none."""
-    assert self.lib is not None, "the library was closed"
-    try: return ctypes.cast(self.lib[symbol], ctypes.c_void_p).value  # item access finds any name, even __x
+    try: return ctypes.cast(self._open()[symbol], ctypes.c_void_p).value  # item access finds any name, even __x
     except AttributeError: return None
 
   def function(self, symbol: str):
     """`symbol` as a ctypes function (it keeps this library's CDLL alive, not this object: keep this object too)."""
-    assert self.lib is not None, "the library was closed"
-    try: return getattr(self.lib, symbol)
+    try: return getattr(self._open(), symbol)
     except AttributeError: raise KcError(f"the compiled library has no function named {symbol!r}") from None
+
+  def _open(self) -> ctypes.CDLL:
+    if self.lib is None: raise KcError(f"the library of kernel {self.name!r} was closed: its code is no longer loaded")
+    return self.lib
 
   def close(self, unload=_CLOSE, finalizing=sys.is_finalizing) -> None:
     """Unload the library now (its code must not run again). Not at interpreter exit: the process's mappings go
