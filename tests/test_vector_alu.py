@@ -4,7 +4,6 @@ the vector programs with the results of the scalar ones."""
 import numpy as np
 import pytest
 import kc
-from kc.helpers import prod
 from kc import ast as A, dtypes
 from kc.kernel import Kernel
 from kc.ir.uop import Ops
@@ -141,14 +140,15 @@ def test_conv_tile_reuses_each_packed_window_row_across_output_channels():
 
 def test_lane_accumulators_combined_after_the_loop_become_one_vector_accumulator():
   # a row sum unrolled by 16 keeps 16 scalar accumulators combined pairwise after the loop: one float16 accumulator
-  # instead, combined in the same pairwise order, so CLANG computes the same bits as without vector arithmetic
-  sink = A.sink(A.store(0, F(1, 8, 256).sum(1)))
+  # instead, combined in the same pairwise order, so CLANG computes the same bits as without vector arithmetic (3
+  # loop steps: too few to interleave them over more accumulators, tests/test_reduce_interleave.py)
+  sink = A.sink(A.store(0, F(1, 8, 48).sum(1)))
   r = vector_renderer(16)
   k = Kernel(sink, r)
   k.apply_opt(kc.Opt(kc.OptOps.UNROLL, 0, 16))
   accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
   assert [u.dtype for u in accs] == [dtypes.float32.vec(16)]
-  x = np.random.default_rng(1).standard_normal((8, 256)).astype(np.float32) * 1e3
+  x = np.random.default_rng(1).standard_normal((8, 48)).astype(np.float32) * 1e3
   opts = [kc.Opt(kc.OptOps.UNROLL, 0, 16)]
   vec = kc.run(sink, {1: x}, "CLANG", opts)[0]
   r.vector_alu = False
@@ -210,6 +210,19 @@ def test_k_contiguous_matmul_matches_numpy_on_clang(M, K, N):
   np.testing.assert_allclose(out, x @ w.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_a_row_reduce_gets_the_vector_tile_for_sums_and_maxes(op):
+  # a row max (softmax's, a max-pool over a contiguous axis) loads its rows as vectors like a row sum: 64 rows of 1024
+  # floats, the reduce axis by 16 lanes and 4 rows at a time (one lane at a time it ran 7x slower)
+  x = np.random.default_rng(7).standard_normal((64, 1024)).astype(np.float32)
+  x[5, 17] = np.nan
+  sink = A.sink(A.store(0, getattr(F(1, 64, 1024), op)(1)))
+  k = hand(sink, vector_renderer(16))
+  assert kc.Opt(kc.OptOps.UNROLL, 0, 16) in k.applied_opts
+  assert all(u.dtype.count == 16 for u in k.linearize() if u.op is Ops.DEFINE_ACC)
+  np.testing.assert_allclose(kc.run(sink, {1: x}, "CLANG")[0], getattr(np, op)(x, axis=1), rtol=1e-5, atol=1e-3)
+
+
 def test_lane_accumulators_of_a_tile_are_vectors_only_where_the_lanes_load_as_vectors():
   # unrolled by a vector along K with 8 output lanes: w K-contiguous gives a vector accumulator per output lane;
   # the usual layout (w stored (K, N), strided along K) keeps an accumulator per output lane, as vectors along N
@@ -219,6 +232,16 @@ def test_lane_accumulators_of_a_tile_are_vectors_only_where_the_lanes_load_as_ve
     for o in opts: k.apply_opt(o)
     accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
     assert [u.dtype.count for u in accs] == ([16] * 8 if vector else [4] * 2)
+
+
+def executed(uops, op) -> int:
+  """How many lanes of `op` a linear program computes: each UOp's lanes times the trip counts of its loops."""
+  trips, total = [1], 0
+  for u in uops:
+    if u.op is Ops.RANGE: trips.append(trips[-1] * (u.src[1].arg - u.src[0].arg))
+    elif u.op is Ops.ENDRANGE: trips.pop()
+    elif u.op is op: total += u.dtype.count * trips[-1]
+  return total
 
 
 def softmax_rows(rows, cols, mask: bool, batch: int = 16):
@@ -234,11 +257,10 @@ def test_row_softmax_reduces_each_row_once(mask):
   # each repeat the row's reduces (a causal mask, broadcast along the batch of 16 x 128 rows, once drew one, its
   # column blocks outermost)
   k = hand(softmax_rows(128, 128, mask), vector_renderer(16))
-  exps = [u for u in k.linearize() if u.op is Ops.EXP2]
-  # one exp per upcast lane in the sum's loop and one in the normalize loop, and no loop over column blocks outside
-  # the reduces' loops
-  lanes = prod(k.full_shape[k.first_upcast:])
-  assert sum(u.dtype.count for u in exps) == 2 * lanes
+  # each element's exp is computed twice, once in the sum's loop and once in the normalize loop (this Kernel is one of
+  # a program's: kc.compile's schedule stores it once on CLANG), and no loop over column blocks outside the reduces'
+  # loops repeats them
+  assert executed(k.linearize(), Ops.EXP2) == 2 * 16 * 128 * 128
   assert not any(o.op is kc.OptOps.SWAP for o in k.applied_opts) and k.full_shape[k.first_upcast:].count(16) <= 1
 
 

@@ -196,17 +196,17 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
 
 
 def _reduce_vector_tile(k: OptimizingKernel) -> bool:
-  """On a renderer that computes on vectors (vector_alu), a sum whose every input is contiguous along its last
+  """On a renderer that computes on vectors (vector_alu), a sum or max whose every input is contiguous along its last
   reduce axis (or constant along it) is vectorized along that axis: the axis unrolled by the widest vector, one
   vector accumulator per output of a register tile (kc.codegen.lower keeps an accumulator per unrolled lane where the
-  lanes load as vectors), its lanes added once after the loop. A matmul with K-contiguous operands (`x @ w.T`, torch's
+  lanes load as vectors), its lanes combined once after the loop. A matmul with K-contiguous operands (`x @ w.T`, torch's
   Linear) and a row sum are such reduces; the output-axis register tile would load them lane by lane.
 
   The tile spans up to two output axes along which some input is broadcast (a matmul's M and N), so each loaded
   vector is reused across the other axis: rows*cols accumulators plus the rows+cols vectors loaded per step fit the
   vector registers. The axis along which the larger input varies runs outermost, so that input streams once while
   the smaller one is re-read from cache."""
-  if k.reduceop is None or k.upcasted or len(k.reduceops) != 1 or k.reduceop.arg[0] is not Ops.ADD or not (width := _widest_vector(k)):
+  if k.reduceop is None or k.upcasted or len(k.reduceops) != 1 or k.reduceop.arg[0] not in (Ops.ADD, Ops.MAX) or not (width := _widest_vector(k)):
     return False
   r = k.first_upcast - 1
   if r < k.first_reduce or not isinstance(k.full_shape[r], int) or k.full_shape[r] % width: return False

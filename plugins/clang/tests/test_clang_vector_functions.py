@@ -1,6 +1,7 @@
 """CLANG's functions of float vectors (renderer.VECTOR_FUNCTIONS) against numpy's float64 results rounded once to
 float32: exp2 (kc_exp2_<n>) within 2 ulp and log2 (kc_log2_<n>) within 3 everywhere, exact at the special values,
 subnormals included; and WHERE on lane masks (kc_where_<n>, comparisons of float vectors) exactly as numpy selects."""
+import re
 import numpy as np
 import pytest
 import kc
@@ -130,7 +131,8 @@ def test_a_max_reduce_keeps_one_vector_accumulator_and_matches_numpy(width):
   x[14, ::3] = -0.0
   X = A.arg(1, dtypes.float32, (rows, cols))
   ck = kc.compile(A.sink(A.store(0, X.max(axis=1))), "CLANG", [Opt(OptOps.UNROLL, 0, width)])
-  assert f"kc_max_{width}(acc" in ck.program.src, ck.program.src  # the accumulator is a vector
+  # the accumulators are vectors (the loop's steps interleaved over several: adjacent ones may share a wider vector)
+  assert re.search(r"kc_max_\d+\(acc", ck.program.src), ck.program.src
   out = np.empty(rows, np.float32)
   ck(out, x)
   np.testing.assert_array_equal(out, x.max(axis=1))
