@@ -11,6 +11,9 @@ size its reduce did not loop over, ...). The scheduler decides the kernels from 
    are part of the consumer's graph and never materialised.
 3. A kernel that the Kernel cannot run as one loop nest (reduces that nest over axes no load spans) has the values
    broadcast into its reduces materialised as well, innermost first, until it verifies.
+   With share_transcendentals (kc.compile sets it for devices that compute exp2 and its kin in software), a value
+   holding such an op that two of a kernel's loop nests would each compute (a softmax's exp in its sum's loop and in
+   its quotient's) is materialised too, above a size (kc.schedule.recompute).
 4. Kernels that store through the same shape and do not depend on each other are merged (several outputs of one loop
    nest), then ordered so that every intermediate is written before it is read, and every caller's buffer is read by
    all its readers before a kernel writes it.
@@ -29,6 +32,7 @@ from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
 from kc.schedule.movement import extents, kernel_nodes, shape_of
+from kc.schedule.recompute import recomputed_transcendentals
 from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
@@ -258,13 +262,21 @@ def _check_program(sink: UOp) -> list[_Store]:
   return [_Store(s.src[0], s.src[1], s.src[2], s.arg) for s in sink.src]
 
 
+def _shared_once(stores: list[_Store]) -> list[_Store]:
+  """The stores with the transcendental values two of their loop nests would compute materialised."""
+  values = recomputed_transcendentals(s.value for s in stores)
+  return _materialise(stores, values) if values else stores
+
+
 @functools.lru_cache(maxsize=256)
-def schedule(sink: UOp) -> Schedule:
+def schedule(sink: UOp, share_transcendentals: bool = False) -> Schedule:
   """The kernels of a program, in launch order, and its intermediates' arena. See the module's docstring for the
   rules. Raises InvalidASTError for a graph that is not a program, or whose kernels cannot be ordered (a buffer of
-  the caller's read after a kernel that writes it must run first)."""
+  the caller's read after a kernel that writes it must run first). `share_transcendentals`: a transcendental value
+  that two loop nests of a kernel would compute is computed once into an intermediate (rule 3)."""
+  prepare = _shared_once if share_transcendentals else (lambda stores: stores)
   units: list[list[_Store]] = []
-  for group in _groups(_check_program(sink)): units.extend(_split_illegal(_legal(group)))
+  for group in _groups(_check_program(sink)): units.extend(_split_illegal(_legal(prepare(group))))
   # every BUFFER read anywhere is a kernel that stores it (found breadth-first, so a value is one kernel even when
   # several kernels read it)
   seen: dict[UOp, None] = {}
@@ -273,7 +285,7 @@ def schedule(sink: UOp) -> Schedule:
     b = pending.pop(0)
     if b in seen: continue
     seen[b] = None
-    unit = _legal([_Store(b, b.src[1], b.src[0], b.arg)])
+    unit = _legal(prepare([_Store(b, b.src[1], b.src[0], b.arg)]))
     units.append(unit)
     pending.extend(x for x in _reads(unit) if x not in seen)
   ordered = _order(units)

@@ -207,9 +207,10 @@ def cmd_render(args) -> int:
   from kc.ast.examples import example
   from kc.kernel import Kernel
   from kc.schedule import schedule
+  from kc.schedule.recompute import computes_transcendentals_in_software
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
-  plan = schedule(sink)
+  plan = schedule(sink, share_transcendentals=computes_transcendentals_in_software(Device.renderer(device)))
   for i, sk in enumerate(plan.kernels):
     if args.opts == "beam":
       from kc.api import beam_opts
@@ -465,7 +466,10 @@ def _beam_command(args) -> int:
   sink, what = (example(args.example).build()[0], args.example) if args.example is not None else (load_ast_file(args.ast), args.ast)
   device = Device.spec(args.device).name if args.device else Device.DEFAULT
   from kc.schedule import schedule
-  kernels = [k.ast for k in schedule(sink).kernels] if sink.op is kc.Ops.SINK else [sink]
+  from kc.schedule.recompute import computes_transcendentals_in_software
+  # the kernels kc.compile(sink, device, opts="beam") searches
+  shared = computes_transcendentals_in_software(Device.renderer(device))
+  kernels = [k.ast for k in schedule(sink, share_transcendentals=shared).kernels] if sink.op is kc.Ops.SINK else [sink]
   width = args.width if args.width is not None else beam_width_from_env() or DEFAULT_BEAM_WIDTH
   if width < 1: raise UsageError(f"--width is the number of kernels kept per round (>= 1), got {width}")
   executor = None

@@ -1,0 +1,68 @@
+"""Values a kernel would compute twice: a transcendental value read in two of a kernel's loop nests.
+
+A kernel runs a loop nest per reduce (over the reduce's input) and one over its outputs, and computes a value in every
+nest that reads it. A row softmax, exp(x - max) / sum(exp(x - max)), reads exp(x - max) in its sum's loop and in the
+loop that stores the quotient: as one kernel it computes every exp twice. On a device that computes exp2, log2, sin
+and pow in software (a host CPU: a polynomial of some twenty vector ops per element), storing such a value once and
+reading it back is cheaper than computing it again once there are enough elements to pay for a second kernel (a
+256x1024 softmax on one AVX-512 core: 230 us as one kernel, 166 us as two; an 8x128 one 3.2 against 4.8 us). A device
+with work-groups (a GPU) has these functions in hardware and memory traffic is what it spends: it keeps one kernel."""
+from __future__ import annotations
+import math
+from typing import Iterable, Optional
+from kc.ir.uop import Ops, UOp
+from kc.renderer import Renderer
+from kc.schedule.movement import shape_of
+
+# what costs tens of operations per element where it is computed in software
+TRANSCENDENTAL = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW})
+# the fewest elements of a shared value stored once instead of computed again (the 8x128 softmax above: 1024)
+MIN_ELEMENTS = 1 << 14
+
+
+def computes_transcendentals_in_software(renderer: Optional[Renderer]) -> bool:
+  """Whether `renderer`'s device computes transcendentals as sequences of ordinary ops: the host CPU backends, which
+  are the ones without work-groups (a device without a renderer compiles nothing: no)."""
+  return renderer is not None and not renderer.has_local
+
+
+def _nest(root: UOp) -> dict[UOp, None]:
+  """The nodes one loop nest computes for `root`: its graph, stopping at reduces (their result is computed once, in a
+  nest of their own) and at BUFFERs (another kernel's values)."""
+  out: dict[UOp, None] = {}
+  stack = [root]
+  while stack:
+    node = stack.pop()
+    if node in out: continue
+    out[node] = None
+    if node.op not in (Ops.REDUCE_AXIS, Ops.BUFFER): stack.extend(node.src)
+  return out
+
+
+def recomputed_transcendentals(values: Iterable[UOp]) -> list[UOp]:
+  """The values a kernel storing `values` (one loop nest over its outputs) computes in two or more of its loop nests
+  and that hold a transcendental op of their own nest, with at least MIN_ELEMENTS elements: the outermost of them
+  only (a value inside another one found is stored with it)."""
+  nests_of: dict[UOp, int] = {}
+  pending, seen = list(values), set()
+  nests = [_nest(v) for v in pending]
+  top = {u for n in nests for u in n}
+  for u in top: nests_of[u] = 1
+  reduces = [u for u in top if u.op is Ops.REDUCE_AXIS]
+  while reduces:
+    r = reduces.pop()
+    if r in seen: continue
+    seen.add(r)
+    inner = _nest(r.src[0])
+    for u in inner: nests_of[u] = nests_of.get(u, 0) + 1
+    reduces.extend(u for u in inner if u.op is Ops.REDUCE_AXIS)
+  shapes: dict = {}
+  found = []
+  for u, count in nests_of.items():
+    if count < 2 or u.op in (Ops.REDUCE_AXIS, Ops.BUFFER, Ops.LOAD, Ops.VIEW, Ops.CONST): continue
+    if not any(x.op in TRANSCENDENTAL for x in _nest(u)): continue
+    shape = shape_of(u, shapes)
+    if shape is None or not all(isinstance(d, int) for d in shape) or math.prod(shape) < MIN_ELEMENTS: continue
+    found.append(u)
+  inside = {x for u in found for x in _nest(u) if x is not u}
+  return [u for u in found if u not in inside]
