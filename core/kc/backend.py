@@ -84,7 +84,7 @@ from kc.renderer.cstyle import CStyleLanguage
 from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
-from kc.runtime.host_parts import KernelThreads, kernel_threads, max_threads, run_parts, splits_loop, thread_count
+from kc.runtime.host_parts import PARALLEL_MIN_OPS, KernelThreads, kernel_threads, max_threads, run_parts, splits_loop, thread_count
 from kc.runtime.shared_library import SharedLibrary
 from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, ApiVersion, BackendHooks, BackendSpec,
                                 PluginWarning, api_compatible, hookimpl, hookspec, register, unregister)
@@ -100,7 +100,7 @@ __all__ = [
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
   "distribution_version",
   # running a split kernel's parts at once on persistent threads (host backends)
-  "run_parts", "kernel_threads", "KernelThreads", "splits_loop", "thread_count", "max_threads",
+  "run_parts", "kernel_threads", "KernelThreads", "splits_loop", "thread_count", "max_threads", "PARALLEL_MIN_OPS",
   # a compiled shared library in this process, unloaded when dropped (host backends)
   "SharedLibrary",
   # checking a TensorCore's declared layout against the instruction's documented one

@@ -135,13 +135,14 @@ def thread_count(asked: Optional[int], knob: str) -> int:
   return n
 
 
-def splits_loop(rng: UOp, uops: list[UOp], outermost: bool, threads: int) -> bool:
+def splits_loop(rng: UOp, uops: list[UOp], outermost: bool, threads: int, min_ops: int = PARALLEL_MIN_OPS) -> bool:
   """Whether a host renderer splits the loop `rng` of the linear `uops` into parts: the outermost loop over output
   elements (its iterations write disjoint outputs), when it encloses all the kernel's work (so parts need no barrier
-  between them) and that work is large enough to pay for waking the threads."""
+  between them) and that work is large enough to pay for starting the parts (`min_ops`: a backend whose threads
+  start sooner than KernelThreads' splits smaller kernels)."""
   if not outermost or rng.arg[1] != 0 or threads == 1 or not _encloses_all_work(rng, uops): return False
   work = estimate_ops(uops)
-  return not (isinstance(work, int) and work < PARALLEL_MIN_OPS)
+  return not (isinstance(work, int) and work < min_ops)
 
 
 def _encloses_all_work(rng: UOp, uops: list[UOp]) -> bool:

@@ -17,6 +17,9 @@ MARCH_NATIVE = knob("KC_CLANG_MARCH_NATIVE", bool, True, "the older spelling of 
                     __name__)
 THREADS = knob("KC_CLANG_THREADS", int, None, "threads a big kernel's outermost output loop is split across (1 to 4 "
                "per core, at least 256)", "kc_clang.renderer", default_doc="every core")
+SPIN_US = knob("KC_CLANG_SPIN_US", int, 1000, "microseconds CLANG's kernel threads poll for the next split kernel before "
+               "they sleep (0: at once; polling keeps a core busy, while waking a sleeping thread costs tens to hundreds of "
+               "microseconds)", "kc_clang.thread_pool")
 
 # x86 flags that name instruction-set extensions a compiler may emit with -march=native (cpuinfo also lists
 # features of the platform such as "constant_tsc" or "hypervisor"; those do not change the code and stay out of the key)

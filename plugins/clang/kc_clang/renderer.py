@@ -7,7 +7,8 @@ half is _Float16 where the compiler has it (else held as its bits, as bfloat16 a
 Threads: a kernel with enough work has its outermost output loop split into parts. Such a kernel takes two more
 int arguments after its Variables, `kc_part` and `kc_parts`, and runs part kc_part of kc_parts of that loop's range
 (equal contiguous slices, computed in C, so a range with Variable bounds splits too). It also defines the int
-`kc_parts_<name>` (SPLIT_SYMBOL), by which the runtime (runtime.py) knows to call it once per part from its threads."""
+`kc_parts_<name>` (SPLIT_SYMBOL), by which the runtime (runtime.py) knows to call it once per part from its threads,
+and an entry point of one signature for every split kernel, which those threads call (thread_pool.py)."""
 from __future__ import annotations
 import math, platform, re
 from typing import Optional
@@ -15,6 +16,7 @@ from kc.backend import (CStyleLanguage, DType, KcError, Ops, PtrDType, UOp, dtyp
                         max_threads)  # noqa: F401  (max_threads: KC_CLANG_THREADS' bound, read here by its users)
 from kc_clang.compiler import compile_flags, compiler_command, has_float16
 from kc_clang.host import THREADS, chosen_isa, host_cpu, isa_level, native_code
+from kc_clang.thread_pool import SPLIT_MIN_OPS, entry_source
 
 # the two int arguments of a split kernel, after its Variables
 PART_ARGS = ("kc_part", "kc_parts")
@@ -201,7 +203,7 @@ class ClangRenderer(CStyleLanguage):
   def loop_pragma(self, rng: UOp, uops: list[UOp], depth: int) -> Optional[str]:
     # the loop every host backend splits (kc.backend.splits_loop): the outermost one over output elements, around all
     # the work, when there is enough of it
-    return SPLIT_MARKER if splits_loop(rng, uops, depth == 1, threads()) else None
+    return SPLIT_MARKER if splits_loop(rng, uops, depth == 1, threads(), SPLIT_MIN_OPS) else None
 
   def render_dtype(self, dt: DType, mutable: bool = True) -> str:
     # a bool vector is a vector of lane masks: what a comparison of float vectors gives (int lanes of -1 and 0)
@@ -244,8 +246,11 @@ class ClangRenderer(CStyleLanguage):
       if clash := [name for name, _, _ in params if name in PART_ARGS]:
         raise KcError(f"kernel {function_name} has a Variable named {clash[0]!r}, a name CLANG keeps for its thread split: rename it")
       body = _split_loop(body)
+      buffers = [isinstance(dt, PtrDType) for _, dt, _ in params]
       params = [*params, *((name, dtypes.int32, False) for name in PART_ARGS)]
       lines += [PART_START, f"const int {split_symbol(function_name)} = 1;"]
+      # the entry point the runtime's kernel threads call (thread_pool.py)
+      return super().render_kernel(function_name, body, params, uops, lines + (prefix or [])) + "\n" + entry_source(function_name, buffers)
     return super().render_kernel(function_name, body, params, uops, lines + (prefix or []))
 
 

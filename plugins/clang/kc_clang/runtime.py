@@ -2,14 +2,15 @@
 
 A kernel the renderer split (renderer.py: it defines the int kc_parts_<name>) takes two more ints, its part and the
 number of parts: a call runs it once per part, one part per thread, the calling thread taking part 0 itself and
-persistent kernel threads the others (kc.backend.run_parts, shared with the other host backends). cffi releases the
-GIL while C runs, so the parts run at once; nothing needs OpenMP."""
+CLANG's native kernel threads the others (thread_pool.py), through the kernel's entry point kc_entry_<name>. cffi
+releases the GIL while C runs; nothing needs OpenMP."""
 from __future__ import annotations
 import functools, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.backend import HostMemory, KcError, SharedLibrary, int32_values, raw_buffers, run_parts
+from kc.backend import HostMemory, KcError, SharedLibrary, int32_values, raw_buffers
 from kc_clang.renderer import split_symbol, threads
+from kc_clang.thread_pool import entry_symbol, pool
 
 
 # one FFI for every kernel: a signature's C type is parsed (by pycparser: 1.5 ms) once a process, not once a kernel
@@ -36,6 +37,8 @@ class ClangProgram:
     if address is None: raise KcError(f"the compiled library has no function named {name!r}")
     self._address = address
     self.split = self._lib.address(split_symbol(name)) is not None
+    self._entry = _FFI.cast("void*", self._lib.address(entry_symbol(name))) if self.split else None
+    if self.split and self._entry == _FFI.NULL: raise KcError(f"the split kernel {name!r} has no entry point {entry_symbol(name)!r}")
     self._fn = None
     self._arity: Optional[tuple[int, int]] = None
     self._declare_lock = threading.Lock()
@@ -62,7 +65,7 @@ class ClangProgram:
       ptrs.append(from_buffer(b.data))
     ints = int32_values(vals, self.name) if vals else ()
     start = time.perf_counter()
-    if self.split: run_parts(fn, (*ptrs, *ints), threads())
+    if self.split: pool(_FFI).run(self._entry, ptrs, ints, threads())
     else: fn(*ptrs, *ints)
     return time.perf_counter() - start if wait else None
 
@@ -73,7 +76,7 @@ class ClangProgram:
     from_buffer = _FFI.from_buffer
     ptrs = [from_buffer(a) for a in arrays]
     start = time.perf_counter()
-    if self.split: run_parts(fn, tuple(ptrs), threads())
+    if self.split: pool(_FFI).run(self._entry, ptrs, (), threads())
     else: fn(*ptrs)
     return time.perf_counter() - start
 

@@ -248,17 +248,6 @@ def test_thread_counts_out_of_range_are_config_errors(value, monkeypatch):
   assert threads() == most
 
 
-def test_run_parts_covers_every_part_once():
-  from kc_clang.runtime import run_parts
-  seen, lock = [], __import__("threading").Lock()
-  def part(tag, i, n):
-    with lock: seen.append((tag, i, n))
-  for parts in (1, 2, 5):
-    seen.clear()
-    run_parts(part, ("t",), parts)
-    assert sorted(seen) == [("t", i, parts) for i in range(parts)]
-
-
 def test_part_bounds_tile_the_range_exactly():
   """__kc_part_start in C: consecutive parts meet, the first starts at lo and the last ends at hi, for ranges
   that do not divide evenly, ranges shorter than the number of parts, and empty ones."""

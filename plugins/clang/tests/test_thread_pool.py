@@ -1,0 +1,109 @@
+"""CLANG's native kernel threads (kc_clang.thread_pool): every part of a call runs once with the call's buffers and
+values, calls follow each other and come from several Python threads, a forked child starts threads of its own, and
+split kernels (through their kc_entry_<name>) compute what numpy computes at every thread count and spin time."""
+import os, threading
+import numpy as np
+import pytest
+import kc
+from kc import ast as A, dtypes
+from kc_clang.compiler import ClangCompiler
+from kc_clang.runtime import _FFI
+from kc_clang.thread_pool import SPLIT_MIN_OPS, entry_source, entry_symbol, pool
+from kc.backend import SharedLibrary
+
+# an entry point that records each part: counts[part] += 1, seen[part] = parts * 1000 + the call's value
+MARK = """
+void kc_entry_mark(void **b, const int *v, int part, int parts) {
+  int *counts = (int *)b[0], *seen = (int *)b[1];
+  counts[part] += 1; seen[part] = parts * 1000 + v[0];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def mark():
+  lib = SharedLibrary(ClangCompiler().compile(MARK), "mark")
+  yield lib, _FFI.cast("void*", lib.address("kc_entry_mark"))
+
+
+def run_mark(entry, parts: int, value: int):
+  counts, seen = np.zeros(parts, np.int32), np.zeros(parts, np.int32)
+  pool(_FFI).run(entry, [_FFI.from_buffer(counts), _FFI.from_buffer(seen)], [value], parts)
+  return counts, seen
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 9])
+def test_every_part_runs_once_with_the_calls_arguments(mark, parts):
+  for call in range(20):  # calls back to back: threads that poll, and threads made by an earlier call
+    counts, seen = run_mark(mark[1], parts, call)
+    assert counts.tolist() == [1] * parts and seen.tolist() == [parts * 1000 + call] * parts
+
+
+def test_threads_that_slept_wake_for_the_next_call(mark, monkeypatch):
+  monkeypatch.setenv("KC_CLANG_SPIN_US", "0")  # every thread sleeps at once after its part
+  for call in range(10):
+    counts, seen = run_mark(mark[1], 4, call)
+    assert counts.tolist() == [1] * 4 and seen.tolist() == [4000 + call] * 4
+
+
+def test_calls_from_several_python_threads_take_turns(mark):
+  errors = []
+  def worker(k):
+    for call in range(30):
+      counts, seen = run_mark(mark[1], 2 + k % 3, k * 100 + call)
+      if counts.tolist() != [1] * (2 + k % 3) or set(seen.tolist()) != {(2 + k % 3) * 1000 + k * 100 + call}: errors.append((k, call))
+  ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+  for t in ts: t.start()
+  for t in ts: t.join()
+  assert not errors
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_runs_parts_on_threads_of_its_own(mark):
+  run_mark(mark[1], 3, 1)  # the parent's threads exist before the fork
+  pid = os.fork()
+  if pid == 0:  # the child: none of the parent's threads came with it
+    try:
+      counts, seen = run_mark(mark[1], 3, 7)
+      os._exit(0 if counts.tolist() == [1, 1, 1] and seen.tolist() == [3007] * 3 else 1)
+    except BaseException:
+      os._exit(2)
+  _, status = os.waitpid(pid, 0)
+  assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_the_entry_point_passes_buffers_and_values_in_parameter_order():
+  src = entry_source("k", [True, False, True, False])
+  assert entry_symbol("k") == "kc_entry_k" and "k(b[0], v[0], b[1], v[1], part, parts)" in src
+
+
+@pytest.mark.parametrize("threads", ["2", "3", "5"])
+@pytest.mark.parametrize("spin", ["0", "1000"])
+def test_split_kernels_mean_what_numpy_means(monkeypatch, threads, spin):
+  monkeypatch.setenv("KC_CLANG_THREADS", threads)
+  monkeypatch.setenv("KC_CLANG_SPIN_US", spin)
+  x = A.arg(1, dtypes.float32, (300, 1024))
+  e = (x - x.max(-1, keepdims=True)).exp()
+  ck = kc.compile(A.sink(A.store(0, e / e.sum(-1, keepdims=True))), "CLANG")
+  assert any("kc_entry_" in p.src for p in ck.programs)  # some kernel of it is split
+  xs = np.random.default_rng(int(threads)).standard_normal((300, 1024)).astype(np.float32)
+  out = np.empty_like(xs)
+  for _ in range(3): ck(out, xs)
+  want = np.exp(xs - xs.max(-1, keepdims=True))
+  np.testing.assert_allclose(out, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_a_split_kernel_with_a_variable_gets_its_value():
+  n = kc.Variable("n", 1, 4096)
+  x = A.arg(1, dtypes.float32, (n, 512))
+  ck = kc.compile(A.sink(A.store(0, x.exp() * 2.0)), "CLANG")
+  assert "kc_entry_" in ck.program.src
+  xs = np.random.default_rng(3).standard_normal((3000, 512)).astype(np.float32)
+  out = np.empty_like(xs)
+  ck(out, xs, n=3000)
+  np.testing.assert_allclose(out, np.exp(xs) * 2, rtol=1e-6)
+
+
+def test_smaller_kernels_split_than_with_threads_woken_from_sleep():
+  from kc.backend import PARALLEL_MIN_OPS  # the core's threshold, for backends whose threads sleep
+  assert SPLIT_MIN_OPS < PARALLEL_MIN_OPS
