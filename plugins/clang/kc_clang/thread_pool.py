@@ -1,12 +1,16 @@
-"""CLANG's kernel threads in C: the parts of a split kernel run on native threads that spin a while before they sleep.
+"""CLANG's kernel threads in C: a split kernel's loop runs in chunks on native threads that poll a while before they
+sleep, and that any thread takes.
 
-A split kernel (renderer.py) runs once per part. kc.backend.run_parts wakes Python threads blocked on a lock: a
-futex each way, and on a virtual machine a sleeping thread's idle CPU must be woken by the hypervisor first. Measured
-on a 2-vCPU AVX-512 EPYC VM, a part on a woken thread started 330-370 us late, so a 1M-float kernel of 720 us on one
-thread took 728 us on two. Here one C call runs every part: part 0 on the calling thread, the others on threads that,
-after their part, poll for the next call for KC_CLANG_SPIN_US (1 ms by default) before blocking, as OpenMP runtimes
-do (libgomp spins for some milliseconds, Intel's for 200); back-to-back kernels (a model's layers) then start their
-parts at once, and smaller kernels are worth splitting (SPLIT_MIN_OPS). The call holds no GIL while it runs.
+A split kernel (renderer.py) runs its loop's range in parts: a call with (part, parts) runs part `part` of `parts`.
+kc.backend.run_parts wakes Python threads blocked on a lock: a futex each way, and on a virtual machine the sleeping
+thread's idle CPU must be woken by the hypervisor first. Measured on a 2-vCPU AVX-512 EPYC VM, a part on a woken
+thread started 330-370 us late, so a 1M-float kernel of 720 us on one thread took 728 us on two. Here one C call runs
+the kernel: its range is cut into CHUNKS_PER_THREAD chunks per thread, which the calling thread and the pool's take
+one at a time until none is left, so a thread that starts late (or another library's polling thread keeps off its
+CPU) leaves its chunks to the others. After a call the pool's threads poll for the next one for KC_CLANG_SPIN_US (1
+ms by default; libgomp polls for some milliseconds, Intel's OpenMP for 200) before they sleep, giving way to any
+other thread at each step: back-to-back kernels (a model's layers) start their chunks at once, and smaller kernels
+are worth splitting (SPLIT_MIN_OPS). The call holds no GIL while it runs.
 
 The renderer gives every split kernel an entry point of one signature, `kc_entry_<name>(void **buffers, const int
 *values, int part, int parts)`, which the threads call. The pool is a small C library compiled once by the CLANG
@@ -22,30 +26,52 @@ from kc_clang.host import SPIN_US
 # 2-core AVX-512 EPYC, kernels run back to back, one thread against two: a 256x1024 softmax (0.3M) 143 against 77 us,
 # a 256K-float add 25 against 18 us, a GELU of 256K floats 96 against 52 us; a 64x1024 layer norm (0.2M) stays whole
 SPLIT_MIN_OPS = 1 << 18
+# a split kernel's loop is cut into this many chunks per thread, taken one at a time: a thread that another process or
+# library keeps off its CPU leaves its chunks to the others (torch's OpenMP threads poll for milliseconds after each
+# op, and a part that waited for one held whole calls up by 4 ms)
+CHUNKS_PER_THREAD = 4
 
 POOL_SOURCE = r"""
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 typedef void (*kc_entry)(void **, const int *, int, int);
-/* thread i runs part i+1 of a call: the call stores a new number in its `call` (after the job), and the thread runs
-   the job of that call once; a thread a call has no part for is not told, so it never runs another call's job */
-struct worker { int part; _Atomic long call; };
+/* A call cuts the kernel's loop into `chunks` chunks, which the caller and the threads take one at a time from the
+   call's ticket (the call's number in the high half, the next chunk in the low half): a thread that runs late, or
+   not at all (another library's thread holds its CPU), leaves its chunks to the others instead of holding the call
+   up, and a thread still holding an earlier call's job can take no chunk of a later call. */
+struct worker { _Atomic long call; };
 static struct worker **workers; static int started, room;
 static pthread_mutex_t sleep_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
-static long calls;                /* calls made: each one's number is the next */
-static _Atomic int remaining;     /* parts 1.. of this call not finished */
-static kc_entry job; static void **job_buffers; static const int *job_values; static int job_parts;
+static long calls;                  /* calls made: each one's number is the next */
+static _Atomic unsigned long ticket;
+static _Atomic int finished;        /* chunks of this call done */
+static kc_entry job; static void **job_buffers; static const int *job_values; static int job_chunks;
 static _Atomic long spin_ns;
 
 static long now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000L + t.tv_nsec; }
+/* a step of waiting that keeps this CPU from idling (waking an idle one costs far more) but gives way at once to any
+   other thread that has work for it: another library's threads (torch's, BLAS's) must not wait on a poll */
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
+  for (int i = 0; i < 8; i++) __builtin_ia32_pause();
 #endif
+  sched_yield();
+}
+
+/* run chunks of call `call` until none is left; the job was read after the call's number was seen */
+static void take_chunks(unsigned long call, kc_entry fn, void **buffers, const int *values, int chunks) {
+  unsigned long t = atomic_load_explicit(&ticket, memory_order_acquire);
+  while ((t >> 32) == call && (int)(t & 0xffffffffUL) < chunks) {
+    if (!atomic_compare_exchange_weak_explicit(&ticket, &t, t + 1, memory_order_acq_rel, memory_order_acquire)) continue;
+    fn(buffers, values, (int)(t & 0xffffffffUL), chunks);
+    atomic_fetch_add_explicit(&finished, 1, memory_order_release);
+    t = atomic_load_explicit(&ticket, memory_order_acquire);
+  }
 }
 
 static void *serve(void *arg) {
@@ -61,17 +87,16 @@ static void *serve(void *arg) {
       break;
     }
     seen = c;
-    job(job_buffers, job_values, me->part, job_parts);
-    atomic_fetch_sub_explicit(&remaining, 1, memory_order_release);
+    take_chunks((unsigned long)c, job, job_buffers, job_values, job_chunks);
   }
   return 0;
 }
 
-/* fn(buffers, values, p, parts) for every part p, on this thread (0) and the pool's: all finished on return.
-   0, or the error of starting a thread. One call at a time (the caller's lock). */
-int kc_pool_run(kc_entry fn, void **buffers, const int *values, int parts, long spin) {
+/* fn(buffers, values, c, chunks) for every chunk c, on this thread and `threads - 1` of the pool's: all finished on
+   return. 0, or the error of starting a thread. One call at a time (the caller's lock). */
+int kc_pool_run(kc_entry fn, void **buffers, const int *values, int threads, int chunks, long spin) {
   atomic_store(&spin_ns, spin * 1000L);
-  for (; started < parts - 1; started++) {
+  for (; started < threads - 1; started++) {
     if (started == room) {
       struct worker **more = realloc(workers, sizeof *more * (room ? 2 * room : 16));
       if (!more) return ENOMEM;
@@ -79,7 +104,7 @@ int kc_pool_run(kc_entry fn, void **buffers, const int *values, int parts, long 
     }
     struct worker *w = malloc(sizeof *w);
     if (!w) return ENOMEM;
-    w->part = started + 1; atomic_init(&w->call, 0);
+    atomic_init(&w->call, 0);
     pthread_t t; pthread_attr_t a;
     pthread_attr_init(&a); pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     int err = pthread_create(&t, &a, serve, w);
@@ -87,20 +112,21 @@ int kc_pool_run(kc_entry fn, void **buffers, const int *values, int parts, long 
     if (err) { free(w); return err; }
     workers[started] = w;
   }
-  job = fn; job_buffers = buffers; job_values = values; job_parts = parts;
-  atomic_store(&remaining, parts - 1);
   calls++;
-  for (int i = 0; i < parts - 1; i++) atomic_store_explicit(&workers[i]->call, calls, memory_order_release);
+  job = fn; job_buffers = buffers; job_values = values; job_chunks = chunks;
+  atomic_store_explicit(&finished, 0, memory_order_relaxed);
+  atomic_store_explicit(&ticket, (unsigned long)calls << 32, memory_order_release);
+  for (int i = 0; i < threads - 1; i++) atomic_store_explicit(&workers[i]->call, calls, memory_order_release);
   pthread_mutex_lock(&sleep_lock); pthread_cond_broadcast(&wake); pthread_mutex_unlock(&sleep_lock);
-  fn(buffers, values, 0, parts);
-  while (atomic_load_explicit(&remaining, memory_order_acquire) > 0) relax();
+  take_chunks((unsigned long)calls, fn, buffers, values, chunks);
+  while (atomic_load_explicit(&finished, memory_order_acquire) < chunks) relax();
   return 0;
 }
 
 /* in a forked child: none of the parent's threads exist (their records are left behind) */
 void kc_pool_forget(void) {
   pthread_mutex_init(&sleep_lock, 0); pthread_cond_init(&wake, 0);
-  workers = 0; started = room = 0; atomic_store(&remaining, 0);
+  workers = 0; started = room = 0;
 }
 """
 
@@ -127,18 +153,19 @@ class KernelPool:
   def __init__(self, ffi, library: bytes):
     self._ffi = ffi
     self._lib = SharedLibrary(library, "kc_pool")
-    self._run = ffi.cast("int(*)(void*, void**, int*, int, long)", self._lib.address("kc_pool_run"))
+    self._run = ffi.cast("int(*)(void*, void**, int*, int, int, long)", self._lib.address("kc_pool_run"))
     self._forget = ffi.cast("void(*)(void)", self._lib.address("kc_pool_forget"))
     self._lock = threading.Lock()
     self._pid = os.getpid()
 
-  def run(self, entry, buffers: Sequence, values: Sequence[int], parts: int) -> None:
-    """entry(buffers, values, part, parts) for every part, at once; returns when every part finished."""
+  def run(self, entry, buffers: Sequence, values: Sequence[int], threads: int) -> None:
+    """entry(buffers, values, chunk, chunks) for CHUNKS_PER_THREAD chunks per thread, on `threads` threads at once;
+    returns when every chunk finished."""
     b = self._ffi.new("void*[]", list(buffers) or [self._ffi.NULL])
     v = self._ffi.new("int[]", list(values)) if values else self._ffi.NULL
     with self._lock:
       if self._pid != os.getpid(): self._forget(); self._pid = os.getpid()  # a forked child: its threads start anew
-      err = self._run(entry, b, v, parts, max(0, SPIN_US.get()))
+      err = self._run(entry, b, v, threads, threads * CHUNKS_PER_THREAD, max(0, SPIN_US.get()))
     if err: raise KcError(f"CLANG could not start a kernel thread ({os.strerror(err)}): set KC_CLANG_THREADS lower")
 
 

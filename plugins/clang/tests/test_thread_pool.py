@@ -1,6 +1,7 @@
-"""CLANG's native kernel threads (kc_clang.thread_pool): every part of a call runs once with the call's buffers and
-values, calls follow each other and come from several Python threads, a forked child starts threads of its own, and
-split kernels (through their kc_entry_<name>) compute what numpy computes at every thread count and spin time."""
+"""CLANG's native kernel threads (kc_clang.thread_pool): every chunk of a call runs once with the call's buffers and
+values, calls follow each other and come from several Python threads, a forked child starts threads of its own, a
+thread kept off its CPU holds no call up, and split kernels (through their kc_entry_<name>) compute what numpy
+computes at every thread count and spin time."""
 import os, threading
 import numpy as np
 import pytest
@@ -8,14 +9,23 @@ import kc
 from kc import ast as A, dtypes
 from kc_clang.compiler import ClangCompiler
 from kc_clang.runtime import _FFI
-from kc_clang.thread_pool import SPLIT_MIN_OPS, entry_source, entry_symbol, pool
+from kc_clang.thread_pool import CHUNKS_PER_THREAD, SPLIT_MIN_OPS, entry_source, entry_symbol, pool
 from kc.backend import SharedLibrary
 
-# an entry point that records each part: counts[part] += 1, seen[part] = parts * 1000 + the call's value
+# an entry point that records each chunk: counts[chunk] += 1, seen[chunk] = chunks * 1000 + the call's value, and the
+# thread that ran it; with a second value, chunk 0 of a call busy-waits that many milliseconds first
 MARK = """
+#include <pthread.h>
+#include <time.h>
 void kc_entry_mark(void **b, const int *v, int part, int parts) {
   int *counts = (int *)b[0], *seen = (int *)b[1];
-  counts[part] += 1; seen[part] = parts * 1000 + v[0];
+  unsigned long *thread = (unsigned long *)b[2];
+  if (part == 0 && v[1] > 0) {
+    struct timespec t0, t; clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < v[1] * 1000000L);
+  }
+  counts[part] += 1; seen[part] = parts * 1000 + v[0]; thread[part] = (unsigned long)pthread_self();
 }
 """
 
@@ -26,32 +36,44 @@ def mark():
   yield lib, _FFI.cast("void*", lib.address("kc_entry_mark"))
 
 
-def run_mark(entry, parts: int, value: int):
-  counts, seen = np.zeros(parts, np.int32), np.zeros(parts, np.int32)
-  pool(_FFI).run(entry, [_FFI.from_buffer(counts), _FFI.from_buffer(seen)], [value], parts)
+def run_mark(entry, threads: int, value: int, busy_ms: int = 0, ran_on=None):
+  chunks = threads * CHUNKS_PER_THREAD
+  counts, seen = np.zeros(chunks, np.int32), np.zeros(chunks, np.int32)
+  ran_on = np.zeros(chunks, np.uint64) if ran_on is None else ran_on
+  pool(_FFI).run(entry, [_FFI.from_buffer(counts), _FFI.from_buffer(seen), _FFI.from_buffer(ran_on)], [value, busy_ms], threads)
   return counts, seen
 
 
-@pytest.mark.parametrize("parts", [1, 2, 3, 9])
-def test_every_part_runs_once_with_the_calls_arguments(mark, parts):
+def once_each(counts, seen, threads: int, value: int) -> bool:
+  chunks = threads * CHUNKS_PER_THREAD
+  return counts.tolist() == [1] * chunks and seen.tolist() == [chunks * 1000 + value] * chunks
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 9])
+def test_every_chunk_runs_once_with_the_calls_arguments(mark, threads):
   for call in range(20):  # calls back to back: threads that poll, and threads made by an earlier call
-    counts, seen = run_mark(mark[1], parts, call)
-    assert counts.tolist() == [1] * parts and seen.tolist() == [parts * 1000 + call] * parts
+    assert once_each(*run_mark(mark[1], threads, call), threads, call)
 
 
 def test_threads_that_slept_wake_for_the_next_call(mark, monkeypatch):
-  monkeypatch.setenv("KC_CLANG_SPIN_US", "0")  # every thread sleeps at once after its part
+  monkeypatch.setenv("KC_CLANG_SPIN_US", "0")  # every thread sleeps at once after its chunks
   for call in range(10):
-    counts, seen = run_mark(mark[1], 4, call)
-    assert counts.tolist() == [1] * 4 and seen.tolist() == [4000 + call] * 4
+    assert once_each(*run_mark(mark[1], 4, call), 4, call)
+
+
+def test_a_slow_chunk_leaves_the_others_to_the_other_threads(mark):
+  # chunk 0 takes 100 ms: the thread that took it takes no other chunk, the other thread runs them all meanwhile
+  # (fixed parts, one per thread, would have given that thread 4 chunks), and the call ends with every chunk done
+  ran_on = np.zeros(2 * CHUNKS_PER_THREAD, np.uint64)
+  assert once_each(*run_mark(mark[1], 2, 5, busy_ms=100, ran_on=ran_on), 2, 5)
+  assert ran_on[0] not in set(ran_on[1:].tolist()) and len(set(ran_on[1:].tolist())) == 1
 
 
 def test_calls_from_several_python_threads_take_turns(mark):
   errors = []
   def worker(k):
     for call in range(30):
-      counts, seen = run_mark(mark[1], 2 + k % 3, k * 100 + call)
-      if counts.tolist() != [1] * (2 + k % 3) or set(seen.tolist()) != {(2 + k % 3) * 1000 + k * 100 + call}: errors.append((k, call))
+      if not once_each(*run_mark(mark[1], 2 + k % 3, k * 100 + call), 2 + k % 3, k * 100 + call): errors.append((k, call))
   ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
   for t in ts: t.start()
   for t in ts: t.join()
@@ -63,9 +85,7 @@ def test_a_forked_child_runs_parts_on_threads_of_its_own(mark):
   run_mark(mark[1], 3, 1)  # the parent's threads exist before the fork
   pid = os.fork()
   if pid == 0:  # the child: none of the parent's threads came with it
-    try:
-      counts, seen = run_mark(mark[1], 3, 7)
-      os._exit(0 if counts.tolist() == [1, 1, 1] and seen.tolist() == [3007] * 3 else 1)
+    try: os._exit(0 if once_each(*run_mark(mark[1], 3, 7), 3, 7) else 1)
     except BaseException:
       os._exit(2)
   _, status = os.waitpid(pid, 0)
