@@ -247,3 +247,31 @@ def test_a_stack_of_reduce_results_reduced_again_vectorizes(device):
   want = (np.stack([ma, c, ma], 0) / -0.75).sum(axis=(1, 2), keepdims=True) + d
   for opts in ("hand", "none"):
     np.testing.assert_allclose(kc.run(sink, {1: a, 2: b, 3: c, 4: d}, device, opts=opts)[0], want, rtol=2e-3, atol=2e-3)
+
+
+
+def test_a_programs_kernels_come_in_the_same_order_wherever_its_uops_live():
+  # UOps hash by their address: a schedule built from sets of them came out in another order when the same program's
+  # UOps lay at other addresses (another process, or the same one later), and a list of opts given per kernel then
+  # applied to other kernels (the fuzz's random opts found it, in classic program 8). Built again and again with
+  # other objects allocated in between, every program of the fuzz's classic family keeps its kernels and their order.
+  import gc, random
+  from kc.runtime.opt_cache import ast_key
+  from kc.tools.fuzz import case_seed, generate, kc_lines
+
+  def kernels(i: int, share: bool) -> tuple:
+    ns = {"A": A, "dtypes": dtypes, "np": np}
+    exec("\n".join(kc_lines(generate(case_seed(11, i), family="classic"))), ns)
+    plan = schedule(ns["sink"], share_transcendentals=share)
+    return tuple((ast_key(k.ast), tuple(map(str, k.buffers))) for k in plan.kernels)
+  rng = random.Random(0)
+  for i in range(16):
+    for share in (False, True):
+      seen = set()
+      for _ in range(6):
+        junk = [[object() for _ in range(rng.randrange(1, 3000))] for _ in range(3)]
+        seen.add(kernels(i, share))
+        schedule.cache_clear()
+        del junk
+        gc.collect()
+      assert len(seen) == 1, f"classic program {i}: {len(seen)} different schedules"

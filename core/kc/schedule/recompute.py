@@ -46,7 +46,7 @@ def recomputed_transcendentals(values: Iterable[UOp]) -> list[UOp]:
   nests_of: dict[UOp, int] = {}
   pending, seen = list(values), set()
   nests = [_nest(v) for v in pending]
-  top = {u for n in nests for u in n}
+  top = dict.fromkeys(u for n in nests for u in n)  # in walk order: a UOp hashes by its address
   for u in top: nests_of[u] = 1
   reduces = [u for u in top if u.op is Ops.REDUCE_AXIS]
   while reduces:

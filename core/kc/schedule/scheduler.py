@@ -105,9 +105,11 @@ class _Store:
   def shape(self) -> tuple: return self.view.arg.shape
 
 
-def _reads(stores: list[_Store]) -> set[UOp]:
-  """The BUFFERs a kernel reads."""
-  return {u for s in stores for u in kernel_nodes(s.value) if u.op is Ops.BUFFER}
+def _reads(stores: list[_Store]) -> dict[UOp, None]:
+  """The BUFFERs a kernel reads, in the order its graph is walked: a UOp hashes by its address, so a set of them
+  would iterate in another order in every process, and the kernels found from it (and a list of opts given per
+  kernel) with it."""
+  return dict.fromkeys(u for s in stores for u in kernel_nodes(s.value) if u.op is Ops.BUFFER)
 
 
 def _caller_reads(stores: list[_Store]) -> set[int]:
@@ -147,8 +149,7 @@ def _substitute(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
 
 def _verified(stores: list[_Store]) -> Optional[InvalidASTError]:
   """None where the stores are one kernel the Kernel can run, else why not."""
-  temp_ids = {b: i for i, b in enumerate(sorted(_reads(stores) | {s.target for s in stores if s.target.op is Ops.BUFFER},
-                                                key=lambda b: id(b)))}
+  temp_ids = {b: i for i, b in enumerate(dict.fromkeys([*_reads(stores), *(s.target for s in stores if s.target.op is Ops.BUFFER)]))}
   try: verify_ast(_number(stores, temp_ids).ast)
   except InvalidASTError as e: return e
   return None
