@@ -88,12 +88,15 @@ C_ANCHORS = {"add_16M": "out[i] = a[i] + b[i];", "mul_add_exp_16M": "out[i] = ex
 def c_anchor(name: str):
   """The compiled plain C loop of workload `name`, a CLANG program: (out, a, b[, c], vals=(n,))."""
   from kc_clang.renderer import split_symbol
+  from kc_clang.thread_pool import entry_source
   fn = f"c_{name}"
   src = (f"#include <math.h>\nconst int {split_symbol(fn)} = 1;\n"
          f"void {fn}(float* restrict out, const float* restrict a, const float* restrict b, const float* restrict c, "
          "const int n, const int kc_part, const int kc_parts) {\n"
          "  long long lo = (long long)n * kc_part / kc_parts, hi = (long long)n * (kc_part + 1) / kc_parts;\n"
-         f"  for (long long i = lo; i < hi; i++) {C_ANCHORS[name]}\n}}\n")
+         f"  for (long long i = lo; i < hi; i++) {C_ANCHORS[name]}\n}}\n"
+         # the entry point CLANG's kernel threads call, as the renderer writes it for a split kernel
+         + entry_source(fn, [True, True, True, True, False]) + "\n")
   dev = kc.Device["CLANG"]
   return dev.runtime(fn, dev.compiler.compile(src))
 

@@ -192,13 +192,14 @@ def full_buffer(ast: UOp, sts: dict[UOp, ShapeTracker]) -> UOp | None:
   return next((x for x in under if sts[x].shape == full), None)
 
 
-def preorder(root: UOp) -> list[UOp]:
-  """Every node under root once, parents before children, sources left to right: the order buffers are read in."""
+def preorder(root: UOp, stop: frozenset = frozenset()) -> list[UOp]:
+  """Every node under root once, parents before children, sources left to right: the order buffers are read in. A
+  node whose op is in `stop` is listed, and what is under it is not (unless reached another way)."""
   seen: dict[UOp, None] = {}
   stack = [root]
   while stack:
     u = stack.pop()
     if u in seen: continue
     seen[u] = None
-    stack.extend(reversed(u.src))
+    if u.op not in stop: stack.extend(reversed(u.src))
   return list(seen)

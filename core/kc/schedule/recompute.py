@@ -10,6 +10,7 @@ with work-groups (a GPU) has these functions in hardware and memory traffic is w
 from __future__ import annotations
 import math
 from typing import Iterable, Optional
+from kc.codegen.verify import preorder
 from kc.ir.uop import Ops, UOp
 from kc.renderer import Renderer
 from kc.schedule.movement import shape_of
@@ -26,28 +27,23 @@ def computes_transcendentals_in_software(renderer: Optional[Renderer]) -> bool:
   return renderer is not None and not renderer.has_local
 
 
+# where a loop nest's graph ends: a reduce's result is computed once, in a nest of its own; a BUFFER is another kernel's
+_NEST_ENDS = frozenset({Ops.REDUCE_AXIS, Ops.BUFFER})
+
+
 def _nest(root: UOp) -> dict[UOp, None]:
-  """The nodes one loop nest computes for `root`: its graph, stopping at reduces (their result is computed once, in a
-  nest of their own) and at BUFFERs (another kernel's values)."""
-  out: dict[UOp, None] = {}
-  stack = [root]
-  while stack:
-    node = stack.pop()
-    if node in out: continue
-    out[node] = None
-    if node.op not in (Ops.REDUCE_AXIS, Ops.BUFFER): stack.extend(node.src)
-  return out
+  """The nodes one loop nest computes for `root`, in walk order."""
+  return dict.fromkeys(preorder(root, _NEST_ENDS))
 
 
 def recomputed_transcendentals(values: Iterable[UOp]) -> list[UOp]:
   """The values a kernel storing `values` (one loop nest over its outputs) computes in two or more of its loop nests
   and that hold a transcendental op of their own nest, with at least MIN_ELEMENTS elements: the outermost of them
   only (a value inside another one found is stored with it)."""
-  nests_of: dict[UOp, int] = {}
-  pending, seen = list(values), set()
-  nests = [_nest(v) for v in pending]
-  top = dict.fromkeys(u for n in nests for u in n)  # in walk order: a UOp hashes by its address
-  for u in top: nests_of[u] = 1
+  # the outputs' nest: in walk order (a UOp hashes by its address, so a set would order it differently each process)
+  top = dict.fromkeys(u for v in values for u in _nest(v))
+  nests_of: dict[UOp, int] = dict.fromkeys(top, 1)
+  seen: set[UOp] = set()
   reduces = [u for u in top if u.op is Ops.REDUCE_AXIS]
   while reduces:
     r = reduces.pop()

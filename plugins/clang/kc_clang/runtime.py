@@ -1,9 +1,9 @@
 """Loading and launching compiled CLANG kernels with cffi (ABI mode: no compiler needed for the binding).
 
 A kernel the renderer split (renderer.py: it defines the int kc_parts_<name>) takes two more ints, its part and the
-number of parts: a call runs it once per part, one part per thread, the calling thread taking part 0 itself and
-CLANG's native kernel threads the others (thread_pool.py), through the kernel's entry point kc_entry_<name>. cffi
-releases the GIL while C runs; nothing needs OpenMP."""
+number of parts: a call runs it once per chunk of its loop, on the calling thread and CLANG's native kernel threads
+(thread_pool.py), through the kernel's entry point kc_entry_<name>. The GIL is released while C runs; nothing needs
+OpenMP."""
 from __future__ import annotations
 import functools, threading, time
 from typing import Optional, Sequence
@@ -37,8 +37,11 @@ class ClangProgram:
     if address is None: raise KcError(f"the compiled library has no function named {name!r}")
     self._address = address
     self.split = self._lib.address(split_symbol(name)) is not None
-    self._entry = _FFI.cast("void*", self._lib.address(entry_symbol(name))) if self.split else None
-    if self.split and self._entry == _FFI.NULL: raise KcError(f"the split kernel {name!r} has no entry point {entry_symbol(name)!r}")
+    self._entry = None
+    if self.split:
+      if (entry := self._lib.address(entry_symbol(name))) is None:
+        raise KcError(f"the split kernel {name!r} has no entry point {entry_symbol(name)!r} (thread_pool.entry_source writes it)")
+      self._entry = _FFI.cast("void*", entry)
     self._fn = None
     self._arity: Optional[tuple[int, int]] = None
     self._declare_lock = threading.Lock()

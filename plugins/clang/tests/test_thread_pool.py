@@ -127,3 +127,31 @@ def test_a_split_kernel_with_a_variable_gets_its_value():
 def test_smaller_kernels_split_than_with_threads_woken_from_sleep():
   from kc.backend import PARALLEL_MIN_OPS  # the core's threshold, for backends whose threads sleep
   assert SPLIT_MIN_OPS < PARALLEL_MIN_OPS
+
+
+def test_split_kernels_built_in_one_batch_keep_their_entry_points():
+  # kc_clang.batch renames every global name of a member (the kernel, its split symbol, its entry point) and exports
+  # each under its own name again: every member's threads call that member's kernel
+  from kc_clang.runtime import ClangProgram
+  from kc.kernel import Kernel
+  dev = kc.Device["CLANG"]
+  progs, outs = [], []
+  for scale in (2.0, 3.0, 5.0):
+    x = A.arg(1, dtypes.float32, (512, 1024))
+    k = Kernel(A.sink(A.store(0, x.exp() * scale)), dev.renderer)
+    progs.append(k.to_program())
+  assert all("kc_entry_" in p.src for p in progs)
+  libs = dev.compiler.compile_many([p.src for p in progs])
+  xs = np.random.default_rng(4).standard_normal((512, 1024)).astype(np.float32)
+  for p, lib, scale in zip(progs, libs, (2.0, 3.0, 5.0)):
+    out = np.empty_like(xs)
+    ClangProgram(p.name, lib).launch_arrays([out, xs])
+    np.testing.assert_allclose(out, np.exp(xs) * scale, rtol=1e-6)
+
+
+def test_a_split_library_without_an_entry_point_is_refused():
+  from kc.backend import KcError
+  from kc_clang.renderer import split_symbol
+  from kc_clang.runtime import ClangProgram
+  src = f"const int {split_symbol('k')} = 1;\nvoid k(float* d, const int kc_part, const int kc_parts) {{ d[kc_part] = 1; }}\n"
+  with pytest.raises(KcError, match="no entry point 'kc_entry_k'"): ClangProgram("k", ClangCompiler().compile(src))
