@@ -135,7 +135,7 @@ def test_split_kernels_built_in_one_batch_keep_their_entry_points():
   from kc_clang.runtime import ClangProgram
   from kc.kernel import Kernel
   dev = kc.Device["CLANG"]
-  progs, outs = [], []
+  progs = []
   for scale in (2.0, 3.0, 5.0):
     x = A.arg(1, dtypes.float32, (512, 1024))
     k = Kernel(A.sink(A.store(0, x.exp() * scale)), dev.renderer)
