@@ -7,7 +7,7 @@ from typing import Callable, Hashable, Optional, Sequence
 import numpy as np
 import pyopencl as cl
 from kc.backend import CompiledDevice, ImageDType, KcError, LRUAllocator, dtypes, int32_values, raw_buffers
-from kc_opencl.compiler import OpenCLCompiler, build_log
+from kc_opencl.compiler import OpenCLCompiler, build_log, payload_source
 from kc_opencl.platform import DeviceInfo
 from kc_opencl.renderer import OpenCLRenderer
 
@@ -223,20 +223,26 @@ class OpenCLDevice(CompiledDevice):
                      functools.partial(OpenCLProgram, self))
 
   def load_program(self, lib: bytes):
-    """The program built from `lib` (a binary from this device's compiler), built once and kept for the next kernel."""
+    """The program built from `lib` (a binary from this device's compiler, or the source it kept: keeps_source), built
+    once and kept for the next kernel."""
     key = hashlib.sha256(lib).hexdigest()
     with self._programs_lock:
       if (hit := self._programs.get(key)) is not None:
         self._programs.move_to_end(key)
         return hit
+    if (src := payload_source(lib)) is not None: program = self.compiler.build(src)
+    else: program = self._from_binary(lib)
+    with self._programs_lock:
+      self._programs[key] = program
+      while len(self._programs) > PROGRAMS_KEPT: self._programs.popitem(last=False)
+    return program
+
+  def _from_binary(self, lib: bytes):
     program = cl.Program(self.context, [self.cl_device], [lib])
     try: program.build(devices=[self.cl_device])
     except cl.Error as e:
       raise KcError(f"{self.info.name} rejected a program binary ({e}); {build_log(program, self.cl_device)}. A stale compile cache "
                     "entry can cause this: clear KC_CACHE_DIR") from None
-    with self._programs_lock:
-      self._programs[key] = program
-      while len(self._programs) > PROGRAMS_KEPT: self._programs.popitem(last=False)
     return program
 
   def synchronize(self): self.queue.finish()

@@ -505,3 +505,26 @@ def test_fp8_conversions_as_calls_give_numpy_numbers():
   got = run(sink, {1: x, 2: y}, opts)
   fx, fy = (fp8_to_float32(v, dtypes.fp8e4m3) for v in (x, y))
   np.testing.assert_array_equal(fp8_to_float32(got, dtypes.fp8e4m3), np.where(np.isnan(fx) | np.isnan(fy), np.nan, np.minimum(fx, fy)))
+
+
+@needs_device
+@pytest.mark.parametrize("source_payload", [True, False])
+def test_a_program_kept_as_source_or_as_binary_loads_and_runs(cl_dev, source_payload):
+  # PoCL's CPU device keeps sources (reading its binary compiles every kernel once more, for nothing); every other
+  # driver's binary is the payload. Either kind, from either compiler, loads and runs on the device.
+  from kc_opencl.compiler import SOURCE_PAYLOAD, OpenCLCompiler, payload_source
+  compiler = OpenCLCompiler(cl_dev.context, cl_dev.cl_device, cl_dev.info, cl_dev.compiler.plugin_version, source_payload=source_payload)
+  lib = compiler.compile(IDS)
+  assert (payload_source(lib) == IDS) is source_payload and lib.startswith(SOURCE_PAYLOAD) is source_payload
+  assert compiler.cache_key(IDS) != OpenCLCompiler(cl_dev.context, cl_dev.cl_device, cl_dev.info, cl_dev.compiler.plugin_version,
+                                                   source_payload=not source_payload).cache_key(IDS)
+  groups, local, sizes = (Buffer("OPENCL", 8, dtypes.int32) for _ in range(3))
+  cl_dev.runtime("ids", lib)(groups, local, sizes, global_size=(2, 1, 1), local_size=(4, 1, 1), vals=(7,), wait=True)
+  assert groups.numpy().tolist() == [7] * 4 + [8] * 4 and local.numpy().tolist() == [0, 1, 2, 3] * 2
+
+
+def test_only_pocl_cpu_devices_keep_sources():
+  from kc_opencl.compiler import keeps_source
+  assert keeps_source(fake_info(platform="Portable Computing Language OpenCL 3.0 PoCL 3.0", is_cpu=True))
+  assert not keeps_source(fake_info(platform="Portable Computing Language OpenCL 3.0 PoCL 3.0", is_cpu=False))
+  assert not keeps_source(fake_info(platform="Intel(R) OpenCL", is_cpu=True))
