@@ -161,6 +161,21 @@ def test_debug_2_prints_a_line_per_kernel(capsys):
   assert len(lines) == 3 and "kernel 0" in lines[0] and "kernel 1" in lines[1] and "bytes at peak" in lines[2]
 
 
+@pytest.mark.parametrize("call", ["numpy", "buffers"])
+def test_debug_2_times_each_kernel_of_a_program_call(capsys, call):
+  # the plain-array fast path and the general path both report the program's time and each kernel's own
+  x = A.arg(1, dtypes.float32, (4, 6))
+  prog = kc.compile(A.sink(A.store(0, x.sum(0).reshape(2, 3) + 1.0)), "CLANG", opts="none")
+  out, a = np.zeros((2, 3), np.float32), np.ones((4, 6), np.float32)
+  args = (out, a) if call == "numpy" else \
+    (kc.Buffer("CLANG", 6, dtypes.float32).allocate(), kc.Buffer("CLANG", 24, dtypes.float32).allocate().copyin(a.ravel()))
+  capsys.readouterr()
+  with kc.Context(DEBUG=2): prog(*args)
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 3 and "(2 kernels)" in lines[0]
+  for line, ck in zip(lines[1:], prog.kernels): assert line.split()[1] == ck.name and line.endswith(" us")
+
+
 def test_what_numpy_refuses_is_still_refused():
   x = A.arg(1, dtypes.float32, (4, 6))
   with pytest.raises(InvalidASTError, match="do not broadcast"): x - x.max(1)

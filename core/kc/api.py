@@ -207,6 +207,8 @@ class CompiledProgram(CompiledKernel):
       for line, ck in zip(plan.describe(), kernels): print(f"{device:8s} schedule {ck.name:32s} {line}")
       if plan.temps: print(f"{device:8s} schedule {plan.describe()[-1]}")
 
+  _times: list[float] = []  # each kernel's time in the last call (DEBUG=2 prints them)
+
   def _plain_program_call(self) -> Optional[tuple]:
     """The plain call's fast path of a program in host memory: where every kernel has its own (_plain_call) and the
     intermediates are numpy views of the arena (DLPack of host memory), a call with plain arrays (plain_arrays, against
@@ -222,7 +224,8 @@ class CompiledProgram(CompiledKernel):
                   for sk, take in zip(self.schedule.kernels, takes))
 
     def launch(args: tuple) -> float:
-      return sum(take([args[r] if type(r) is int else r for r in refs]) for take, refs in steps)
+      self._times = [take([args[r] if type(r) is int else r for r in refs]) for take, refs in steps]
+      return sum(self._times)
     return launch, tuple((np.dtype(s.np_dtype), s.shape, s.output) for s in self.specs)
 
   @property
@@ -233,14 +236,17 @@ class CompiledProgram(CompiledKernel):
   def launch_dims(self, vals: dict[str, int]) -> tuple[Optional[list[int]], Optional[list[int]]]: return None, None
 
   def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
-    seconds = 0.0
+    times = []
     for sk, ck in zip(self.schedule.kernels, self.kernels):
       args = [self._temps[r.index] if r.temp else bufs[r.index] for r in sk.buffers]
-      seconds += ck._launch(args, vals, *ck.launch_dims(vals), stream)
-    return seconds
+      times.append(ck._launch(args, vals, *ck.launch_dims(vals), stream))
+    self._times = times
+    return sum(times)
 
   def _report(self, seconds: float, vals: dict[str, int]):
     print(f"{self.device:8s} {self.name:40s} {seconds * 1e6:10.1f} us  ({len(self.kernels)} kernels)")
+    # each kernel's own time (the last launch's), so that a slow program names its slow kernel
+    for ck, t in zip(self.kernels, self._times): print(f"{self.device:8s}   {ck.name:38s} {t * 1e6:10.1f} us")
 
 
 def _program_specs(plan, kernels: list[CompiledKernel]) -> list:
