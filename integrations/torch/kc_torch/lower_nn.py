@@ -169,6 +169,9 @@ def _convolution_backward(node, go, x, w, bias_sizes, stride, padding, dilation,
   kernel, size = tuple(w.shape[2:]), tuple(x.shape[2:])
   acc = opmath(out_dtype(node.args[0]))
   go_, x_, w_ = cast(go, acc), cast(x, acc), cast(w, acc)
+  # the gradient stored once (unless it is already a plain buffer): both gradients read each of its values once per
+  # window position, and a ReLU's mask or a pooling's spread in front of it would be computed again on every read
+  if output_mask[0] or output_mask[1]: go_ = go_.realize()
   grads: list = [None, None, None]
   if output_mask[0]:
     if transposed:  # the adjoint of a transposed convolution is the convolution itself

@@ -184,3 +184,29 @@ def test_an_activation_that_reads_its_input_twice_is_not_computed_again_per_colu
   kernels = [ck for plan in KcRegion._programs.values() for ck in plan.program.kernels]
   with_exp = [math.prod(ck.kernel.full_shape) for ck in kernels if "exp2" in ck.program.src]
   assert with_exp and 16 * 128 * 32 not in with_exp
+
+
+def test_a_convolutions_masked_gradient_is_computed_once_not_per_window_position(monkeypatch):
+  # Conv-ReLU-Conv's backward hands the first convolution the ReLU-masked gradient; its weight and input gradients
+  # read each of its values once per window position (9 here). Stored once, the mask's comparison of float values
+  # runs in an elementwise kernel and no convolution's reduce computes it again (the second convolution's input
+  # gradient masks its result after its reduce: once per output, not per window position)
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, padding=1))
+  x = torch.randn(2, 3, 12, 12, requires_grad=True)
+  compiled(model)(x).sum().backward()
+  got = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+  model.zero_grad()
+  x.grad = None
+  model(x).sum().backward()
+  for g, want in zip(got, [p.grad for p in model.parameters()] + [x.grad]): torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-5)
+  kernels = [ck for plan in KcRegion._programs.values() for ck in plan.program.kernels]
+
+  def compares_floats(u) -> bool:
+    return any(v.op in (kc.Ops.CMPLT, kc.Ops.CMPNE) and kc.dtypes.is_float(v.src[0].dtype) for v in u.toposort)
+  windowed = [ck for ck in kernels if ck.kernel.reduceop is not None and math.prod(ck.kernel.full_shape) >= 2 * 8 * 12 * 12 * 9]
+  assert len(windowed) >= 4
+  assert not any(compares_floats(r) for ck in windowed for r in ck.kernel.ast.toposort if r.op is kc.Ops.REDUCE_AXIS)
+  assert any(compares_floats(ck.kernel.ast) for ck in kernels)  # the mask is computed, once
