@@ -292,3 +292,46 @@ def test_a_relu_of_the_k_contiguous_input_keeps_the_reduce_vectorized_along_k():
   rng = np.random.default_rng(5)
   xa, wa = rng.standard_normal((64, 256)).astype(np.float32), rng.standard_normal((128, 256)).astype(np.float32)
   np.testing.assert_allclose(kc.run(sink, {1: xa, 2: wa}, "CLANG")[0], np.maximum(xa, 0) @ wa.T, rtol=1e-4, atol=1e-3)
+
+
+def weight_grad(n=2, cin=3, cout=4, H=4, W=32, k=3):
+  """A convolution's weight gradient as kc-torch lowers it: the padded input's windows times the output gradient,
+  summed over the batch and the image: (cout, cin, k, k)."""
+  x, g = F(1, n, cin, H, W), F(2, n, cout, H, W)
+  win = x.pad(((0, 0), (0, 0), (1, 1), (1, 1))).windows(2, k).windows(3, k)             # (n, cin, H, W, k, k)
+  prod = win.reshape(n, 1, cin, H, W, k, k) * g.reshape(n, cout, 1, H, W, 1, 1)
+  return A.sink(A.store(0, prod.sum(axis=(0, 3, 4))))
+
+
+def weight_grad_numpy(x, g, k=3):
+  xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+  H, W = x.shape[2:]
+  return np.stack([np.stack([np.einsum("nchw,nohw->oc", xp[:, :, i:i + H, j:j + W], g) for j in range(k)], -1) for i in range(k)], -2)
+
+
+@pytest.mark.parametrize("W", [16, 32])
+def test_a_weight_gradients_shifted_window_rows_accumulate_as_vectors(W):
+  # the reduce runs along the image row, which both inputs read contiguously, the input shifted by the window's
+  # column and zero where that passes the pad: each shifted row is a permute of the loaded vectors, and each
+  # output of the unrolled window keeps one vector accumulator per vector of the row (no sum across lanes per step)
+  opts = [kc.Opt(kc.OptOps.UNROLL, 2, W), kc.Opt(kc.OptOps.UPCAST, 3, 3), kc.Opt(kc.OptOps.UPCAST, 2, 3)]
+  k = Kernel(weight_grad(W=W), vector_renderer(16))
+  for o in opts: k.apply_opt(o)
+  uops = k.linearize()
+  accs = [u for u in uops if u.op is Ops.DEFINE_ACC]
+  assert [u.dtype.count for u in accs] == [16] * (9 * W // 16)
+  assert executed(uops, Ops.MUL) == 0 or all(u.dtype.count == 16 for u in uops if u.op is Ops.MUL and u.dtype.base == dtypes.float32)
+  rng = np.random.default_rng(W)
+  x, g = rng.standard_normal((2, 3, 4, W)).astype(np.float32), rng.standard_normal((2, 4, 4, W)).astype(np.float32)
+  out = kc.run(weight_grad(W=W), {1: x, 2: g}, device="CLANG", opts=opts)[0]
+  np.testing.assert_allclose(out, weight_grad_numpy(x, g), rtol=1e-4, atol=1e-4)
+
+
+def test_lane_accumulators_that_would_not_fit_the_registers_stay_a_sum_per_step():
+  # a 32-lane row is 2 vectors: times the 9 window outputs of 2 output channels, 36 vector accumulators, over three
+  # quarters of 32 registers
+  opts = [kc.Opt(kc.OptOps.UNROLL, 2, 32), kc.Opt(kc.OptOps.UPCAST, 3, 3), kc.Opt(kc.OptOps.UPCAST, 2, 3), kc.Opt(kc.OptOps.UPCAST, 0, 2)]
+  k = Kernel(weight_grad(W=32), vector_renderer(16))
+  for o in opts: k.apply_opt(o)
+  accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
+  assert len(accs) == 18 and all(u.dtype.count == 1 for u in accs)

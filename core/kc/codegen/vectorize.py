@@ -96,7 +96,9 @@ class _Vectorizer:
       # a vector op where a source is a vector already, or where at most one source must be packed lane by lane
       # (the rest splats): packing that one source costs what packing the op's results would, and the packed
       # vector is shared by every op that uses the same lanes (a conv's masked input row times each output channel)
-      if any(real for _, real in srcs) or sum(v.op is Ops.VECTORIZE and len(set(v.src)) > 1 for v, _ in srcs) <= 1:
+      # Lanes shuffled from at most two vectors in registers (a conv window's shifted row, zero where it is padded)
+      # are one permute, not a packing: they do not count.
+      if any(real for _, real in srcs) or sum(v.op is Ops.VECTORIZE and len(set(v.src)) > 1 and not _shuffle(v) for v, _ in srcs) <= 1:
         return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
     if (by_lane := self.over_vector_sources(lanes)) is not None: return by_lane, False
     return self.gather(lanes), False
@@ -161,6 +163,13 @@ class _Vectorizer:
     self.built[accs] = (vacc, True)
     value = self.vector(tuple(x.src[1].src[1] for x in lanes))
     return UOp(Ops.ASSIGN, vdt, (vacc, UOp(upd.op, vdt, (vacc, value))))
+
+
+def _shuffle(v: UOp) -> bool:
+  """Whether a VECTORIZE's lanes are lanes of at most two vectors of its own dtype, or constants: a permute of
+  registers (C compilers turn such a vector literal into one shuffle instruction)."""
+  wholes = {x.src[0] for x in v.src if x.op is Ops.GEP}
+  return len(wholes) <= 2 and all(w.dtype == v.dtype for w in wholes) and all(x.op in (Ops.GEP, Ops.CONST) for x in v.src)
 
 
 def _gathers(v: UOp) -> bool:
