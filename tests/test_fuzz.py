@@ -761,3 +761,15 @@ def test_every_input_is_an_array_0_d_ones_too():
       assert isinstance(v, np.ndarray), (type(v), kc_lines(r))
       zero_d += v.ndim == 0
   assert zero_d >= 3
+
+
+def test_window_family_builds_each_convolution_kind_that_numpy_agrees_with():
+  kinds, wide = set(), 0
+  for r in _family("window", range(60)):
+    text = " ".join(kc_lines(r))
+    assert ".windows(2," in text and ".pad(" in text
+    kinds |= {op for op in ("forward", "weight_grad", "input_grad") if any(n.op == op for n in r.nodes)}
+    want = reference(r).want[0]
+    assert want.dtype == np.float32 and np.isfinite(want).all()
+    wide += any(v.shape[-1] >= 16 for _, v in _inputs(r))
+  assert kinds == {"forward", "weight_grad", "input_grad"} and wide >= 20

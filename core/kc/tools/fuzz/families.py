@@ -15,6 +15,9 @@ match whatever it does with NaN. The families here give those cases a numpy answ
   pad and unroll them, worker.random_opts).
 - bigindex: views of small buffers expanded to shapes of 2^32 elements and strided or shrunk down to a small output,
   so the index arithmetic passes 2^31 while every buffer stays small.
+- window: 1-D convolutions as kc-torch lowers them (padded windows times a weight or a gradient, summed): the forward,
+  the weight gradient (reduced along the padded rows that the window shifts) and the input gradient, over rows as wide
+  as one or several vectors and odd widths, with their padding masked lane by lane.
 
 A recipe's family is drawn from its seed with a random stream of its own, and a classic recipe is drawn from the seed
 exactly as before the families existed, so an old seed whose family is classic still makes the same kernel.
@@ -30,8 +33,8 @@ from kc.tools.fuzz.classic import Generator, _broadcasts
 from kc.tools.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
 
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface
-FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.09, "intdiv": 0.06, "computed": 0.07, "compare": 0.06,
-                              "lowp_matmul": 0.04, "bigsum": 0.04, "bigindex": 0.04}
+FAMILIES: dict[str, float] = {"classic": 0.56, "specials": 0.09, "intdiv": 0.06, "computed": 0.07, "compare": 0.06,
+                              "lowp_matmul": 0.04, "bigsum": 0.04, "bigindex": 0.04, "window": 0.04}
 FLOATS = ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 _SUMMABLE = ("float32", "float16", "bfloat16")   # fp8 sums accumulate in fp8: their rounding depends on the order
@@ -410,6 +413,35 @@ class FamilyGenerator(Generator):
     if x is None: return []
     if self.chance(0.4): x = self.binop(self.pick(("mul", "add")), x, scalar=int(self.pick((3, 7, 1 << 20)))) or x
     v = self.reduce_any(x, "sum", (int(self.rng.integers(2)),) if self.chance(0.8) else (0, 1))
+    return [] if v is None else [v]
+
+  def family_window(self) -> list[int]:
+    """x (N, C, W) padded by p on both sides and cut into windows of k: the forward (times w (O, C, k), summed over C
+    and the window), the weight gradient (times g (N, O, W'), summed over N and the row) or the input gradient (g's
+    windows times w flipped), W' = W + 2p - k + 1 outputs per row."""
+    N, C, O = self.dim(2), self.dim(3), self.dim(4)
+    W = self.pick((7, 8, 16, 17, 32, 48))
+    k, p = self.pick(((3, 1), (3, 0), (5, 2), (2, 1), (1, 0)))
+    out = W + 2 * p - k + 1
+    windows = "np.lib.stride_tricks.sliding_window_view(np.pad({x}, ((0, 0), (0, 0), ({p}, {p}))), {k}, axis=2)"
+    kind = self.pick(("forward", "weight_grad", "input_grad"))
+    x = self.input("float32", (N, C, W) if kind != "input_grad" else (N, O, out))
+    other = self.input("float32", (O, C, k) if kind != "weight_grad" else (N, O, out))
+    if x is None or other is None: return []
+    if kind == "forward":
+      kc_ = f"({{0}}.pad(((0, 0), (0, 0), ({p}, {p}))).windows(2, {k}).reshape({N}, 1, {C}, {out}, {k}) * " \
+            f"{{1}}.reshape(1, {O}, {C}, 1, {k})).sum((2, 4))"
+      np_ = f"np.einsum('ncwk,ock->now', {windows.format(x='{0}', p=p, k=k)}, {{1}})"
+    elif kind == "weight_grad":
+      kc_ = f"({{0}}.pad(((0, 0), (0, 0), ({p}, {p}))).windows(2, {k}).reshape({N}, 1, {C}, {out}, {k}) * " \
+            f"{{1}}.reshape({N}, {O}, 1, {out}, 1)).sum((0, 3))"
+      np_ = f"np.einsum('ncwk,now->ock', {windows.format(x='{0}', p=p, k=k)}, {{1}})"
+    else:   # the gradient's windows (padded by k - 1 - p) times the weight flipped along the window: (N, C, W)
+      q = k - 1 - p
+      kc_ = f"({{0}}.pad(((0, 0), (0, 0), ({q}, {q}))).windows(2, {k}).reshape({N}, {O}, 1, {W}, {k}) * " \
+            f"{{1}}.flip(2).reshape(1, {O}, {C}, 1, {k})).sum((1, 4))"
+      np_ = f"np.einsum('nowk,ock->ncw', {windows.format(x='{0}', p=q, k=k)}, {{1}}[:, :, ::-1])"
+    v = self.node(kind, kc_, np_, (x, other), "arith", reduced=True)
     return [] if v is None else [v]
 
   def family_bigindex(self) -> list[int]:
