@@ -25,7 +25,8 @@ vectors gives an int vector of lane masks, not a bool one), casts (a C cast betw
 converts nothing), transcendentals the renderer has no vector function for, and every int computation. An op is
 only made a vector where at least one of its sources is a vector already, or where at most one source is gathered
 lane by lane and the rest are splats: with two gathers, the scalar computation costs less than packing the lanes of
-both.
+both. Lanes of at most two vectors of the same width, or constants, count as no gather: a C compiler makes that one
+permute (a convolution's input row shifted by its window's column, zero where the pad is).
 
 Only the dtypes and widths the renderer declares vector accesses of (Renderer.vector_widths) are vectorized, and
 only float32 and float64, whose C arithmetic on vectors is the same IEEE arithmetic lane by lane."""
