@@ -57,3 +57,9 @@ def flatten(xss: Iterable[Iterable[T]]) -> list[T]:
 
 def isfinite(x: float) -> bool:
   return not (math.isinf(x) or math.isnan(x))
+
+
+def vector_registers(vector_bytes: int) -> int:
+  """The vector registers of a host CPU whose widest vector is `vector_bytes`: 32 of 64 bytes (AVX-512), 16 of 32
+  (AVX2) or of 16 (SSE, NEON). Register tiles (kc.kernel.heuristics) and lane accumulators (kc.codegen.lower) fit them."""
+  return 32 if vector_bytes >= 64 else 16

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError
-from kc.helpers import all_int, prod
+from kc.helpers import all_int, prod, vector_registers
 from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import View, fmt_shape, sint_to_uop
@@ -573,8 +573,7 @@ class Lowering:
     if not any(strides[a] == 1 for strides, _ in facts) or not all(strides[a] in (0, 1) for strides, _ in facts): return False
     if n in widths and not any(a in masked for _, masked in facts): return True
     width = max(fits)
-    registers = 32 if width * u.dtype.itemsize >= 64 else 16
-    return out_lanes * (n // width) <= registers * 3 // 4
+    return out_lanes * (n // width) <= vector_registers(width * u.dtype.itemsize) * 3 // 4
 
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes

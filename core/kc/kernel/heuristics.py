@@ -7,7 +7,7 @@ from typing import Optional
 from kc.ir.dtype import ImageDType
 from kc.errors import KernelOptError
 from kc.config import read
-from kc.helpers import all_int, prod
+from kc.helpers import all_int, prod, vector_registers
 from kc.kernel.opt import Opt, OptOps
 from kc.kernel.protocol import OptimizingKernel
 from kc.ir.symbolic import resolve
@@ -131,10 +131,6 @@ def _widest_vector(k: OptimizingKernel) -> int:
   return max(k.renderer.vector_widths(out_dt), default=0)
 
 
-# vector registers of the widest vector: 32 of 64 bytes (AVX-512), 16 of 32 bytes (AVX2) or of 16 (SSE, NEON)
-def _vector_registers(vector_bytes: int) -> int: return 32 if vector_bytes >= 64 else 16
-
-
 def _vector_register_tile(k: OptimizingKernel) -> bool:
   """On a renderer that computes on vectors (vector_alu), a reduce whose output is contiguous along an axis and
   whose inputs are broadcast along another (a matmul's N and M) gets a register tile: `cols` vectors of the widest
@@ -147,7 +143,7 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   input is padded along the contiguous axis (a conv's window), its lanes are loaded one by one and packed: then a
   single col with as many rows as fit shares each packed vector most. Returns whether it applied the tile."""
   if k.reduceop is None or k.upcasted or k.first_reduce == 0 or not (width := _widest_vector(k)): return False
-  regs = _vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
+  regs = vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
   unit = [a for a in k.sts[0].unit_stride_axes() if a < k.first_reduce and isinstance(k.full_shape[a], int)]
   if not unit: return False
   vn = unit[-1]
@@ -217,7 +213,7 @@ def _reduce_vector_tile(k: OptimizingKernel) -> bool:
   broadcast = _reduce_broadcast_axes(k)
   reuse = {a: sum(s[a] == 0 for s in strides if s[r] == 1) for a in range(k.first_reduce) if isinstance(k.full_shape[a], int) and a not in broadcast}
   axes = sorted((a for a, n in reuse.items() if n), key=lambda a: (-reuse[a], -a))[:2] or [a for a in reversed(reuse)][:1]
-  regs = _vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
+  regs = vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
   tiles = [(4, 4), (4, 3), (3, 4), (4, 2), (2, 4), (3, 3), (2, 3), (3, 2), (2, 2), (4, 1), (2, 1)] if len(axes) == 2 else [(4,), (2,)]
   for tile in tiles:
     if len(tile) == 2 and tile[0] * tile[1] + tile[0] + tile[1] > regs: continue
