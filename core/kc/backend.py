@@ -81,6 +81,7 @@ from kc.ir.rewrite import PatternMatcher, UPat
 from kc.ir.uop import GroupOp, Ops, UOp
 from kc.renderer import Program, Renderer, TensorCore, WMMAArg, estimate_ops
 from kc.renderer.cstyle import CStyleLanguage
+from kc.renderer.batch import BatchMember, batch_member, batch_source
 from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
@@ -103,6 +104,8 @@ __all__ = [
   "run_parts", "kernel_threads", "KernelThreads", "splits_loop", "thread_count", "max_threads", "PARALLEL_MIN_OPS",
   # a compiled shared library in this process, unloaded when dropped (host backends)
   "SharedLibrary",
+  # many C-family kernels in one compiler run, their file-scope names renamed apart (Compiler.compile_batch_uncached)
+  "BatchMember", "batch_member", "batch_source",
   # checking a TensorCore's declared layout against the instruction's documented one
   "FragmentLayout", "derive_fragment_layout", "layout_mismatch",
   # the UOp-level names a renderer matches on

@@ -19,17 +19,7 @@ from __future__ import annotations
 import functools, os, re, shlex, shutil, subprocess, sys, tempfile
 from dataclasses import dataclass
 from typing import Optional, Sequence
-from kc.backend import CompileError
-
-# a file-scope definition in kc's C: `static inline T name(`, `void name(`, `const int name = `
-_DEFINITION = re.compile(r"^(?P<static>static\s)?[A-Za-z_][\w\s*]*?(?<![\w])(?P<name>[A-Za-z_]\w*)\s*[(=]")
-
-
-@dataclass(frozen=True)
-class Member:
-  """One source of a batch: its text wrapped in the renames, and the names its library exports again."""
-  text: str
-  exported: dict[str, str]  # the source's own global name -> its name in the batch
+from kc.backend import BatchMember, CompileError, batch_member, batch_source
 
 
 def batching_supported() -> bool:
@@ -37,26 +27,7 @@ def batching_supported() -> bool:
   return sys.platform.startswith("linux")
 
 
-def member(index: int, src: str) -> Member:
-  """Source `index` of a batch with its file-scope names prefixed by kcb<index>_. Raises CompileError for a source
-  with a preprocessor line other than #include (its macros could reach the members after it)."""
-  renamed: dict[str, str] = {}
-  exported: dict[str, str] = {}
-  for line in src.splitlines():
-    if line.startswith("#"):
-      if not line.startswith("#include"): raise CompileError(f"a batched kernel cannot have its own preprocessor line {line!r}", src=src)
-      continue
-    if line.startswith(("typedef", " ", "\t", "}", "/")) or (m := _DEFINITION.match(line)) is None: continue
-    name = m["name"]
-    renamed[name] = f"kcb{index}_{name}"
-    if not m["static"]: exported[name] = renamed[name]
-  if not exported: raise CompileError("a batched kernel defines no global function", src=src)
-  defines = "".join(f"#define {name} {new}\n" for name, new in renamed.items())
-  undefs = "".join(f"#undef {name}\n" for name in renamed)
-  return Member(f"{defines}{src}\n{undefs}", exported)
-
-
-def link_options(m: Member, version_script: str) -> list[str]:
+def link_options(m: BatchMember, version_script: str) -> list[str]:
   """The linker options that make a member's library: only what its names reach, exported under their own names."""
   return ["--gc-sections", f"--version-script={version_script}", *(f"--defsym={old}={new}" for old, new in m.exported.items())]
 
@@ -149,10 +120,10 @@ def member_link(cmd: Sequence[str], flags: Sequence[str], obj: str, lib: str, op
 def build(cmd: Sequence[str], flags: Sequence[str], srcs: Sequence[str], timeout: float = 600) -> list[bytes]:
   """The shared object of every source, from one compile of them all and one link per source. Raises CompileError
   when the batch does not build (any source's error fails it: the caller builds them one by one to say which)."""
-  members = [member(i, src) for i, src in enumerate(srcs)]
+  members = [batch_member(i, src) for i, src in enumerate(srcs)]
   with tempfile.TemporaryDirectory(prefix="kc-clang-batch-") as tmp:
     unit, obj = os.path.join(tmp, "batch.c"), os.path.join(tmp, "batch.o")
-    with open(unit, "w") as f: f.write("\n".join(m.text for m in members))
+    with open(unit, "w") as f: f.write(batch_source(members))
     _run([*cmd, *flags, "-ffunction-sections", "-fdata-sections", "-c", unit, "-o", obj], timeout)
     out = []
     for i, m in enumerate(members):

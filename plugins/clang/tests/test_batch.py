@@ -11,7 +11,7 @@ from kc import ast as A
 import kc_clang
 from kc_clang import batch
 from kc_clang.compiler import ClangCompiler, compile_flags, has_float16
-from kc.backend import SharedLibrary
+from kc.backend import SharedLibrary, batch_member
 from kc_clang.runtime import ClangProgram
 
 if kc_clang.unavailable_reason() is not None or not batch.batching_supported():
@@ -87,14 +87,14 @@ def test_a_member_library_exports_only_its_own_names(programs, compiler, tmp_pat
 
 def test_members_are_renamed_apart():
   src = "#include <math.h>\nstatic inline float h(float x) { return x; }\nvoid k(float* d) { d[0] = h(1.0f); }\nconst int kc_parts_k = 1;\n"
-  m = batch.member(3, src)
+  m = batch_member(3, src)
   assert m.exported == {"k": "kcb3_k", "kc_parts_k": "kcb3_kc_parts_k"}
   assert "#define h kcb3_h\n" in m.text and m.text.rstrip().endswith("#undef kc_parts_k")
 
 
 @pytest.mark.parametrize("src", ["#define X 1\nvoid k(float* d) { d[0] = X; }\n", "static inline float h(float x) { return x; }\n"])
 def test_a_source_a_batch_cannot_hold_fails_the_batch(src):
-  with pytest.raises(CompileError): batch.member(0, src)
+  with pytest.raises(CompileError): batch_member(0, src)
 
 
 def test_compile_many_builds_a_bad_batch_one_by_one(programs):

@@ -1,9 +1,9 @@
 """OpenCL C source to the device's program binary, through the OpenCL driver's own compiler."""
 from __future__ import annotations
-import warnings
-from typing import Optional
+import re, warnings
+from typing import Optional, Sequence
 import pyopencl as cl
-from kc.backend import CompileError, Compiler
+from kc.backend import CompileError, Compiler, batch_member, batch_source
 from kc_opencl.platform import DeviceInfo
 
 
@@ -40,6 +40,21 @@ def payload_source(lib: bytes) -> Optional[str]:
   return lib[len(SOURCE_PAYLOAD):].decode() if lib.startswith(SOURCE_PAYLOAD) else None
 
 
+# what a batched compile returns for each of its kernels: this tag, the kernel's name in the batch's program, a NUL,
+# then the batch's program (its binary, or its source where keeps_source). Every member of a batch carries the same
+# program, which the runtime builds once a process (its program cache is keyed by the program's bytes)
+BATCH_PAYLOAD = b"kc-opencl-batch\0"
+_KERNEL = re.compile(r"^__kernel\s[^(]*?\b(\w+)\s*\(", re.M)
+
+
+def payload_entry(lib: bytes) -> tuple[Optional[str], bytes]:
+  """(the kernel's name in its batch's program, that program's payload) for a batched compile's payload, else
+  (None, lib): lib is the kernel's own program, and the kernel has the Program's name."""
+  if not lib.startswith(BATCH_PAYLOAD): return None, lib
+  entry, _, program = lib[len(BATCH_PAYLOAD):].partition(b"\0")
+  return entry.decode(), program
+
+
 class OpenCLCompiler(Compiler):
   """Builds source for one device and returns its binary (or, where keeps_source, the source it built, tagged). The
   binary is only good for that device and driver, which is why they (and the build options) are part of the cache
@@ -56,12 +71,32 @@ class OpenCLCompiler(Compiler):
     return " | ".join([type(self).__qualname__, i.platform, i.name, i.version, i.driver_version, *self.options,
                        *(["source payload"] if self.source_payload else [])])
 
+  max_batch = 16
+  """Every member of a batch stores the whole batch's program in the compile cache (a program binary cannot be split by
+  kernel), so a larger batch grows the cache more than it saves: the fixed cost of a build (the driver's compiler
+  starting, its headers parsed) is most of a small kernel's."""
+
   def compile_uncached(self, src: str) -> bytes:
     program = self.build(src)
     if self.source_payload: return SOURCE_PAYLOAD + src.encode()
     binary = program.get_info(cl.program_info.BINARIES)[0]
     if not binary: raise CompileError(f"the OpenCL driver of {self.info.name} built the program but gave no binary", src=src)
     return bytes(binary)
+
+  def compile_batch_uncached(self, srcs: Sequence[str]) -> list[bytes]:
+    """One program (one clBuildProgram) of several kernels, their file-scope names renamed apart
+    (kc.backend.batch_member; OpenCL's extension pragmas written once, first). Each member's payload is that program
+    and its kernel's name in it (BATCH_PAYLOAD). Raises CompileError when the batch does not build or a source is not
+    one kernel the renaming can take: Compiler.compile_many then builds the sources one by one."""
+    members, entries = [], []
+    for i, src in enumerate(srcs):
+      m = batch_member(i, src, hoist=("#pragma OPENCL EXTENSION",))
+      if len(kernels := _KERNEL.findall(src)) != 1 or kernels[0] not in m.exported:
+        raise CompileError(f"a batched OpenCL source must define exactly one __kernel, this one defines {kernels}", src=src)
+      members.append(m)
+      entries.append(m.exported[kernels[0]].encode())
+    program = self.compile_uncached(batch_source(members))
+    return [BATCH_PAYLOAD + entry + b"\0" + program for entry in entries]
 
   def build(self, src: str):
     """The cl.Program of `src` built for this device; CompileError with the driver's log where it does not build."""

@@ -7,7 +7,7 @@ from typing import Callable, Hashable, Optional, Sequence
 import numpy as np
 import pyopencl as cl
 from kc.backend import CompiledDevice, ImageDType, KcError, LRUAllocator, dtypes, int32_values, raw_buffers
-from kc_opencl.compiler import OpenCLCompiler, build_log, payload_source
+from kc_opencl.compiler import OpenCLCompiler, build_log, payload_entry, payload_source
 from kc_opencl.platform import DeviceInfo
 from kc_opencl.renderer import OpenCLRenderer
 
@@ -136,9 +136,10 @@ class OpenCLProgram:
 
   def __init__(self, device: OpenCLDevice, name: str, lib: bytes):
     self.device, self.name = device, name
+    entry, lib = payload_entry(lib)  # a batched compile's kernel lives in its batch's program under another name
     program = device.load_program(lib)
-    try: self.kernel = cl.Kernel(program, name)
-    except cl.Error as e: raise KcError(f"the OpenCL program has no kernel named {name!r}: {e}") from None
+    try: self.kernel = cl.Kernel(program, entry or name)
+    except cl.Error as e: raise KcError(f"the OpenCL program has no kernel named {entry or name!r}: {e}") from None
     self.num_args = int(self.kernel.get_info(cl.kernel_info.NUM_ARGS))
     self._lock = threading.Lock()  # set_args and enqueue must not interleave between threads
     self._allocator: OpenCLAllocator = device.allocator
