@@ -92,6 +92,29 @@ def test_registered_in_process_it_runs_kernels_like_numpy(plugin_module):
   finally: plugins.unregister("NBTOY")
 
 
+def test_a_batch_of_kernels_builds_in_one_compiler_run_and_each_runs_as_its_own_build(plugin_module, cache_dir):
+  # kernels of one name (one loop nest, other bodies) and a reduce: compile_many builds them as one library
+  [spec] = plugin_module.kc_backends()
+  plugins.register(spec, replace=True)
+  try:
+    x = np.random.default_rng(0).standard_normal((16, 24)).astype(np.float32)
+    a = A.arg(1, dtypes.float32, x.shape)
+    exprs = [a * 2, a * 3, a + 1, (a * a).sum(1), (a * 2).exp()]
+    cks = [kc.compile(A.sink(A.store(0, e)), device="NBTOY") for e in exprs]
+    assert len({ck.program.name for ck in cks}) < len(cks)
+    compiler = kc.Device["NBTOY"].compiler
+    runs = []
+    monkey = compiler.compile_uncached
+    compiler.compile_uncached = lambda src: runs.append(src) or monkey(src)
+    libs = compiler.compile_batch_uncached([ck.program.src for ck in cks])
+    assert len(runs) == 1 and len({lib.split(b"\0", 2)[2] for lib in libs}) == 1  # one compiler run, one library
+    for ck, lib, want in zip(cks, libs, [x * 2, x * 3, x + 1, (x * x).sum(1), np.exp(x * 2)]):
+      out = np.zeros(ck.specs[0].shape, np.float32)
+      kc.api.CompiledKernel(ck.ast, ck.kernel, ck.program, "NBTOY", kc.Device["NBTOY"].runtime(ck.program.name, lib))(out, x)
+      np.testing.assert_allclose(out, want, rtol=1e-5)
+  finally: plugins.unregister("NBTOY")
+
+
 # ------------------------------------------------------------------------------------------------------------ refusals
 
 @pytest.mark.parametrize("bad", ["", "9lives", "_x", "my-gpu", "a b", "gpu.x"])

@@ -177,10 +177,12 @@ _COMPILER = '''\
 in its disk cache, keyed on the source, identity(), kc's version and this plugin's version."""
 from __future__ import annotations
 import functools, os, shutil, subprocess, tempfile
-from typing import Optional
-from kc.backend import CompileError, Compiler
+from typing import Optional, Sequence
+from kc.backend import CompileError, Compiler, batch_member, batch_source
 
 CC = "cc"
+# a batched compile's library for one of its kernels: this tag, the kernel's name in the batch, a NUL, the library
+BATCH_TAG = b"${package}-batch\\0"
 # no -ffast-math: kernels must give the IEEE results numpy gives; -fwrapv: signed overflow wraps (renderer.py relies on it)
 FLAGS = ("-shared", "-fPIC", "-O2", "-fwrapv")
 
@@ -218,6 +220,16 @@ class ${cls}Compiler(Compiler):
         first = next((line for line in log.splitlines() if "error" in line), log.strip()[:200])
         raise CompileError(f"{CC} failed to compile the kernel (exit {r.returncode}): {first}", src=src, log=log)
       with open(out, "rb") as f: return f.read()
+
+  def compile_batch_uncached(self, srcs: Sequence[str]) -> list[bytes]:
+    # many kernels from one compiler run (kc's Compiler.compile_many calls this; the conformance suite builds every
+    # kernel it rendered so): starting the compiler and reading math.h are most of a small kernel's compile. Each
+    # source's file-scope names are renamed apart; every member gets the batch's library, tagged with its kernel's
+    # name there. Raising CompileError makes compile_many build the sources one by one instead.
+    members = [batch_member(i, src) for i, src in enumerate(srcs)]
+    if any(len(m.exported) != 1 for m in members): raise CompileError("a batched kernel must define exactly one global function")
+    lib = self.compile_uncached(batch_source(members))
+    return [BATCH_TAG + next(iter(m.exported.values())).encode() + b"\\0" + lib for m in members]
 '''
 
 _RUNTIME = '''\
@@ -227,6 +239,7 @@ from __future__ import annotations
 import ctypes, time
 from typing import Optional, Sequence
 from kc.backend import HostMemory, KcError, SharedLibrary, int32_values, raw_buffers
+from ${package}.compiler import BATCH_TAG
 
 
 class ${cls}Program:
@@ -238,10 +251,14 @@ class ${cls}Program:
 
   def __init__(self, name: str, lib: bytes):
     self.name = name
+    entry = name
+    if lib.startswith(BATCH_TAG):  # a batched compile's library: the kernel has another name there
+      tagged, _, lib = lib[len(BATCH_TAG):].partition(b"\\0")
+      entry = tagged.decode()
     # loaded into this process; unloaded when this program is dropped, so a long-lived process keeps only the
     # kernels it still holds mapped
     self._lib = SharedLibrary(lib, name)
-    self._fn = self._lib.function(name)
+    self._fn = self._lib.function(entry)
     self._fn.restype = None
 
   def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
