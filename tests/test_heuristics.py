@@ -1,6 +1,8 @@
 """hand_coded_optimizations picks the opts of the seeds' heuristics. The expected opts below are the choices of
 the reference implementation (tinygrad 0.10.0's Kernel.hand_coded_optimizations) on the same ASTs, for a
-GPU-like target (locals, 32 KiB shared) and a CPU-like one (no locals)."""
+GPU-like target (locals, 32 KiB shared) and a CPU-like one (no locals), but where kc differs on purpose: a grouped
+reduce whose own loop a load walks contiguously steps 4 elements at a time (UNROLL of that loop by 4: vector loads,
+and vector work on them; the reference stops at the GROUPTOP)."""
 import pytest
 from kc import ast as A, dtypes
 from kc.kernel import Kernel, Opt, OptOps
@@ -25,9 +27,9 @@ CASES = {
     ((64, 4, 8, 128, 4), [("GROUP", 0, 8), ("LOCAL", 0, 4), ("UPCAST", 0, 4)]),
     ((256, 256, 4, 4), [("UPCAST", 0, 4), ("UNROLL", 0, 4)])),
   "sum_to_scalar_4096": (lambda: A.sink(A.store(0, F(1, 4096).sum())),
-    ((256, 16), [("GROUPTOP", 0, 256)]), ((1024, 4), [("UNROLL", 0, 4)])),
+    ((256, 4, 4), [("GROUPTOP", 0, 256), ("UNROLL", 1, 4)]), ((1024, 4), [("UNROLL", 0, 4)])),
   "sum_rows_64x256": (lambda: A.sink(A.store(0, F(1, 64, 256).sum(1))),
-    ((64, 16, 16), [("GROUPTOP", 0, 16)]), ((64, 64, 4), [("UNROLL", 0, 4)])),
+    ((64, 16, 4, 4), [("GROUPTOP", 0, 16), ("UNROLL", 1, 4)]), ((64, 64, 4), [("UNROLL", 0, 4)])),
   "sum_cols_256x64": (lambda: A.sink(A.store(0, F(1, 256, 64).sum(0))),
     ((64, 16, 16), [("GROUPTOP", 0, 16)]), ((64, 64, 4), [("UNROLL", 0, 4)])),
   "elementwise_64x64": (lambda: A.sink(A.store(0, F(1, 64, 64) + F(2, 64, 64))),

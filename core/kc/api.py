@@ -16,8 +16,7 @@ from kc.runtime.program_cache import cached_program
 from kc.renderer import Program
 from kc.ir.uop import Ops, UOp
 from kc.shape.view import fmt_shape
-from kc.schedule.recompute import computes_transcendentals_in_software
-from kc.schedule.scheduler import schedule, with_split_reduces
+from kc.schedule.scheduler import schedule, schedule_for, with_split_reduces
 from kc.runtime.arguments import BufferSpec
 from kc.ir.dtype import dtypes
 
@@ -402,7 +401,7 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   if not (isinstance(sink, UOp) and sink.op is Ops.SINK): return _compile_one(sink, dev, resolve_opts(opts), read("KC_TC"))
   # the rule of kc.schedule.recompute for one choice of opts for every kernel; a list of opts was given per kernel of
   # the plain schedule (kc.schedule.schedule(sink).kernels)
-  plan = schedule(sink, share_transcendentals=(opts is None or isinstance(opts, str)) and computes_transcendentals_in_software(dev.renderer))
+  plan = schedule_for(sink, dev.renderer) if opts is None or isinstance(opts, str) else schedule(sink)
   one_kernel = plan.single
   per_kernel = [resolve_opts(o) for o in _per_kernel_opts(opts, len(plan.kernels))] if not plan.single else [resolve_opts(opts)]
   if split_reduce and read("KC_SPLIT_REDUCE"):

@@ -13,7 +13,10 @@ size its reduce did not loop over, ...). The scheduler decides the kernels from 
    broadcast into its reduces materialised as well, innermost first, until it verifies.
    With share_transcendentals (kc.compile sets it for devices that compute exp2 and its kin in software), a value
    holding such an op that two of a kernel's loop nests would each compute (a softmax's exp in its sum's loop and in
-   its quotient's) is materialised too, above a size (kc.schedule.recompute).
+   its quotient's) is materialised too, above a size (kc.schedule.recompute). With broadcast_reduces_apart (kc.compile
+   sets it for devices with work-groups, whose work-items each compute their own outputs), every value holding a
+   reduce that a kernel reads broadcast is materialised: a softmax is three kernels (max, sum, quotient), not one
+   whose every work-item computes its row's max and sum again.
 4. Kernels that store through the same shape and do not depend on each other are merged (several outputs of one loop
    nest), then ordered so that every intermediate is written before it is read, and every caller's buffer is read by
    all its readers before a kernel writes it.
@@ -32,7 +35,8 @@ from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
 from kc.schedule.movement import extents, kernel_nodes, shape_of
-from kc.schedule.recompute import recomputed_transcendentals
+from kc.renderer import Renderer
+from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_transcendentals
 from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
@@ -269,13 +273,33 @@ def _shared_once(stores: list[_Store]) -> list[_Store]:
   return _materialise(stores, values) if values else stores
 
 
+def _broadcasts(st: ShapeTracker) -> bool:
+  """Whether a view repeats elements: a dim of more than one element with stride 0."""
+  return any(stride == 0 and not (isinstance(d, int) and d == 1) for v in st.views for d, stride in zip(v.shape, v.strides))
+
+
+def _broadcast_reduces_apart(stores: list[_Store]) -> list[_Store]:
+  """The stores with every value that holds a reduce and is read through a broadcast VIEW materialised (rule 3, on
+  devices with work-groups): such a value is read by many of the kernel's outputs, and where outputs run on separate
+  work-items each would compute it again (every element of a softmax's row its row's max and its sum)."""
+  order = list(dict.fromkeys(u for s in stores for u in kernel_nodes(s.value)))
+  held = _holding_reduces(order)
+  values = list(dict.fromkeys(u.src[0] for u in order if u.op is Ops.VIEW and u.src and held.get(u.src[0]) and _broadcasts(u.arg)))
+  return _materialise(stores, values) if values else stores
+
+
 @functools.lru_cache(maxsize=256)
-def schedule(sink: UOp, share_transcendentals: bool = False) -> Schedule:
+def schedule(sink: UOp, share_transcendentals: bool = False, broadcast_reduces_apart: bool = False) -> Schedule:
   """The kernels of a program, in launch order, and its intermediates' arena. See the module's docstring for the
   rules. Raises InvalidASTError for a graph that is not a program, or whose kernels cannot be ordered (a buffer of
   the caller's read after a kernel that writes it must run first). `share_transcendentals`: a transcendental value
-  that two loop nests of a kernel would compute is computed once into an intermediate (rule 3)."""
-  prepare = _shared_once if share_transcendentals else (lambda stores: stores)
+  that two loop nests of a kernel would compute is computed once into an intermediate (rule 3).
+  `broadcast_reduces_apart`: a reduce's result that a kernel reads broadcast is a kernel of its own (rule 3; for
+  devices that run a kernel's outputs on separate work-items)."""
+  passes = [p for p, on in ((_shared_once, share_transcendentals), (_broadcast_reduces_apart, broadcast_reduces_apart)) if on]
+  def prepare(stores: list[_Store]) -> list[_Store]:
+    for p in passes: stores = p(stores)
+    return stores
   units: list[list[_Store]] = []
   for group in _groups(_check_program(sink)): units.extend(_split_illegal(_legal(prepare(group))))
   # every BUFFER read anywhere is a kernel that stores it (found breadth-first, so a value is one kernel even when
@@ -297,6 +321,14 @@ def schedule(sink: UOp, share_transcendentals: bool = False) -> Schedule:
   kernels = tuple(_number(u, temp_ids) for u in ordered)
   temps, peak = plan_arena(kernels, [_temp_of(b) for b in temp_ids])
   return Schedule(sink, kernels, temps, peak)
+
+
+def schedule_for(sink: UOp, renderer: Optional[Renderer]) -> Schedule:
+  """The schedule kc.compile runs on a device with `renderer` when one choice of opts is for every kernel: the
+  transcendentals shared where the device computes them in software, the broadcast reduces apart where it has
+  work-groups. (A list of opts is given per kernel of the plain schedule(sink).)"""
+  return schedule(sink, share_transcendentals=computes_transcendentals_in_software(renderer),
+                  broadcast_reduces_apart=renderer is not None and renderer.has_local)
 
 
 def _temp_of(b: UOp) -> tuple[DType, sint]:

@@ -206,11 +206,10 @@ def cmd_render(args) -> int:
   from kc.runtime.device import Device
   from kc.ast.examples import example
   from kc.kernel import Kernel
-  from kc.schedule import schedule
-  from kc.schedule.recompute import computes_transcendentals_in_software
+  from kc.schedule import schedule_for
   sink, _, _ = example(args.example).build()
   device = args.device or Device.DEFAULT
-  plan = schedule(sink, share_transcendentals=computes_transcendentals_in_software(Device.renderer(device)))
+  plan = schedule_for(sink, Device.renderer(device))
   for i, sk in enumerate(plan.kernels):
     if args.opts == "beam":
       from kc.api import beam_opts
@@ -465,11 +464,9 @@ def _beam_command(args) -> int:
   if (args.example is None) == (args.ast is None): raise UsageError("kc beam takes an EXAMPLE or --ast FILE (one of them)")
   sink, what = (example(args.example).build()[0], args.example) if args.example is not None else (load_ast_file(args.ast), args.ast)
   device = Device.spec(args.device).name if args.device else Device.DEFAULT
-  from kc.schedule import schedule
-  from kc.schedule.recompute import computes_transcendentals_in_software
+  from kc.schedule import schedule_for
   # the kernels kc.compile(sink, device, opts="beam") searches
-  shared = computes_transcendentals_in_software(Device.renderer(device))
-  kernels = [k.ast for k in schedule(sink, share_transcendentals=shared).kernels] if sink.op is kc.Ops.SINK else [sink]
+  kernels = [k.ast for k in schedule_for(sink, Device.renderer(device)).kernels] if sink.op is kc.Ops.SINK else [sink]
   width = args.width if args.width is not None else beam_width_from_env() or DEFAULT_BEAM_WIDTH
   if width < 1: raise UsageError(f"--width is the number of kernels kept per round (>= 1), got {width}")
   executor = None
