@@ -1,7 +1,8 @@
 """Benchmark: kc's kernels on CLANG and OPENCL (hand-coded opts) next to numpy, a plain C loop and tinygrad 0.10.0.
 
-Three kernels: elementwise add (GB/s over the three arrays), a full sum (GB/s over its input) and a 1024x1024
-matmul (GFLOP/s). Every figure is the median wall time of a whole call, result ready (OPENCL waits on its
+Five programs: elementwise add (GB/s over the three arrays), a full sum (GB/s over its input), a 1024x1024 matmul
+(GFLOP/s), and a softmax and a layernorm (no affine) over the rows of a 1024x1024 array (GB/s over input and
+output). Every figure is the median wall time of a whole call, result ready (OPENCL waits on its
 event); every result is checked against numpy before it is timed. Run: python benchmarks/bench_backends.py
 (--quick: smaller arrays and fewer repeats, for a smoke run)."""
 from __future__ import annotations
@@ -14,7 +15,8 @@ import kc  # noqa: E402
 from kc import Buffer, dtypes  # noqa: E402
 from kc import ast as A  # noqa: E402
 
-KINDS = ("add", "sum", "matmul")
+KINDS = ("add", "sum", "matmul", "softmax", "layernorm")
+C_KINDS = ("add", "sum", "matmul")  # the plain C loops
 DEVICES = ("CLANG", "OPENCL")
 
 C_LOOPS = r"""
@@ -30,18 +32,31 @@ void matmul(float* restrict c, const float* restrict a, const float* restrict b,
 
 def sinks(n_add: int, n_sum: int, mm: int) -> dict:
   F = lambda i, *shape: A.arg(i, dtypes.float32, shape)  # noqa: E731
+  rows = F(1, mm, mm)
+  e = (rows - rows.max(1, keepdims=True)).exp()
+  centred = rows - rows.mean(1, keepdims=True)
   return {"add": A.sink(A.store(0, F(1, n_add) + F(2, n_add))),
           "sum": A.sink(A.store(0, F(1, n_sum).sum())),
-          "matmul": A.sink(A.store(0, (F(1, mm, mm).reshape(mm, mm, 1) * F(2, mm, mm).reshape(1, mm, mm)).sum(1)))}
+          "matmul": A.sink(A.store(0, (F(1, mm, mm).reshape(mm, mm, 1) * F(2, mm, mm).reshape(1, mm, mm)).sum(1))),
+          "softmax": A.sink(A.store(0, e / e.sum(1, keepdims=True))),
+          "layernorm": A.sink(A.store(0, centred / ((centred * centred).mean(1, keepdims=True) + 1e-5).sqrt()))}
+
+
+def numpy_rows(kind: str, x: np.ndarray) -> np.ndarray:
+  if kind == "softmax":
+    e = np.exp(x - x.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+  c = x - x.mean(1, keepdims=True)
+  return c / np.sqrt((c * c).mean(1, keepdims=True) + np.float32(1e-5))
 
 
 def work(kind: str, n_add: int, n_sum: int, mm: int) -> float:
   """Bytes moved (add, sum) or flops (matmul) of one call: the numerator of GB/s and GFLOP/s."""
-  return {"add": 3 * 4 * n_add, "sum": 4 * n_sum, "matmul": 2 * mm ** 3}[kind]
+  return {"add": 3 * 4 * n_add, "sum": 4 * n_sum, "matmul": 2 * mm ** 3, "softmax": 2 * 4 * mm * mm, "layernorm": 2 * 4 * mm * mm}[kind]
 
 
 def check(kind: str, got: np.ndarray, ref: np.ndarray, who: str):
-  tol = {"add": 0, "sum": 1e-3, "matmul": 1e-4}[kind]
+  tol = {"add": 0, "sum": 1e-3, "matmul": 1e-4, "softmax": 1e-5, "layernorm": 1e-4}[kind]
   err = float(np.abs(got.reshape(ref.shape) - ref).max() / max(1.0, float(np.abs(ref).max())))
   if err > tol: raise SystemExit(f"{who} {kind} is wrong: relative error {err:.2e} > {tol}")
 
@@ -52,7 +67,8 @@ def time_kc(device: str, kind: str, sink, inputs: list[np.ndarray], ref: np.ndar
   bufs = [out] + [Buffer(device, x.size, dtypes.float32).copyin(x) for x in inputs]
   ck(*bufs)
   check(kind, out.numpy(), ref, f"kc {device}")
-  opts = ", ".join(f"{o.op.name}{o.axis},{o.amt}" for o in ck.kernel.applied_opts) or "none"
+  # a program of several kernels (a softmax on a device with work-groups: its max, its sum, its quotient) names each one's
+  opts = " + ".join(", ".join(f"{o.op.name}{o.axis},{o.amt}" for o in k.kernel.applied_opts) or "none" for k in getattr(ck, "kernels", [ck]))
   return median_time(lambda: ck(*bufs), repeats=repeats), opts
 
 
@@ -124,8 +140,9 @@ def main():
   rng = np.random.default_rng(0)
   inputs = {"add": [rng.random(n_add, dtype=np.float32), rng.random(n_add, dtype=np.float32)], "sum": [rng.random(n_sum, dtype=np.float32)],
             "matmul": [rng.random((mm, mm), dtype=np.float32), rng.random((mm, mm), dtype=np.float32)]}
+  inputs.update({k: [rng.standard_normal((mm, mm), dtype=np.float32)] for k in ("softmax", "layernorm")})
   refs = {"add": inputs["add"][0] + inputs["add"][1], "sum": inputs["sum"][0].astype(np.float64).sum().astype(np.float32).reshape(1),
-          "matmul": inputs["matmul"][0] @ inputs["matmul"][1]}
+          "matmul": inputs["matmul"][0] @ inputs["matmul"][1], **{k: numpy_rows(k, inputs[k][0]) for k in ("softmax", "layernorm")}}
   ks = sinks(n_add, n_sum, mm)
   times: dict[str, dict[str, float]] = {}
   opts_used: dict[str, dict[str, str]] = {}
@@ -135,7 +152,8 @@ def main():
   out = np.empty_like(inputs["add"][0])
   times["numpy"] = {"add": median_time(lambda: np.add(*inputs["add"], out=out), repeats=repeats),
                     "sum": median_time(lambda: inputs["sum"][0].sum(), repeats=repeats),
-                    "matmul": median_time(lambda: x @ y, repeats=repeats)}
+                    "matmul": median_time(lambda: x @ y, repeats=repeats),
+                    **{k: median_time(lambda k=k: numpy_rows(k, inputs[k][0]), repeats=repeats) for k in ("softmax", "layernorm")}}
   times["C loop (cc -O2, one thread)"] = time_c_loops(inputs, refs, mm, repeats)
   for dev in DEVICES:
     if (why := kc.Device.unavailable_reason(dev)) is not None:
@@ -162,18 +180,19 @@ def main():
   for label, row in times.items(): print(label, {k: f"{v * 1e3:.2f} ms" for k, v in row.items()})
 
   amount = {k: work(k, n_add, n_sum, mm) for k in KINDS}
-  lines = ["## Backends: add, sum, matmul (`python benchmarks/bench_backends.py`)", "",
+  lines = ["## Backends: add, sum, matmul, softmax, layernorm (`python benchmarks/bench_backends.py`)", "",
            f"add: two float32 arrays of {n_add:,} elements into a third (GB/s over all three); sum: {n_sum:,} float32 to one "
-           f"(GB/s over the input); matmul: float32 {mm}x{mm} @ {mm}x{mm} (GFLOP/s). Median wall time of a whole call with the "
+           f"(GB/s over the input); matmul: float32 {mm}x{mm} @ {mm}x{mm} (GFLOP/s); softmax and layernorm (no affine, eps 1e-5) over "
+           f"the rows of a float32 {mm}x{mm} array (GB/s over its input and output). Median wall time of a whole call with the "
            f"result ready, over {repeats} runs ({max(3, repeats // 3)} for the C and kc matmuls); every result checked against numpy "
            f"first. kc runs its hand-coded opts; {os.cpu_count()} CPU cores here: kc CLANG splits its outermost output loop over all "
            f"of them (a thread pool in its runtime), the C loop and tinygrad CLANG use one, PoCL and numpy's BLAS all of them.", "",
-           "| implementation | add GB/s | sum GB/s | matmul GFLOP/s |", "|---|---:|---:|---:|"]
+           "| implementation | add GB/s | sum GB/s | matmul GFLOP/s | softmax GB/s | layernorm GB/s |", "|---|---:|---:|---:|---:|---:|"]
   for label, row in times.items(): lines.append(f"| {label} | " + " | ".join(fmt(k, amount[k], row.get(k)) for k in KINDS) + " |")
   lines += ["", "Ratios (time of the second over time of the first; above 1: the first is faster):", ""]
   def ratio(a: str, b: str):
     ra, rb = next((v for k, v in times.items() if k.startswith(a)), None), next((v for k, v in times.items() if k.startswith(b)), None)
-    if ra and rb: lines.append(f"- {a} vs {b}: " + ", ".join(f"{k} {rb[k] / ra[k]:.2f}x" for k in KINDS))
+    if ra and rb: lines.append(f"- {a} vs {b}: " + ", ".join(f"{k} {rb[k] / ra[k]:.2f}x" for k in KINDS if k in ra and k in rb))
   ratio("kc CLANG", "tinygrad 0.10.0 CLANG")
   ratio("kc OPENCL", "tinygrad 0.10.0 GPU")
   ratio("kc OPENCL", "kc CLANG")
