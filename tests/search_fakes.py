@@ -26,3 +26,15 @@ class UnpicklableCompiler(FakeCompiler):
   def __init__(self, hang: float = 60.0):
     super().__init__(hang)
     self.lock = threading.Lock()
+
+
+class BatchingCompiler(FakeCompiler):
+  """A FakeCompiler that builds batches in one run (compile_batch_uncached), marking what it built so: b"BATCH<n>:"
+  and the source. It keeps kc's cached compile(), so compile_many batches its misses."""
+
+  compile = Compiler.compile
+
+  def compile_batch_uncached(self, srcs):
+    if any("HANG" in s for s in srcs): time.sleep(self.hang)
+    if any("ERROR" in s for s in srcs): raise CompileError("fake compiler: a source of the batch says ERROR")
+    return [f"BATCH{len(srcs)}:{s}".encode() for s in srcs]

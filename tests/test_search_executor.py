@@ -4,7 +4,7 @@ import pytest
 import kc
 from kc import ConfigError
 from kc.search import CompileOutcome, LocalCompilePool
-from search_fakes import FakeCompiler, UnpicklableCompiler
+from search_fakes import BatchingCompiler, FakeCompiler, UnpicklableCompiler
 
 
 @pytest.fixture
@@ -50,6 +50,23 @@ def test_outcomes_arrive_in_completion_order(pool):
   # the hung source is first in the sequence and last to be reported
   outcomes = list(pool.compile_many(FakeCompiler(hang=120), ["HANG", "x", "y"], timeout=1.5))
   assert [o.index for o in outcomes][-1] == 0 and not outcomes[-1].ok
+
+
+def test_a_compiler_that_builds_batches_gets_each_workers_share_in_one_run(pool, cache_dir):
+  # six sources on two workers: two batches of three, each one compiler run; a batch with a bad source is built one
+  # by one inside its worker (compile_many), so the bad one fails alone and its neighbours come out as built alone
+  got = by_index(pool.compile_many(BatchingCompiler(), ["a", "b", "c", "d", "ERROR e", "f"], timeout=30))
+  assert [got[i].lib for i in range(3)] == [b"BATCH3:a", b"BATCH3:b", b"BATCH3:c"]
+  assert got[3].lib == b"LIB:d" and got[5].lib == b"LIB:f" and got[4].lib is None and "says ERROR" in got[4].error
+  # a compiler without batches, or one source per worker, is a job a source
+  assert by_index(pool.compile_many(BatchingCompiler(), ["g", "h"], timeout=30))[0].lib == b"LIB:g"
+
+
+def test_a_hung_batch_costs_only_its_hung_source(pool, cache_dir):
+  got = by_index(pool.compile_many(BatchingCompiler(hang=120), ["a", "HANG", "c", "d"], timeout=1.0))
+  assert got[1].lib is None and "longer than 1 seconds" in got[1].error  # its own limit, once alone
+  assert got[0].lib == b"LIB:a" and [got[2].lib, got[3].lib] == [b"BATCH2:c", b"BATCH2:d"]
+  assert len(pool._pool) == 2 and all(w.process.is_alive() for w in pool._pool)
 
 
 def test_an_unpicklable_compiler_compiles_in_threads():

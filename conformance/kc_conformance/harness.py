@@ -9,7 +9,6 @@ import kc
 from kc import Buffer, DType
 from kc.ir.codec import decode, encode
 from kc.runtime.cache import compile_cache
-from kc.runtime.device import Compiler
 from .case import Setup
 from .programs import AnyProgram, launches_with
 
@@ -34,7 +33,7 @@ def compile_sources(device: str, srcs: list[str]) -> list[str]:
   compile tests would build everything again) or for a compiler that builds one source at a time anyway (building
   early would only move the time)."""
   compiler = kc.Device.compiler(device)
-  if compile_cache() is None or type(compiler).compile_batch_uncached is Compiler.compile_batch_uncached: return ["" for _ in srcs]
+  if compile_cache() is None or not compiler.builds_batches(): return ["" for _ in srcs]
   return ["" if isinstance(out, bytes) else str(out) for out in compiler.compile_many(srcs)]
 
 

@@ -414,6 +414,10 @@ class Compiler(ABC):
     builds them one by one."""
     return [self.compile_uncached(src) for src in srcs]
 
+  def builds_batches(self) -> bool:
+    """Whether this compiler builds several sources in one compiler run (it has its own compile_batch_uncached)."""
+    return type(self).compile_batch_uncached is not Compiler.compile_batch_uncached
+
   def compile_many(self, srcs: Sequence[str]) -> list[Union[bytes, CompileError]]:
     """compile() of every source, with the ones the disk cache lacks built in batches of up to max_batch
     (compile_batch_uncached). Each source gets its binary, or in its place the CompileError compile() would raise:

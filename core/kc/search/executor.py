@@ -53,18 +53,29 @@ def compile_outcome(index: int, got: Outcome, timeout: float) -> CompileOutcome:
   return CompileOutcome(index, None, why, got.seconds)
 
 
-def _compile_handler() -> Callable[[tuple[bytes, str], Any], bytes]:
-  """A compile worker's setup: its jobs are (pickled compiler, source); the last compiler unpickled is kept."""
+def _compile_handler() -> Callable[[tuple[bytes, Any], Any], Any]:
+  """A compile worker's setup: its jobs are (pickled compiler, source), or (pickled compiler, tuple of sources) for a
+  batch, which compile_many builds in one compiler run and answers with a (binary, None) or (None, why) per source;
+  the last compiler unpickled is kept."""
   last: list = [b"", None]
 
-  def compile_job(job: tuple[bytes, str], note) -> bytes:
+  def compile_job(job: tuple[bytes, Any], note) -> Any:
     blob, src = job
     if blob != last[0]:
       try: last[:] = [blob, pickle.loads(blob)]
       except Exception as e:  # noqa: BLE001  (a compiler that does not unpickle here fails its sources, not the worker)
         raise KcError(f"the compiler does not load in a worker: {type(e).__name__}: {e}") from None
-    return last[1].compile(src)
+    if isinstance(src, str): return last[1].compile(src)
+    return [(out, None) if isinstance(out, bytes) else (None, f"{type(out).__name__}: {out}") for out in last[1].compile_many(list(src))]
   return compile_job
+
+
+def batch_size(compiler: Any, sources: int, workers: int) -> int:
+  """How many sources one worker job builds: 1, or for a compiler that builds batches in one compiler run
+  (compile_batch_uncached: CLANG, CUDA, a generated plugin) an equal share of the sources for each worker, at most
+  its max_batch."""
+  if not (callable(batches := getattr(compiler, "builds_batches", None)) and batches()): return 1
+  return max(1, min(int(getattr(compiler, "max_batch", 1)), -(-sources // max(1, workers))))
 
 
 def _compile_worker() -> Worker: return Worker(_compile_handler, name="kc-compile")
@@ -104,33 +115,41 @@ class LocalCompilePool:
     if (blob := pickled(compiler)) is None:
       yield from compile_in_threads(compiler, sources, timeout, self.workers)
       return
-    with self._lock: yield from self._compile_in_processes(blob, sources, float(timeout))
+    with self._lock: yield from self._compile_in_processes(blob, sources, float(timeout), batch_size(compiler, len(sources), self.workers))
 
-  def _compile_in_processes(self, blob: bytes, sources: Sequence[str], timeout: float) -> Iterator[CompileOutcome]:
-    todo = deque(range(len(sources)))
+  def _compile_in_processes(self, blob: bytes, sources: Sequence[str], timeout: float, batch: int = 1) -> Iterator[CompileOutcome]:
+    # jobs are tuples of source indices: batches of `batch` (one compiler run each, with `timeout` per source), and
+    # single sources again for a batch whose worker hung or died, so that a bad source costs only itself
+    todo = deque(tuple(range(i, min(i + batch, len(sources)))) for i in range(0, len(sources), batch))
     left = len(sources)
-    busy: dict[Worker, int] = {}  # a worker -> the index of the source it compiles
+    busy: dict[Worker, tuple[int, ...]] = {}  # a worker -> the indices of the sources it compiles
     startup_deaths = 0  # workers that died before they could take a source: the interpreter cannot start kc
-    while len(self._pool) < min(self.workers, len(sources)): self._pool.append(_compile_worker())
+    while len(self._pool) < min(self.workers, len(todo)): self._pool.append(_compile_worker())
     try:
       while left:
-        for w in self._pool:  # give every idle, started worker a source
+        for w in self._pool:  # give every idle, started worker a job
           if w.ready and w not in busy and todo:
-            busy[w] = todo.popleft()
-            w.send((blob, sources[busy[w]]))
+            busy[w] = job = todo.popleft()
+            w.send((blob, sources[job[0]] if len(job) == 1 else tuple(sources[i] for i in job)))
         now = time.perf_counter()
-        deadlines = [w.since + timeout - now for w in busy]
+        deadlines = [w.since + timeout * len(job) - now for w, job in busy.items()]
         # woken at least every POLL_S, for a Ctrl-C that a finalizer swallowed (kc.search.interrupt)
         ready = wait_connections([w.conn for w in self._pool], timeout=max(0.0, min([POLL_S, *deadlines])))
         raise_if_interrupted()
         for i, w in enumerate(self._pool):
           if w.conn in ready: got = w.receive()
-          elif w in busy and time.perf_counter() - w.since >= timeout: got = w.hung(timeout)
+          elif w in busy and time.perf_counter() - w.since >= timeout * len(busy[w]): got = w.hung(timeout * len(busy[w]))
           else: continue
           if not isinstance(got, Outcome): continue  # READY
-          if w in busy:
+          job = busy.pop(w, ())
+          if len(job) > 1:
+            if got.ok:
+              left -= len(job)
+              for index, (lib, why) in zip(job, got.value): yield CompileOutcome(index, lib, why, got.seconds / len(job))
+            else: todo.extendleft((index,) for index in reversed(job))  # each source again on its own
+          elif job:
             left -= 1
-            yield compile_outcome(busy.pop(w), got, timeout)
+            yield compile_outcome(job[0], got, timeout)
           elif not w.ready and (startup_deaths := startup_deaths + 1) > 2 * self.workers:
             raise ConfigError(f"compile workers die as they start ({got.message}): "
                           "run the program as a script with an `if __name__ == '__main__':` guard")
