@@ -123,6 +123,10 @@ class Renderer(ABC):
   # vectors: AND OR XOR and logical not of them, and bool lanes packed one by one, render as masks too) and WHERE of a
   # mask selects float32 lanes: a ReLU, a clamp or a sign after vector arithmetic stays one vector computation.
   vector_select: bool = False
+  # fuses_accumulation: a float sum reduce whose terms include products accumulates with MULACC, one fused
+  # multiply-add per product (kc.codegen.fma), in the dtypes fused_multiply_add accepts. Only the accumulation: the
+  # dialect need not spell MULACC in code_for_op (which would fuse every a*b+c, numpy rounds those twice)
+  fuses_accumulation: bool = False
   code_for_op: dict = {}          # the ops the dialect spells; the rest are rewritten into these before rendering
   extra_matcher = None            # a PatternMatcher of dialect rewrites applied to the lowered graph before linearizing
 
@@ -142,6 +146,11 @@ class Renderer(ABC):
     every access of `dt` scalar. The default is float4/float2 and half4/half2 where supports_float4 is set; a dialect
     with wider vectors (8 halves, 16 floats) or vector accesses of other dtypes overrides this."""
     return (4, 2) if self.supports_float4 and dt in (dtypes.float32, dtypes.float16) else ()
+
+  def fused_multiply_add(self, dt: DType) -> bool:
+    """Whether the dialect renders MULACC of `dt` (a scalar or vector dtype) as one fused multiply-add, rounding
+    once; asked where fuses_accumulation is set."""
+    return False
 
   def supports_dtype(self, dt: DType) -> bool:
     """Whether kernels may compute in `dt` (a vector or pointer counts as its scalar)."""

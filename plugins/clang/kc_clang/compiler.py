@@ -21,6 +21,7 @@ def compile_flags(native: Optional[bool] = None, cmd: Optional[list[str]] = None
   (host.chosen_isa()) and then host.native_code() decide, as they do for the renderer."""
   # no -ffast-math: kernels must give the IEEE results numpy gives; -ffp-contract=off for the same reason: with
   #   FMA (-march=native) gcc fuses a*b+c across statements and clang within one, rounding once where numpy rounds twice
+  #   (a sum of products is fused on purpose, by the renderer's FMA builtins: kc.codegen.fma)
   # -O2, not -O3: kc unrolls and vectorizes the kernels itself (explicit vector types), and -O3's extra loop
   #   vectorization and unrolling measured the same (within 5%, gcc 12 -march=native, one thread) on the anchor
   #   workloads of benchmarks/bench_clang.py: add, mul-add-exp, sum, matmul 512, softmax; conv2d varied with noise

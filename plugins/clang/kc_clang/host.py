@@ -108,6 +108,9 @@ class HostCPU:
   features: tuple[str, ...]    # the ISA extensions it has, sorted (only those a compiler may use)
 
   @property
+  def x86(self) -> bool: return self.machine.lower() in _X86
+
+  @property
   def isa(self) -> str:
     """The widest vector extension: avx512f, avx2, avx, sse2 on x86; neon on 64-bit ARM; else empty."""
     if self.machine.lower() in _X86:

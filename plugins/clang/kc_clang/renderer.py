@@ -145,6 +145,12 @@ def _scalar_max(ctype: str, dt: DType) -> str:
   return f"static inline {ctype} {_max_name(dt)}({ctype} a, {ctype} b) {{ return ({take_a}) ? a : b; }}"
 
 
+# a*b+c of float vectors of n lanes, rounded once: the FMA3/AVX-512F builtins of gcc and clang (intrinsics without
+# immintrin.h, whose parse costs every build); n is at most the vector width the renderer builds for
+_FMA_BUILTINS = {4: "__builtin_ia32_vfmaddps({}, {}, {})", 8: "__builtin_ia32_vfmaddps256({}, {}, {})",
+                 16: "__builtin_ia32_vfmaddps512_mask({}, {}, {}, (unsigned short)-1, 4)"}  # all lanes, current rounding
+
+
 # the C of kc_<op>_<n> for float32 vectors (MAX's needs kc_where_<n>)
 VECTOR_FUNCTIONS = {Ops.EXP2: _vector_exp2, Ops.LOG2: _vector_log2, Ops.MAX: _vector_max}
 
@@ -187,11 +193,21 @@ class ClangRenderer(CStyleLanguage):
     self.float_lanes = (level.vector_bytes if level else cpu.vector_bytes if self.native else 16) // 4
     # half is _Float16 where the compiler has it; elsewhere (clang 14 on x86 without AVX512-FP16) half is held as its
     # bits and computed in float, with the conversions CStyleLanguage.bits_helpers writes
+    # fused multiply-adds for sums of products (kc.codegen.fma) where the code may use FMA3: -march=native on a CPU
+    # that has it, or a level that includes it (avx2, avx512f)
+    x86_fma = ("fma",) in level.needs if level else self.native and cpu.x86 and "fma" in cpu.features
+    self.fuses_accumulation = x86_fma
     flags = compile_flags(native=self.native, isa=level.name if level else None)
     if not has_float16(tuple(compiler_command()), tuple(flags)):
       self.half_as_bits, self.extra_matcher = True, CStyleLanguage.all_narrow_in_float
 
   def render_env(self) -> tuple: return (threads(),)  # 1 thread: no split loop
+
+  def fused_multiply_add(self, dt: DType) -> bool:
+    # float and double scalars by fmaf/fma (one instruction with FMA3); float vectors by the x86 builtin of their width
+    # (a vector's a*b+c in operators is never fused: kernels are built with -ffp-contract=off, compiler.compile_flags)
+    if dt.count == 1: return dt in (dtypes.float32, dtypes.float64)
+    return dt.scalar() == dtypes.float32 and dt.count in _FMA_BUILTINS and dt.count <= self.float_lanes
 
   def vector_widths(self, dt: DType) -> tuple[int, ...]:
     # float and half (computed in float on most CPUs) in registers of float_lanes floats, then each narrower width
@@ -219,6 +235,9 @@ class ClangRenderer(CStyleLanguage):
     return super().render_lane(vec, dt, lane)
 
   def _expression(self, u: UOp, s: list[str]) -> str:
+    if u.op is Ops.MULACC:  # only where fused_multiply_add(u.dtype) said so
+      if u.dtype.count > 1: return _FMA_BUILTINS[u.dtype.count].format(*s)
+      return f"__builtin_fma{'f' if u.dtype == dtypes.float32 else ''}({', '.join(s)})"
     if u.op is Ops.WHERE and u.dtype.count > 1: return f"kc_where_{u.dtype.count}({', '.join(s)})"
     return super()._expression(u, s)
 
