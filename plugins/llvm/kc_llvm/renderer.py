@@ -6,8 +6,9 @@ body. A RANGE is a loop with its counter in a phi (head, body, latch, exit block
 branches around the guarded code, so an address the gate rules out is never read. Values are placed as the
 linearizer ordered them: a value's block encloses its uses, as C's scopes do for the C renderers.
 
-Semantics: IEEE float arithmetic with no fast-math flags (and no fused multiply-add: MULACC is not spelled, so kc
-keeps a*b+c as two roundings); integers wrap (no nsw/nuw flags); integer division and remainder by zero give 0 and
+Semantics: IEEE float arithmetic with no fast-math flags (and no contraction: MULACC is not spelled, so kc keeps an
+elementwise a*b+c as two roundings; a float sum of products accumulates with llvm.fma, rounding each product once,
+where the target has FMA instructions: kc.codegen.fma); integers wrap (no nsw/nuw flags); integer division and remainder by zero give 0 and
 MIN // -1 wraps, the divisor replaced by 1 where kc's answer is chosen (LLVM's division by zero is undefined).
 Transcendentals are LLVM's intrinsics, which call the C library's functions (CLANG's results), except exp2 of a float
 vector, computed at once by a polynomial as CLANG's is (vector_exp2.py). half, bfloat16 and
@@ -82,7 +83,8 @@ class LLVMRenderer(Renderer):
   local_max = None
   supports_float4 = True
   aligned_vectors = False  # loads and stores say the scalar's alignment: any element address takes a vector access
-  # the ops spelled directly (values: the LLVM spelling); MAX becomes a WHERE and MULACC is left out (no contraction)
+  # the ops spelled directly (values: the LLVM spelling); MAX becomes a WHERE and MULACC is left out (no contraction:
+  # only a sum's products are fused, by llvm.fma, where fuses_accumulation says so)
   code_for_op = {**{op: names[2] or names[0] for op, names in _BINARY.items()}, Ops.IDIV: "sdiv", Ops.MOD: "srem",
                  Ops.NEG: "fneg", Ops.RECIP: "fdiv", Ops.WHERE: "select", **{op: f"llvm.{n}" for op, n in _INTRINSICS.items()}}
   # half, bfloat16 and fp8 held as bits and computed in float (small_floats.py)
@@ -96,6 +98,10 @@ class LLVMRenderer(Renderer):
     self.target = target or chosen_target()
     self.arch = " ".join(x for x in (self.target.triple.split("-")[0], self.target.cpu) if x)
     self.float_lanes = self.target.vector_bytes // 4
+    # sums of products accumulate with llvm.fma (kc.codegen.fma) where it is an instruction
+    self.fuses_accumulation = self.target.has_fma
+
+  def fused_multiply_add(self, dt: DType) -> bool: return _is_float(dt)
 
   def render_env(self) -> tuple: return (threads(),)  # 1 thread: no split loop
 
@@ -342,6 +348,10 @@ class _Function:
     if op is Ops.EXP2 and st.count > 1 and st.scalar() == dtypes.float32:  # all lanes at once (vector_exp2.py)
       self.vector_exp2.add(st.count)
       return self.inst(f"call {t} {vector_exp2.name(st.count)}({t} {srcs[0]})")
+    if op is Ops.MULACC:  # a*b+c rounded once: only where fused_multiply_add(dt) said so
+      fn = f"@llvm.fma.{(f'v{st.count}' if st.count > 1 else '') + _FLOAT_SUFFIX[st.scalar()]}"
+      self.declares.add(f"declare {t} {fn}({t}, {t}, {t})")
+      return self.inst(f"call {t} {fn}({t} {srcs[0]}, {t} {srcs[1]}, {t} {srcs[2]})")
     if op in _INTRINSICS:
       if not _is_float(st): raise CompileError(f"LLVM computes {op} on float32 and float64, not {st}")
       suffix = (f"v{st.count}" if st.count > 1 else "") + _FLOAT_SUFFIX[st.scalar()]

@@ -36,6 +36,12 @@ class Target:
   features: str       # the LLVM feature string ("+avx2,+fma,..."); empty for an ISA level or portable code
   vector_bytes: int   # the widest vector register the code may use: 64 (AVX-512), 32 (AVX, AVX2) or 16
 
+  @property
+  def has_fma(self) -> bool:
+    """Whether the code may use fused multiply-add instructions (llvm.fma is then one instruction, elsewhere a
+    library call): a CPU with FMA3, an ISA level that includes it, or any 64-bit ARM."""
+    return "+fma" in self.features.split(",") or self.cpu in ("x86-64-v3", "x86-64-v4") or self.triple.startswith(("aarch64", "arm64"))
+
   def describe(self) -> str:
     """One line naming everything that decides the machine code: the compile cache keys on it."""
     return " ".join(x for x in (self.triple, self.cpu, self.features) if x)

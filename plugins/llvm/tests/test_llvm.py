@@ -40,6 +40,29 @@ def test_no_fused_multiply_add_in_the_machine_code():
   assert "fma" not in asm and "mul" in asm and "add" in asm
 
 
+@pytest.mark.parametrize("N", [1, 64])
+def test_a_sum_of_products_accumulates_with_llvm_fma_and_rounds_each_product_once(N):
+  """(1 + 2^-12)^2 rounded alone is 1 + 2^-11: added to -(1 + 2^-11) it gives 0 with two roundings and 2^-24 with one
+  (kc.codegen.fma). A dot product of [1, 1+2^-12, 0, ...] and [-(1+2^-11), 1+2^-12, 0, ...] per output lane, scalar
+  (N=1, no opts) and in the hand-coded vector tile."""
+  if not chosen_target().has_fma: pytest.skip("this CPU has no FMA instructions: llvm.fma would be a library call")
+  M, K = (1, 2) if N == 1 else (16, 64)
+  a = np.zeros((M, K), np.float32); a[:, :2] = [1.0, 1 + 2.0 ** -12]
+  b = np.zeros((K, N), np.float32); b[:2] = np.array([[-(1 + 2.0 ** -11)], [1 + 2.0 ** -12]], np.float32)
+  k = kc.compile(A.sink(A.store(0, F(1, M, K) @ F(2, K, N))), "LLVM", "none" if N == 1 else "hand")
+  assert "@llvm.fma." in k.program.src
+  out = np.empty((M, N), np.float32)
+  k(out, a, b)
+  assert np.all(out == np.float32(2.0 ** -24)), out
+
+
+def test_portable_and_sse2_code_fuses_nothing():
+  import platform
+  if platform.machine().lower() not in ("x86_64", "amd64"): pytest.skip("x86-64 only: every 64-bit ARM has FMA")
+  assert not LLVMRenderer(chosen_target(portable=True)).fuses_accumulation
+  assert not LLVMRenderer(chosen_target(isa="sse2")).fuses_accumulation
+
+
 def test_vectors_are_as_wide_as_the_target_registers():
   r = LLVMRenderer()
   lanes = chosen_target().vector_bytes // 4
