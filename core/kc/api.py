@@ -8,6 +8,7 @@ import numpy as np
 from kc.runtime.device import Buffer, Device
 from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError, OptsError, SymbolicError
 from kc.config import debug_level, read
+from kc.helpers import prod
 from kc.ir.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs, import_producers, overlaps
@@ -269,11 +270,19 @@ def _program_specs(plan, kernels: list[CompiledKernel]) -> list:
 
 
 class SplitCompiledKernel(CompiledProgram):
-  """A large reduce with few outputs, compiled as two kernels (the scheduler's split-reduce rule, kc.schedule.
-  split_reduce): a partial kernel that reduces chunks of the reduce axis in parallel into an intermediate, and a
-  combine kernel that reduces the partials and computes what followed the reduce. It is called exactly as a
-  CompiledKernel, with the original AST's buffers; `.program`, `.kernel` and `.name` are the partial kernel's (the one
-  that does the work), `.partial` and `.combine` the two CompiledKernels, `.programs` both programs in launch order."""
+  """One kernel that a scheduler rule compiled as two, called exactly as a CompiledKernel, with the original AST's
+  buffers. A large reduce with few outputs (kc.schedule.split_reduce): a partial kernel that reduces chunks of the
+  reduce axis in parallel into an intermediate, and a combine kernel that reduces the partials and computes what
+  followed the reduce. A large matmul on a host CPU (kc.schedule.pack_operand): a kernel that packs its second operand
+  into panels, and the product. `.partial` and `.combine` are the two CompiledKernels in launch order (for a packed
+  matmul, the pack and the product), `.programs` both programs; `.program`, `.kernel` and `.name` are those of the one
+  that does the work (the larger loop nest: the partial, the product)."""
+
+  def __init__(self, sink: UOp, plan, kernels: list[CompiledKernel], device: str):
+    super().__init__(sink, plan, kernels, device)
+    sizes = [prod(ck.kernel.full_shape) for ck in kernels]
+    main = kernels[sizes.index(max(sizes))] if all(isinstance(n, int) for n in sizes) else kernels[0]
+    self.kernel, self.program = main.kernel, main.program
 
   @property
   def partial(self) -> CompiledKernel: return self.kernels[0]
@@ -282,10 +291,10 @@ class SplitCompiledKernel(CompiledProgram):
   @property
   def name(self) -> str: return self.program.name
 
-  def __repr__(self): return f"<SplitCompiledKernel {self.name} + {self.combine.name} on {self.device}>"
+  def __repr__(self): return f"<SplitCompiledKernel {self.partial.name} + {self.combine.name} on {self.device}>"
 
   def _report(self, seconds: float, vals: dict[str, int]):
-    print(f"{self.device:8s} split into {self.name} and {self.combine.name}")
+    print(f"{self.device:8s} split into {self.partial.name} and {self.combine.name}")
     CompiledKernel._report(self, seconds, vals)
 
 
@@ -395,8 +404,9 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   KC_TC gives (read once per compile; see kc.config).
 
   With the hand-coded opts, a large reduce with few outputs (a full sum) becomes two kernels that use every core
-  or compute unit (a SplitCompiledKernel, see kc.schedule.split_reduce); `split_reduce=False` or KC_SPLIT_REDUCE=0 keeps it
-  one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
+  or compute unit (a SplitCompiledKernel, see kc.schedule.split_reduce), and on a host CPU a large matmul becomes a
+  kernel that packs its second operand into panels and the product (kc.schedule.pack_operand); `split_reduce=False` or
+  KC_SPLIT_REDUCE=0 keeps each one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
   dev = Device[device or Device.DEFAULT]
   if not (isinstance(sink, UOp) and sink.op is Ops.SINK): return _compile_one(sink, dev, resolve_opts(opts), read("KC_TC"))
   # the rule of kc.schedule.recompute for one choice of opts for every kernel; a list of opts was given per kernel of

@@ -243,7 +243,8 @@ _core("KC_CACHE_DIR", str, None, "the folder of the compile cache and the opt ca
 _core("KC_CACHE_MAX_MB", float, 512.0, "the compile cache's size limit in megabytes (least recently used entries go)",
       "kc.runtime.cache")
 _core("KC_SPLIT_REDUCE", bool, True, "0: a large reduce with few outputs stays one kernel instead of a partial and a "
-      "combine kernel", "kc.api")
+      "combine kernel, and a large matmul on a host CPU one kernel instead of a pack of its second operand and the "
+      "product", "kc.api")
 _core("KC_STRICT_PLUGINS", bool, False, "1: a plugin that fails to load is a kc.PluginError, not a warning",
       "kc.runtime.plugins")
 _core("KC_DISABLE_PLUGINS", str, "", "plugins to leave unloaded, by distribution or entry-point name, comma-separated",

@@ -185,7 +185,12 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
     if vm is None: continue
     # the cols as two upcasts (width, then cols of those: an upcast takes at most 16 lanes); an axis upcast whole
     # moves to the upcast axes entirely, and the axes after it move down by one
-    swap = _panel_outermost_reads_less(k, along, [(b, st) for b, st in loads if st.views[-1].strides[vn] == 0], vm, vn, rows, width * cols)
+    # the panels: every output axis but the rows' that the vector inputs walk and the others do not (the columns'
+    # own, and the panel axis of an input kc.schedule.pack_operand packed, whose columns within a panel are vn)
+    across = [(b, st) for b, st in loads if st.views[-1].strides[vn] == 0]
+    panel_axes = [a for a in range(k.first_reduce) if a != vm and all(st.views[-1].strides[a] != 0 for _, st in along)
+                  and all(st.views[-1].strides[a] == 0 for _, st in across)]
+    swap = _panel_outermost_reads_less(k, along, across, vm, panel_axes, rows, width * cols)
     before = k.shape_len
     if not _try(k, Opt(OptOps.UPCAST, vn, width)): return False
     vn_kept = k.shape_len > before
@@ -198,7 +203,9 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
         if vm > vn: vm -= 1
     before = k.shape_len
     vm_kept = not _try(k, Opt(OptOps.UPCAST, vm, rows)) or k.shape_len > before  # refused: the cols alone are a tile
-    if swap and vn_kept and vm_kept and vm < vn: _try(k, Opt(OptOps.SWAP, vm, vn))
+    # the loop over panels outside the rows' loop: vn's, or where vn was upcast whole, the next panel axis
+    outer = vn if vn_kept else next((a - (a > vn) for a in panel_axes if a != vn), None)
+    if swap and vm_kept and outer is not None and vm < outer: _try(k, Opt(OptOps.SWAP, vm, outer))
     _unroll_window(k)
     return True
   return False
@@ -283,15 +290,15 @@ def _reduce_broadcast_axes(k: OptimizingKernel) -> set[int]:
 _CACHED_BYTES = 1 << 20
 
 
-def _panel_outermost_reads_less(k: OptimizingKernel, along: list, across: list, vm: int, vn: int, rows: int, cols: int) -> bool:
+def _panel_outermost_reads_less(k: OptimizingKernel, along: list, across: list, vm: int, panel_axes: list, rows: int, cols: int) -> bool:
   """Whether the tile's loops should run the contiguous axis outermost. In the axes' order the rows' loop is outer:
   for each block of rows, the whole input read as vectors (`along`, a matmul's B) streams through once, and the
   block's rows of the other input (`across`, A) stay in cache. Swapped, each panel of `along` stays in cache and
   `across` streams once per panel. Swap where that moves fewer bytes and `along` does not fit in the cache anyway
   (matmul 2048 on one thread: 26 GFLOP/s in the axes' order, 65 swapped)."""
   def nbytes(loads) -> int: return sum(_buffer_bytes(b) for b, _ in loads)
-  if vm > vn or not all_int(k.full_shape) or (streamed := nbytes(along)) <= _CACHED_BYTES: return False
-  return (k.full_shape[vn] // cols) * nbytes(across) < (k.full_shape[vm] // rows) * streamed
+  if not panel_axes or vm > min(panel_axes) or not all_int(k.full_shape) or (streamed := nbytes(along)) <= _CACHED_BYTES: return False
+  return (prod(k.full_shape[a] for a in panel_axes) // cols) * nbytes(across) < (k.full_shape[vm] // rows) * streamed
 
 
 def _unroll_window(k: OptimizingKernel) -> None:

@@ -37,6 +37,7 @@ from kc.schedule.memory import TempBuffer, plan_arena
 from kc.schedule.movement import extents, kernel_nodes, shape_of
 from kc.renderer import Renderer
 from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_transcendentals
+from kc.schedule.pack_operand import pack_operand
 from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
 from kc.shape.view import fmt_shape
@@ -398,22 +399,35 @@ class SplitSchedule:
 
 
 def with_split_reduces(plan: Schedule, renderer, which: set[int]) -> SplitSchedule:
-  """The split-reduce rule (kc.schedule.split_reduce) for `renderer`'s device applied to the kernels of `plan` whose
+  """The rules that make one hand-coded kernel two, for `renderer`'s device, applied to the kernels of `plan` whose
   indices are in `which`: a large reduce with few outputs becomes a partial kernel, which reduces chunks of it in
-  parallel into a new intermediate, and a combine kernel. The arena is planned again with the partials in it."""
+  parallel into a new intermediate, and a combine kernel (kc.schedule.split_reduce); on a host CPU a large matmul
+  becomes a kernel that packs its second operand into panels and the product reading them
+  (kc.schedule.pack_operand). The arena is planned again with the new intermediates in it."""
   kernels: list[ScheduledKernel] = []
   origin: list[int] = []
   temps = [(t.dtype, t.size) for t in plan.temps]
   for i, k in enumerate(plan.kernels):
-    split = split_reduce(k.ast, renderer) if i in which else None
-    if split is None:
+    two = _two_kernels(k.ast, renderer) if i in which else None
+    if two is None:
       kernels.append(k); origin.append(i)
       continue
-    partials = BufferRef(True, len(temps))
-    temps.append((split.temp_dtype, split.temp_size))
-    refs = lambda order, k=k, partials=partials: tuple(partials if b == TEMP else k.buffers[b] for b in order)
-    kernels += [ScheduledKernel(split.partial, refs(split.partial_buffers)), ScheduledKernel(split.combine, refs(split.combine_buffers))]
+    (first, first_buffers), (second, second_buffers), temp = two
+    made = BufferRef(True, len(temps))
+    temps.append(temp)
+    refs = lambda order, k=k, made=made: tuple(made if b == TEMP else k.buffers[b] for b in order)
+    kernels += [ScheduledKernel(first, refs(first_buffers)), ScheduledKernel(second, refs(second_buffers))]
     origin += [i, i]
   if len(kernels) == len(plan.kernels): return SplitSchedule(plan, tuple(origin))
   placed, peak = plan_arena(kernels, temps)
   return SplitSchedule(Schedule(plan.sink, tuple(kernels), placed, peak), tuple(origin))
+
+
+def _two_kernels(ast: UOp, renderer):
+  """The two kernels (each an AST and its buffers' original indices) and the intermediate (dtype, size) one of the
+  rules makes of `ast`, or None."""
+  if (split := split_reduce(ast, renderer)) is not None:
+    return (split.partial, split.partial_buffers), (split.combine, split.combine_buffers), (split.temp_dtype, split.temp_size)
+  if (packed := pack_operand(ast, renderer)) is not None:
+    return (packed.pack, packed.pack_buffers), (packed.product, packed.product_buffers), (packed.temp_dtype, packed.temp_size)
+  return None

@@ -142,12 +142,12 @@ def _build(ast: UOp, red: UOp, partial_src: UOp, axis: int, parts: int, out: tup
   parts_shape = out[:axis] + (parts,) + out[axis + 1:]
   load = UOp(Ops.LOAD, red.dtype, (temp, ShapeTracker.from_shape(parts_shape).to_uop()))
   combine = ast.substitute({red: UOp(Ops.REDUCE_AXIS, red.dtype, (load,), (op, (axis,)))})
-  partial, partial_buffers = _renumber(partial)
-  combine, combine_buffers = _renumber(combine)
+  partial, partial_buffers = renumber(partial)
+  combine, combine_buffers = renumber(combine)
   return SplitReduce(partial, combine, partial_buffers, combine_buffers, red.dtype, temp_size, parts)
 
 
-def _renumber(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
+def renumber(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
   """`ast` with its buffers numbered 0..n-1 (the caller's in their order, then the partials), and for each new
   index the original one (TEMP for the partials)."""
   found = sorted({u.arg for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda i: (i == TEMP, i))
