@@ -95,10 +95,15 @@ def _axes(dims, ndim: int) -> tuple[int, ...]:
 
 def elementwise(node: torch.fx.Node, fn: Callable[..., Any], *args):
   """fn over args cast to the dtype torch computes the node in (its result dtype, or float32 for halves), then
-  rounded to the result dtype."""
+  rounded to the result dtype. A tensor operand is first cast to the result dtype, as torch's TensorIterator casts
+  every input to the common dtype before a half kernel computes in float32 (an int64 667 divides a bfloat16 as
+  bfloat16(667) = 668), except a 0-d one in the second place: torch's half mul and div read that CPU scalar's
+  original value in float32 (TensorIterator.original_scalar_value; add and sub round it first, _scalar_in)."""
   out = out_dtype(node)
   compute = opmath(out)
-  return cast(fn(*(cast(a, compute) for a in args)), out)
+  def operand(i: int, a):
+    return cast(a, out) if isinstance(a, A.Expr) and (a.shape or i != 1 or len(args) != 2) else a
+  return cast(fn(*(cast(operand(i, a), compute) for i, a in enumerate(args))), out)
 
 
 def _binary(fn):
@@ -109,9 +114,12 @@ def _binary(fn):
 
 
 def _scalar_in(dtype: torch.dtype):
-  """torch's CPU add and sub (not mul or div) round a Python-number operand to the tensor's dtype before the float32
-  math of a half or bfloat16 op: x + 0.1 adds half(0.1)."""
-  def rounded(x): return float(torch.tensor(x, dtype=dtype)) if isinstance(x, float) and dtype in HALF else x
+  """torch's CPU add and sub (not mul or div) round a Python-number operand, and a 0-d tensor, to the tensor's dtype
+  before the float32 math of a half or bfloat16 op: x + 0.1 adds half(0.1), x + tensor(667) adds bfloat16(667)."""
+  def rounded(x):
+    if dtype not in HALF: return x
+    if isinstance(x, float): return float(torch.tensor(x, dtype=dtype))
+    return cast(x, dtype) if isinstance(x, A.Expr) and not x.shape else x
   return rounded
 
 

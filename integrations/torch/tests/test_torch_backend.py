@@ -74,6 +74,21 @@ def test_half_math_rounds_once_per_op_as_torch(dtype):
   for got, want in zip(compiled(fn)(x, y), fn(x, y)): assert torch.equal(got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum"])
+def test_an_int_tensor_operand_of_a_half_op_is_rounded_as_torch_rounds_it(dtype, op):
+  """torch casts every tensor input to the common dtype before its half kernel computes in float32: an int64 667
+  with a bfloat16 is bfloat16(667) = 668 (1 / 667 and 1 / 668 round to different bfloat16s). Both operand orders,
+  and a 0-d int tensor in either place (second, mul and div read it unrounded; first, or in add and sub, rounded)."""
+  fn = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum}[op]
+  x = torch.tensor([1.0, 3.0, -2.5, 0.5, 7.0, 1.0, 9.0, 1.0], dtype=dtype)
+  ints = torch.tensor([667, 1021, 2049, 4097, 3, 8191, 1, 255], dtype=torch.int64)
+  for f in (lambda a, b: fn(a, b), lambda a, b: fn(b, a), lambda a, b: fn(a, b[0]), lambda a, b: fn(b[0], a)):
+    torch._dynamo.reset()
+    assert torch.equal(compiled(f)(x, ints), f(x, ints))
+  assert kc_torch.fallbacks() == []
+
+
 def test_a_new_shape_builds_a_new_program_and_stays_correct():
   fn = compiled(lambda x: (x - x.mean(-1, keepdim=True)).square().sum(-1))
   for shape in [(3, 8), (5, 8), (5, 13), (2, 4)]:

@@ -39,8 +39,14 @@ def cases(draw):
   if name in ("floor", "ceil", "trunc", "round", "sign", "isnan") and not dtype.is_floating_point and name != "sign":
     dtype = torch.float32
   n = draw(st.integers(1, 9))
-  operands = [_operand(draw, dtype, n)] if "unary" in kind else \
-    [_operand(draw, dtype, n), _operand(draw, draw(st.sampled_from([dtype, torch.float32, torch.int64])), n)]
+  if "unary" in kind: operands = [_operand(draw, dtype, n)]
+  else:
+    # the second operand of another dtype (torch's promotion: an int64 rounds to a half result's dtype first), a 0-d
+    # tensor (which torch's half kernels read as a scalar), and either one first
+    other = _operand(draw, draw(st.sampled_from([dtype, torch.float32, torch.int64])), n)
+    if draw(st.booleans()): other = other[0]
+    operands = [_operand(draw, dtype, n), other]
+    if draw(st.booleans()): operands.reverse()
   scalar = draw(st.none() | st.sampled_from([2, -3, 0.5, 1.7]))
   return kind, name, table[name], operands, scalar
 
