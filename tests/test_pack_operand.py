@@ -10,7 +10,8 @@ from kc.emu import DEVICE, impersonating
 from kc.emu.renderer import EmuRenderer
 from kc.ir.uop import Ops
 from kc.schedule import schedule
-from kc.schedule.pack_operand import MIN_COLUMNS, MIN_PACKED, MIN_REDUCE, MIN_ROWS, pack_operand, panel_width
+from kc.schedule.pack_operand import (MIN_COLUMNS, MIN_PACKED, MIN_REDUCE, MIN_ROWS, MIN_ROWS_GATHERED, pack_operand,
+                                      panel_width)
 from kc.schedule.split_reduce import TEMP
 
 F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
@@ -67,6 +68,14 @@ def test_a_large_matmul_is_a_pack_and_a_product_reading_the_panels(transposed):
         "computed", "batched"])
 def test_what_stays_one_kernel(sink):
   assert pack_operand(the_kernel(sink), HostRenderer()) is None
+
+
+@pytest.mark.parametrize("M,K,N,packed", [(32, 128, 256, True), (MIN_ROWS_GATHERED - 1, 256, 256, False), (32, 64, 256, False)])
+def test_a_transposed_b_is_packed_from_fewer_rows(M, K, N, packed):
+  # x @ W.T reads W across N, each tile gathering it lane by lane: packing pays from MIN_ROWS_GATHERED rows (32)
+  # and MIN_MACS_GATHERED multiply-adds (2^20: 32 x 128 x 256 has them, 32 x 64 x 256 half)
+  assert (pack_operand(the_kernel(mm(M, K, N, transposed=True)), HostRenderer()) is not None) == packed
+  assert pack_operand(the_kernel(mm(M, K, N)), HostRenderer()) is None  # row-major B: too small
 
 
 def test_devices_with_work_groups_or_no_vectors_keep_one_kernel():

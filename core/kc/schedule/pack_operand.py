@@ -8,11 +8,13 @@ the same few cache sets, so a panel of B the tile reuses for every block of rows
 libraries copy B into panels first, and so does this rule: a *pack* kernel writes P[p, k, w] = B[k, p*W + w] into a
 temporary buffer, and the *product* kernel is the original one reading P, its N axis split into (N/W, W) so that each
 view stays one strided view. A panel's K rows are then contiguous. (One AVX-512 core, float32 2048 x 2048: 58 ->
-75-85 GFLOP/s; 1024: 103 -> 110; the copy costs a few percent of the product.)
+98-105 GFLOP/s; 1024: 103 -> 106-109; x @ W.T, 512 x 256 x 256: 43 -> 101; the copy costs a few percent of the
+product.)
 
 It applies to a kernel that stores one float32 ADD reduce over one axis of the product of two loads, in three axes
 (M, K, N in any order), or an elementwise function of it and other loads (a bias, an activation), where the second
-operand (the one broadcast along M) is read unmasked and M, K and N are large enough for the copy to pay. The
+operand (the one broadcast along M) is read unmasked and M, K and N are large enough for the copy to pay (much
+smaller where B is read across N, as a Linear layer's x @ W.T reads W). The
 decision depends on the AST and the renderer alone, like kc.schedule.split_reduce's."""
 from __future__ import annotations
 from dataclasses import dataclass
@@ -24,10 +26,14 @@ from kc.schedule.movement import Move, move, shape_of
 from kc.schedule.split_reduce import TEMP, renumber
 from kc.shape import ShapeTracker
 
-# the smallest M, K and N packed, and the fewest elements of B: below, the copy and the second launch cost about
-# what the packed reads save, or more (one AVX-512 core, GFLOP/s one kernel -> packed: M, K, N = 64, 512, 1024:
-# 111 -> 88; 128, 256, 1024: 93 -> 102; 256, 256, 256: 108 -> 107; 512, 512, 512: 93 -> 107)
+# where B is read along N contiguously: the smallest M, K and N packed, and the fewest elements of B. Below, the copy
+# and the second launch cost about what the packed reads save, or more (one AVX-512 core, GFLOP/s one kernel ->
+# packed: M, K, N = 64, 512, 1024: 98 -> 88; 128, 256, 1024: 93 -> 102; 256, 256, 256: 108 -> 107; 512, 512, 512:
+# 93 -> 107)
 MIN_ROWS, MIN_REDUCE, MIN_COLUMNS, MIN_PACKED = 128, 256, 256, 1 << 17
+# where B is not (x @ W.T, a Linear layer's weight): each tile gathers B lane by lane, and packing pays from few rows
+# and a small product on (64, 256, 256: 37 -> 69; 32, 256, 512: 54 -> 70; 256, 64, 256: 27 -> 76; 16 rows lose)
+MIN_ROWS_GATHERED, MIN_MACS_GATHERED = 32, 1 << 20
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,10 @@ def pack_operand(ast: UOp, renderer: Optional[Renderer]) -> Optional[PackedOpera
   if (found_axes := _operands_and_axes(store, loads, k)) is None: return None
   a, b, m, n = found_axes
   M, K, N = full[m], full[k], full[n]
-  if M < MIN_ROWS or K < MIN_REDUCE or N < MIN_COLUMNS or K * N < MIN_PACKED or N % W: return None
+  if N % W: return None
+  if b.src[1].arg.views[0].strides[n] != 1:
+    if M < MIN_ROWS_GATHERED or M * K * N < MIN_MACS_GATHERED: return None
+  elif M < MIN_ROWS or K < MIN_REDUCE or N < MIN_COLUMNS or K * N < MIN_PACKED: return None
   temp_shape = (N // W, K, W)
   temp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size=N * K), (), TEMP)
   # pack: B at M = 0 with its axes as (N, K), split into (N/W, W, K) and stored as (N/W, K, W), panels contiguous
