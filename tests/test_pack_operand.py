@@ -10,7 +10,7 @@ from kc.emu import DEVICE, impersonating
 from kc.emu.renderer import EmuRenderer
 from kc.ir.uop import Ops
 from kc.schedule import schedule
-from kc.schedule.pack_operand import (MIN_COLUMNS, MIN_PACKED, MIN_REDUCE, MIN_ROWS, MIN_ROWS_GATHERED, pack_operand,
+from kc.schedule.pack_operand import (MIN_COLUMNS, MIN_PACKED, MIN_REDUCE, MIN_ROWS, pack_operand,
                                       panel_width)
 from kc.schedule.split_reduce import TEMP
 
@@ -40,10 +40,9 @@ def test_the_panel_width_is_two_of_the_widest_vectors_and_none_with_work_groups(
   assert panel_width(EmuRenderer()) is None and panel_width(None) is None
 
 
-@pytest.mark.parametrize("transposed", [False, True])
-def test_a_large_matmul_is_a_pack_and_a_product_reading_the_panels(transposed):
+def test_a_large_matmul_is_a_pack_and_a_product_reading_the_panels():
   M, K, N = MIN_ROWS, 2 * MIN_REDUCE, MIN_COLUMNS
-  p = pack_operand(the_kernel(mm(M, K, N, transposed)), HostRenderer())
+  p = pack_operand(the_kernel(mm(M, K, N)), HostRenderer())
   assert p is not None and p.temp_size == K * N and p.temp_dtype == dtypes.float32
   # the pack reads B (buffer 2) and writes the panels; the product reads A and the panels and writes the output
   assert p.pack_buffers == (2, TEMP) and p.product_buffers == (0, 1, TEMP)
@@ -70,12 +69,9 @@ def test_what_stays_one_kernel(sink):
   assert pack_operand(the_kernel(sink), HostRenderer()) is None
 
 
-@pytest.mark.parametrize("M,K,N,packed", [(32, 128, 256, True), (MIN_ROWS_GATHERED - 1, 256, 256, False), (32, 64, 256, False)])
-def test_a_transposed_b_is_packed_from_fewer_rows(M, K, N, packed):
-  # x @ W.T reads W across N, each tile gathering it lane by lane: packing pays from MIN_ROWS_GATHERED rows (32)
-  # and MIN_MACS_GATHERED multiply-adds (2^20: 32 x 128 x 256 has them, 32 x 64 x 256 half)
-  assert (pack_operand(the_kernel(mm(M, K, N, transposed=True)), HostRenderer()) is not None) == packed
-  assert pack_operand(the_kernel(mm(M, K, N)), HostRenderer()) is None  # row-major B: too small
+def test_a_b_read_across_n_is_not_packed():
+  # x @ W.T: K-contiguous loads on both sides (vector dot products already), and its pack would be a transpose
+  assert pack_operand(the_kernel(mm(MIN_ROWS, 2 * MIN_REDUCE, MIN_COLUMNS, transposed=True)), HostRenderer()) is None
 
 
 def test_devices_with_work_groups_or_no_vectors_keep_one_kernel():
@@ -88,26 +84,20 @@ def test_devices_with_work_groups_or_no_vectors_keep_one_kernel():
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(M=st.sampled_from([128, 136]), K=st.sampled_from([512, 520]), N=st.sampled_from([256, 272]),
-       layout=st.sampled_from(["ab", "abT", "ba", "bias_relu"]))
+       layout=st.sampled_from(["ab", "ba", "bias_relu", "wide"]))
 def test_packed_programs_on_emu_mean_what_numpy_means(emu, M, K, N, layout):
-  # B row-major, B transposed (a Linear layer's x @ W.T), the operands in the other order (B's load first), and a
-  # bias and ReLU after the product
+  # B row-major, the operands in the other order (B's load first), a bias and ReLU after the product, and the
+  # product with size-1 axes in its kernel (as kc-torch's Linear layers have)
   rng = np.random.default_rng(M + K + N)
-  x = rng.standard_normal((M, K)).astype(np.float32)
-  bias = rng.standard_normal(N).astype(np.float32)
-  if layout in ("abT", "bias_relu"):
-    y = rng.standard_normal((N, K)).astype(np.float32)
-    sink, want = A.sink(A.store(0, F(1, M, K) @ F(2, N, K).T)), x.astype(np.float64) @ y.T.astype(np.float64)
-    if layout == "bias_relu":
-      sink, want = A.sink(A.store(0, (F(1, M, K) @ F(2, N, K).T + F(3, N)).maximum(0.0))), np.maximum(want + bias, 0)
-  else:
-    y = rng.standard_normal((K, N)).astype(np.float32)
-    a, b = F(1, M, K).reshape(M, K, 1), F(2, K, N).reshape(1, K, N)
-    prod = b * a if layout == "ba" else a * b
-    sink, want = A.sink(A.store(0, prod.sum(1))), x.astype(np.float64) @ y.astype(np.float64)
+  x, y, bias = (rng.standard_normal(s).astype(np.float32) for s in ((M, K), (K, N), (N,)))
+  a, b = F(1, M, K).reshape(M, K, 1), F(2, K, N).reshape(1, K, N)
+  want = x.astype(np.float64) @ y.astype(np.float64)
+  if layout == "wide": value = (F(1, M, K).reshape(M, 1, K, 1) * F(2, K, N).reshape(1, 1, K, N)).sum(2).reshape(M, N)
+  else: value = (b * a if layout == "ba" else a * b).sum(1)
+  if layout == "bias_relu": value, want = (value + F(3, N)).maximum(0.0), np.maximum(want + bias, 0)
+  sink = A.sink(A.store(0, value))
   emu.renderer = impersonating(HostRenderer())
-  ck = kc.compile(sink, device=DEVICE, opts="hand")
-  assert len(ck.kernels) == 2
+  assert len(kc.compile(sink, device=DEVICE, opts="hand").kernels) == 2
   inputs = {1: x, 2: y, 3: bias} if layout == "bias_relu" else {1: x, 2: y}
   got = kc.run(sink, inputs, device=DEVICE, opts="hand")[0].reshape(M, N)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -8,13 +8,12 @@ the same few cache sets, so a panel of B the tile reuses for every block of rows
 libraries copy B into panels first, and so does this rule: a *pack* kernel writes P[p, k, w] = B[k, p*W + w] into a
 temporary buffer, and the *product* kernel is the original one reading P, its N axis split into (N/W, W) so that each
 view stays one strided view. A panel's K rows are then contiguous. (One AVX-512 core, float32 2048 x 2048: 58 ->
-98-105 GFLOP/s; 1024: 103 -> 106-109; x @ W.T, 512 x 256 x 256: 43 -> 101; the copy costs a few percent of the
-product.)
+98-105 GFLOP/s; 1024: 103 -> 106-109; the copy costs a few percent of the product.)
 
 It applies to a kernel that stores one float32 ADD reduce over one axis of the product of two loads, in three axes
 (M, K, N in any order), or an elementwise function of it and other loads (a bias, an activation), where the second
-operand (the one broadcast along M) is read unmasked and M, K and N are large enough for the copy to pay (much
-smaller where B is read across N, as a Linear layer's x @ W.T reads W). The
+operand (the one broadcast along M) is read unmasked and contiguously along N, and M, K and N are large enough for
+the copy to pay. The
 decision depends on the AST and the renderer alone, like kc.schedule.split_reduce's."""
 from __future__ import annotations
 from dataclasses import dataclass
@@ -26,14 +25,10 @@ from kc.schedule.movement import Move, move, shape_of
 from kc.schedule.split_reduce import TEMP, renumber
 from kc.shape import ShapeTracker
 
-# where B is read along N contiguously: the smallest M, K and N packed, and the fewest elements of B. Below, the copy
-# and the second launch cost about what the packed reads save, or more (one AVX-512 core, GFLOP/s one kernel ->
-# packed: M, K, N = 64, 512, 1024: 98 -> 88; 128, 256, 1024: 93 -> 102; 256, 256, 256: 108 -> 107; 512, 512, 512:
-# 93 -> 107)
+# the smallest M, K and N packed, and the fewest elements of B: below, the copy and the second launch cost about what
+# the packed reads save, or more (one AVX-512 core, GFLOP/s one kernel -> packed: M, K, N = 64, 512, 1024: 98 -> 88;
+# 128, 256, 1024: 93 -> 102; 256, 256, 256: 108 -> 107; 512, 512, 512: 93 -> 107)
 MIN_ROWS, MIN_REDUCE, MIN_COLUMNS, MIN_PACKED = 128, 256, 256, 1 << 17
-# where B is not (x @ W.T, a Linear layer's weight): each tile gathers B lane by lane, and packing pays from few rows
-# and a small product on (64, 256, 256: 37 -> 69; 32, 256, 512: 54 -> 70; 256, 64, 256: 27 -> 76; 16 rows lose)
-MIN_ROWS_GATHERED, MIN_MACS_GATHERED = 32, 1 << 20
 
 
 @dataclass(frozen=True)
@@ -62,15 +57,17 @@ def pack_operand(ast: UOp, renderer: Optional[Renderer]) -> Optional[PackedOpera
   if (W := panel_width(renderer)) is None or (found := _matmul(ast)) is None: return None
   store, red, loads = found
   full = shape_of(red.src[0])
-  if full is None or len(full) != 3 or not all(isinstance(d, int) for d in full): return None
+  # three axes besides size-1 ones (a Linear layer's kernel from kc-torch keeps some)
+  if full is None or not all(isinstance(d, int) for d in full) or sum(d != 1 for d in full) != 3: return None
   (k,) = red.arg[1]
   if (found_axes := _operands_and_axes(store, loads, k)) is None: return None
   a, b, m, n = found_axes
   M, K, N = full[m], full[k], full[n]
-  if N % W: return None
-  if b.src[1].arg.views[0].strides[n] != 1:
-    if M < MIN_ROWS_GATHERED or M * K * N < MIN_MACS_GATHERED: return None
-  elif M < MIN_ROWS or K < MIN_REDUCE or N < MIN_COLUMNS or K * N < MIN_PACKED: return None
+  # only a B read along N contiguously: one read across N (x @ W.T) has K-contiguous loads on both sides, which the
+  # hand-coded opts already run as vector dot products, and its pack would be a transpose, slow as a copy kernel
+  # (kc-torch's MLP, 64 rows: the packs of its weights cost more than the products saved)
+  if N % W or b.src[1].arg.views[0].strides[n] != 1: return None
+  if M < MIN_ROWS or K < MIN_REDUCE or N < MIN_COLUMNS or K * N < MIN_PACKED: return None
   temp_shape = (N // W, K, W)
   temp = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(size=N * K), (), TEMP)
   # pack: B at M = 0 with its axes as (N, K), split into (N/W, W, K) and stored as (N/W, K, W), panels contiguous
@@ -83,10 +80,10 @@ def pack_operand(ast: UOp, renderer: Optional[Renderer]) -> Optional[PackedOpera
   pack = UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (temp, ShapeTracker.from_shape(temp_shape).to_uop(), panels)),))
   # product: N split into (N/W, W) in its place; B's load replaced by a view of the panels in those axes
   split = full[:n] + (N // W, W) + full[n + 1:]
-  names = [{m: "m", k: "k", n: "p"}[x] for x in range(3)]
+  names = [{m: "m", k: "k", n: "p"}.get(x, "1") for x in range(len(full))]
   names.insert(names.index("p") + 1, "w")
-  size = {"m": M, "k": K, "p": N // W, "w": W}
-  st = ShapeTracker.from_shape(temp_shape).permute(tuple("pkw".index(x) for x in names if x != "m"))
+  size = {"m": M, "k": K, "p": N // W, "w": W, "1": 1}
+  st = ShapeTracker.from_shape(temp_shape).permute(tuple("pkw".index(x) for x in names if x in "pkw"))
   st = st.reshape(tuple(1 if x == "m" else size[x] for x in names)).expand(tuple(size[x] for x in names))
   mul = red.src[0]
   operands = tuple(move(a, Move("reshape", split), full) if s is a else UOp(Ops.LOAD, b.dtype, (temp, st.to_uop())) for s in mul.src)
@@ -106,8 +103,9 @@ def _operands_and_axes(store: UOp, loads: tuple[UOp, UOp], k: int) -> Optional[t
   that walks it and A the other, M the other output axis, along which B is broadcast and A is not; None where the
   loads are not a matmul's over reduce axis k."""
   out = store.src[1].arg.views[0].strides
-  if (n := next((x for x in range(3) if x != k and out[x] == 1), None)) is None: return None
-  m = 3 - n - k
+  full = store.src[1].arg.shape
+  if (n := next((x for x in range(len(full)) if x != k and full[x] != 1 and out[x] == 1), None)) is None: return None
+  m = next(x for x in range(len(full)) if x not in (k, n) and full[x] != 1)
   a, b = loads if loads[1].src[1].arg.views[0].strides[n] != 0 else loads[::-1]
   sa, sb = a.src[1].arg.views[0].strides, b.src[1].arg.views[0].strides
   ok = sb[m] == 0 and sa[m] != 0 and sa[n] == 0 and sb[n] != 0 and sa[k] != 0 and sb[k] != 0
