@@ -16,13 +16,12 @@ operand (the one broadcast along M) is read unmasked and contiguously along N, a
 the copy to pay. The
 decision depends on the AST and the renderer alone, like kc.schedule.split_reduce's."""
 from __future__ import annotations
-from dataclasses import dataclass
 from typing import Optional
-from kc.ir.dtype import DType, ImageDType, dtypes
+from kc.ir.dtype import ImageDType, dtypes
 from kc.ir.uop import GroupOp, Ops, UOp
 from kc.renderer import Renderer
 from kc.schedule.movement import Move, move, shape_of
-from kc.schedule.split_reduce import TEMP, renumber
+from kc.schedule.split_reduce import TEMP, KernelPair, renumber
 from kc.shape import ShapeTracker
 
 # the smallest M, K and N packed, and the fewest elements of B: below, the copy and the second launch cost about what
@@ -31,16 +30,16 @@ from kc.shape import ShapeTracker
 MIN_ROWS, MIN_REDUCE, MIN_COLUMNS, MIN_PACKED = 128, 256, 256, 1 << 17
 
 
-@dataclass(frozen=True)
-class PackedOperand:
-  """The two kernels one matmul AST becomes. `pack_buffers` and `product_buffers` say, for each buffer index of the
-  pack and product ASTs, which buffer index of the original AST it is (TEMP: the panels)."""
-  pack: UOp
-  product: UOp
-  pack_buffers: tuple[int, ...]
-  product_buffers: tuple[int, ...]
-  temp_dtype: DType
-  temp_size: int
+class PackedOperand(KernelPair):
+  """A matmul as the pack kernel (first), which writes B's panels, and the product (second), which reads them."""
+  @property
+  def pack(self) -> UOp: return self.first
+  @property
+  def product(self) -> UOp: return self.second
+  @property
+  def pack_buffers(self) -> tuple[int, ...]: return self.first_buffers
+  @property
+  def product_buffers(self) -> tuple[int, ...]: return self.second_buffers
 
 
 def panel_width(renderer: Optional[Renderer]) -> Optional[int]:

@@ -408,26 +408,16 @@ def with_split_reduces(plan: Schedule, renderer, which: set[int]) -> SplitSchedu
   origin: list[int] = []
   temps = [(t.dtype, t.size) for t in plan.temps]
   for i, k in enumerate(plan.kernels):
-    two = _two_kernels(k.ast, renderer) if i in which else None
+    two = (split_reduce(k.ast, renderer) or pack_operand(k.ast, renderer)) if i in which else None
     if two is None:
       kernels.append(k); origin.append(i)
       continue
-    (first, first_buffers), (second, second_buffers), temp = two
     made = BufferRef(True, len(temps))
-    temps.append(temp)
+    temps.append((two.temp_dtype, two.temp_size))
     refs = lambda order, k=k, made=made: tuple(made if b == TEMP else k.buffers[b] for b in order)
-    kernels += [ScheduledKernel(first, refs(first_buffers)), ScheduledKernel(second, refs(second_buffers))]
+    kernels += [ScheduledKernel(two.first, refs(two.first_buffers)), ScheduledKernel(two.second, refs(two.second_buffers))]
     origin += [i, i]
   if len(kernels) == len(plan.kernels): return SplitSchedule(plan, tuple(origin))
   placed, peak = plan_arena(kernels, temps)
   return SplitSchedule(Schedule(plan.sink, tuple(kernels), placed, peak), tuple(origin))
 
-
-def _two_kernels(ast: UOp, renderer):
-  """The two kernels (each an AST and its buffers' original indices) and the intermediate (dtype, size) one of the
-  rules makes of `ast`, or None."""
-  if (split := split_reduce(ast, renderer)) is not None:
-    return (split.partial, split.partial_buffers), (split.combine, split.combine_buffers), (split.temp_dtype, split.temp_size)
-  if (packed := pack_operand(ast, renderer)) is not None:
-    return (packed.pack, packed.pack_buffers), (packed.product, packed.product_buffers), (packed.temp_dtype, packed.temp_size)
-  return None

@@ -41,16 +41,32 @@ _SPLITTABLE = (Ops.ADD, Ops.MAX, Ops.MUL)
 
 
 @dataclass(frozen=True)
-class SplitReduce:
-  """The two kernels one reduce AST becomes. `partial_buffers` and `combine_buffers` say, for each buffer index of
-  the partial and combine ASTs, which buffer index of the original AST it is (TEMP: the partials)."""
-  partial: UOp
-  combine: UOp
-  partial_buffers: tuple[int, ...]
-  combine_buffers: tuple[int, ...]
+class KernelPair:
+  """The two kernels, launched in this order, that a rule makes of one AST, and the intermediate the first writes and
+  the second reads (`temp_dtype`, `temp_size` elements). `first_buffers` and `second_buffers` say, for each buffer
+  index of the two ASTs, which buffer index of the original AST it is (TEMP: the intermediate)."""
+  first: UOp
+  second: UOp
+  first_buffers: tuple[int, ...]
+  second_buffers: tuple[int, ...]
   temp_dtype: DType
   temp_size: int
+
+
+@dataclass(frozen=True)
+class SplitReduce(KernelPair):
+  """A reduce split in `parts`: the partial kernel (first) reduces chunks of it into the partials, the combine
+  kernel (second) reduces those."""
   parts: int
+
+  @property
+  def partial(self) -> UOp: return self.first
+  @property
+  def combine(self) -> UOp: return self.second
+  @property
+  def partial_buffers(self) -> tuple[int, ...]: return self.first_buffers
+  @property
+  def combine_buffers(self) -> tuple[int, ...]: return self.second_buffers
 
 
 def min_reduce(renderer: Optional[Renderer]) -> int:

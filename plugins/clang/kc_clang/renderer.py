@@ -195,8 +195,7 @@ class ClangRenderer(CStyleLanguage):
     # bits and computed in float, with the conversions CStyleLanguage.bits_helpers writes
     # fused multiply-adds for sums of products (kc.codegen.fma) where the code may use FMA3: -march=native on a CPU
     # that has it, or a level that includes it (avx2, avx512f)
-    x86_fma = ("fma",) in level.needs if level else self.native and cpu.x86 and "fma" in cpu.features
-    self.fuses_accumulation = x86_fma
+    self.fuses_accumulation = ("fma",) in level.needs if level else self.native and cpu.x86 and "fma" in cpu.features
     flags = compile_flags(native=self.native, isa=level.name if level else None)
     if not has_float16(tuple(compiler_command()), tuple(flags)):
       self.half_as_bits, self.extra_matcher = True, CStyleLanguage.all_narrow_in_float
