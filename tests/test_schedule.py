@@ -343,3 +343,18 @@ def test_normalisations_on_a_work_group_device_are_a_kernel_per_reduce_and_mean_
   out = np.zeros(want.shape, np.float32)
   compiled(out, x)
   np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("full,part", [((3, 3), (3, 1)), ((4, 5), (1, 5)), ((2, 3, 4), (2, 1, 4)), ((2, 3, 4), (1, 3, 1))])
+@pytest.mark.parametrize("opts", ["none", "hand"])
+def test_reduces_over_different_axes_merged_into_one_kernel_keep_one_shape(full, part, opts):
+  # on a work-group device a broadcast reduce is materialised (rule 9), and its kernel merges with another reduce of
+  # one output shape: a full reduce of `full` beside one of `part` (size 1 where `full` is not). The Kernel merged
+  # neighbouring axes that every tracker could merge, and the two reduce inputs then disagreed (9 against 3)
+  x, c, axes = A.arg(2, dtypes.float32, full), A.const(6, dtypes.int32, part), tuple(i for i, d in enumerate(part) if d > 1)
+  sink = A.sink(A.store(0, x.min(axis=tuple(range(len(full))))), A.store(1, c + c.sum(axis=axes, keepdims=True)))
+  v = np.arange(np.prod(full), dtype=np.float32).reshape(full) - 5
+  out = kc.run(sink, {2: v}, device="EMU", opts=opts)
+  assert out[0].reshape(()) == v.min()
+  cn = np.full(part, 6, np.int32)
+  np.testing.assert_array_equal(out[1].reshape(part), cn + cn.sum(axis=axes, keepdims=True))

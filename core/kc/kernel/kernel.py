@@ -284,13 +284,20 @@ class Kernel:
           special += strides_for_shape(piece)
         shapes.append(self.output_shape)
         strides.append(special)
+    # the kernel's size of each axis: the one size above 1 its trackers have there (verify_ast), else 1
+    full = [next((d for d in dims if not (isinstance(d, int) and d == 1)), 1) for dims in zip(*shapes)]
     rets = [[(s[0], st[0])] for s, st in zip(shapes, strides)]
+    merged = full[0]
     for i in range(1, len(shapes[0])):
       can_merge = []
       for s, st, ret in zip(shapes, strides, rets):
         si, sti, last = s[i], st[i], ret[-1][1]
-        can_merge.append(sti is not None and ((not _is_zero(sti) and _same(last, si * sti)) or (_is_zero(sti) and _is_zero(last))))
+        # a tracker with size 1 in one of the two axes and the kernel's size in the other would merge to a size that is
+        # neither 1 nor the kernel's (a reduce over (3, 3) beside one over (3, 1) in one kernel: 9 and 3)
+        sizes_agree = (_same(ret[-1][0], merged) and _same(si, full[i])) or (_same(ret[-1][0], 1) and _same(si, 1))
+        can_merge.append(sizes_agree and sti is not None and ((not _is_zero(sti) and _same(last, si * sti)) or (_is_zero(sti) and _is_zero(last))))
       mergeable = all(can_merge) and i != self.first_reduce
+      merged = merged * full[i] if mergeable else full[i]
       for j, (s, st) in enumerate(zip(shapes, strides)):
         if mergeable: rets[j][-1] = (rets[j][-1][0] * s[i], st[i])
         else: rets[j].append((s[i], st[i]))
