@@ -2,7 +2,8 @@
 accesses of the widths the renderer declares (Renderer.vector_widths), then one walk that simplifies every value, drops what can never happen
 (stores behind a false gate), replaces ops the renderer lacks (transcendentals) with ones it has and applies the
 renderer's own rules; then, on a renderer that computes on vectors (Renderer.vector_alu), the lanes of each vector
-become one vector computation where they line up (vectorize.py); last, on a renderer with fused multiply-adds, sums
+become one vector computation where they line up (vectorize.py), and the lane-by-lane combines of vector accumulators
+after their loops one shuffle tree for several at once (horizontal.py); last, on a renderer with fused multiply-adds, sums
 of products accumulate with them (fma.py)."""
 from __future__ import annotations
 import functools
@@ -13,6 +14,7 @@ from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.symbolic import split_sum, symbolic
 from kc.codegen.fma import fuse_accumulations
+from kc.codegen.horizontal import transpose_combines
 from kc.codegen.transcendental import transcendental_rules
 from kc.codegen.vectorize import passing_toposort, vectorize_alu
 from kc.ir.uop import Ops, UOp
@@ -181,6 +183,8 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
   sink = graph_rewrite(fold_vector_accesses(sink, renderer), rules)
   # vector arithmetic last: it only regroups lanes of values already simplified and rewritten into the ops the
   # dialect spells, so the rules above never see a vector op they were not written for
-  if renderer.vector_alu: sink = vectorize_alu(sink, _declared_widths(renderer), frozenset(renderer.vector_functions), renderer.vector_select)
+  if renderer.vector_alu:
+    widths, functions = _declared_widths(renderer), frozenset(renderer.vector_functions)
+    sink = transpose_combines(vectorize_alu(sink, widths, functions, renderer.vector_select), widths, functions)
   # sums of products fused last, on the vectors the accumulators became
   return fuse_accumulations(sink, renderer.fused_multiply_add) if renderer.fuses_accumulation else sink
