@@ -62,13 +62,28 @@ def isa_flags(cmd: tuple[str, ...], level: host.IsaLevel) -> list[str]:
 
 
 def native_flags(cmd: tuple[str, ...]) -> list[str]:
-  """-march=native, and for gcc -mno-avx512fp16 where the CPU has AVX512-FP16 (and gcc knows the flag): gcc 12
-  vectorizes `(double)(_Float16)x` of float x into one float->double conversion, dropping the rounding to half
-  (conformance np_astype); without AVX512-FP16 instructions half converts through F16C and computes in float, as
-  in portable code. clang keeps them: it converts correctly, and clang before 15 has _Float16 on x86 only with them."""
-  if "avx512_fp16" in host.host_cpu().features and not is_clang(cmd) and _accepts_flag(cmd, "-mno-avx512fp16"):
-    return ["-march=native", "-mno-avx512fp16"]
-  return ["-march=native"]
+  """-march=native, and for gcc:
+  - -mno-avx512fp16 where the CPU has AVX512-FP16 (and gcc knows the flag): gcc 12 vectorizes `(double)(_Float16)x`
+    of float x into one float->double conversion, dropping the rounding to half (conformance np_astype); without
+    AVX512-FP16 instructions half converts through F16C and computes in float, as in portable code. clang keeps them:
+    it converts correctly, and clang before 15 has _Float16 on x86 only with them.
+  - -mtune=generic where gcc does not know the CPU it runs on (tuning_misses_cpu)."""
+  flags = ["-march=native"]
+  if is_clang(cmd): return flags
+  if "avx512_fp16" in host.host_cpu().features and _accepts_flag(cmd, "-mno-avx512fp16"): flags.append("-mno-avx512fp16")
+  if tuning_misses_cpu(cmd, host.host_cpu()): flags.append("-mtune=generic")
+  return flags
+
+
+def tuning_misses_cpu(cmd: tuple[str, ...], cpu: host.HostCPU) -> bool:
+  """Whether gcc's -march=native tunes for a CPU without the AVX-512 this one has: gcc before 13 knows AMD's CPUs up
+  to Zen 3 and takes a Zen 4 (the first AMD CPU with AVX-512) for one (-mtune=znver3). That cost model, written for
+  256-bit registers, folds the loads of a register tile's operands into its 512-bit FMAs, one load per FMA instead of
+  one per operand: x @ W.T at 64x512x1024 (16 FMAs per 8 loaded vectors) ran at 46 GFLOP/s on one core where
+  -mtune=generic runs it at 104, and the other matmul and conv kernels measured the same with either."""
+  found = compiler_id(cmd)
+  return found is not None and found.family == "gcc" and found.major is not None and found.major < 13 and cpu.x86 \
+    and "avx512f" in cpu.features and cpu.model.upper().startswith("AMD")
 
 
 def is_clang(cmd: tuple[str, ...]) -> bool:
