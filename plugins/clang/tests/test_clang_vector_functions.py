@@ -1,12 +1,13 @@
 """CLANG's functions of float vectors (renderer.VECTOR_FUNCTIONS) against numpy's float64 results rounded once to
 float32: exp2 (kc_exp2_<n>) within 2 ulp and log2 (kc_log2_<n>) within 3 everywhere, exact at the special values,
 subnormals included; and WHERE on lane masks (kc_where_<n>, comparisons of float vectors) exactly as numpy selects."""
-import re
+import re, shutil
 import numpy as np
 import pytest
 import kc
 from kc import Opt, OptOps, dtypes
 from kc import ast as A
+from kc_clang.compiler import ClangCompiler, compile_flags
 from kc_clang.renderer import ClangRenderer
 
 
@@ -136,3 +137,27 @@ def test_a_max_reduce_keeps_one_vector_accumulator_and_matches_numpy(width):
   out = np.empty(rows, np.float32)
   ck(out, x)
   np.testing.assert_array_equal(out, x.max(axis=1))
+
+
+@pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if shutil.which(c)])
+@pytest.mark.parametrize("isa", ["avx512f", "avx2", "sse2"])
+@pytest.mark.parametrize("fn", ["exp2", "log2"])
+def test_vector_functions_fuse_their_steps_where_fma3_is_and_keep_their_bounds(fn, isa, cc):
+  """Built for each ISA level with each compiler: the polynomial's steps are FMA builtins where the code may use
+  FMA3 (avx2, avx512f) and a multiply and an add on sse2; exp2 within 2 ulp and log2 within 3 either way."""
+  try: r = ClangRenderer(isa=isa)
+  except kc.ConfigError: pytest.skip(f"this host lacks {isa}")
+  width = max(r.vector_widths(dtypes.float32))
+  rng = np.random.default_rng(7)
+  x = (rng.uniform(-140, 120, 1 << 14) if fn == "exp2" else np.exp2(rng.uniform(-140, 120, 1 << 14))).astype(np.float32)
+  k = kc.Kernel(A.sink(A.store(0, getattr(A.arg(1, dtypes.float32, (x.size,)), fn)())), r)
+  k.apply_opt(Opt(OptOps.UPCAST, 0, width))
+  prg = k.to_program()
+  body = prg.src[prg.src.index(f"kc_{fn}_{width}("):]
+  assert ("__builtin_ia32_vfmadd" in body.split("\n}")[0]) == (isa != "sse2")
+  lib = ClangCompiler(cmd=[cc], flags=compile_flags(cmd=[cc], isa=isa)).compile(prg.src)
+  out = kc.Buffer("CLANG", x.size, dtypes.float32).allocate()
+  kc.Device["CLANG"].runtime(prg.name, lib)(out, kc.Buffer("CLANG", x.size, dtypes.float32).copyin(x))
+  want = getattr(np, fn)(x.astype(np.float64))
+  keep = want != 0
+  assert _ulps(out.numpy()[keep], want[keep]).max() <= (2 if fn == "exp2" else 3)
