@@ -5,7 +5,8 @@ process, for every region with the same graph code; kc's own compile cache on di
 processes). Tensors cross without copies: an input laid out as a permutation of a contiguous array (what a transpose
 or permute gives) is read in its memory order and permuted back in the program; an output is allocated with the
 strides torch's FakeTensor gave it and written in its memory order, so the eager ops after a region see the layout
-they would have seen. Anything else is made contiguous first (torch copies it).
+they would have seen. Anything else is made contiguous first (torch copies it). An output that is a view of an input
+or of another output (ALIASES) is that view, made by torch on the call's tensors: no kernel copies it.
 
 A matmul's or convolution's result, and anything computed from it, that more than one node reads, one of them a
 reduction (directly or through views), is realized: one kernel computes it into an intermediate that every reader
@@ -35,6 +36,32 @@ REDUCTIONS = CONTRACTIONS | frozenset({aten.sum.default, aten.sum.dim_IntList, a
 # readers that only view what they read (a weight gradient's transpose before its matmul)
 VIEWS = frozenset({aten.t.default, aten.permute.default, aten.view.default, aten._unsafe_view.default, aten.reshape.default,
                    aten.transpose.int, aten.expand.default, aten.squeeze.dim, aten.unsqueeze.default})
+
+
+# ops whose result is a view of their first argument (or, reshape, the same values): an output that is such a view of
+# an input or of another output is returned as that view, made by torch, not written by a kernel. A training
+# forward returns each Linear's W.t() (saved for the backward) and a ReLU's alias: kernels copying them cost as much
+# as the layer's matmul on a small batch
+ALIASES = frozenset({aten.permute.default, aten.t.default, aten.transpose.int, aten.view.default, aten._unsafe_view.default,
+                     aten.reshape.default, aten.alias.default, aten.expand.default, aten.squeeze.dim, aten.squeeze.dims,
+                     aten.squeeze.default, aten.unsqueeze.default, aten.slice.Tensor, aten.select.int})
+
+
+def view_chain(node: torch.fx.Node) -> tuple[torch.fx.Node, tuple[torch.fx.Node, ...]]:
+  """(the node `node` is a view of, through ALIASES ops whose other arguments are no nodes; the ops, first applied
+  first). A node that is no such view is its own source, with no ops."""
+  chain = []
+  while node.op == "call_function" and node.target in ALIASES and isinstance(node.args[0], torch.fx.Node) and \
+        not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:], *node.kwargs.values())):
+    chain.append(node)
+    node = node.args[0]
+  return node, tuple(reversed(chain))
+
+
+def replay(x: torch.Tensor, chain: tuple[torch.fx.Node, ...]) -> torch.Tensor:
+  """`x` through the view ops of `chain` (view_chain's), as torch runs them."""
+  for n in chain: x = n.target(x, *n.args[1:], **n.kwargs)
+  return x
 
 
 def reduces_it(reader: torch.fx.Node) -> bool:
@@ -76,7 +103,10 @@ class Plan:
   inputs: tuple[Optional[tuple[int, ...]], ...]   # per region input: its memory order (tensors), None (ints)
   used: tuple[int, ...]                       # the region inputs the program reads, in buffer order
   outputs: tuple[OutputPlan, ...]
-  results: tuple[int, ...]                    # per result of the region: which output (duplicates share one)
+  results: tuple[int, ...]                    # per result of the region: which value (duplicates share one)
+  # per value: ("out", k, ()) the program's output k; ("in", i, ops) a view of region input i; ("view", k, ops) a view
+  # of output k (view_chain's ops, replayed by torch)
+  values: tuple[tuple[str, int, tuple], ...]
 
   # what each call does to its tensors, decided when the plan is built: per output, the permute that is its buffer
   # (None: the output itself); per input read, "contiguous" (a copy), a permute, or None (the input itself)
@@ -179,23 +209,44 @@ class KcRegion(torch.nn.Module):
     out_node = next(n for n in self.gm.graph.nodes if n.op == "output")
     results = list(out_node.args[0]) if self._tuple_out else [out_node.args[0]]
     distinct = list(dict.fromkeys(results))
-    n_out = len(distinct)
+    values, computed = self._values_of(distinct, args)
+    n_out = len(computed)
     tensors = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor)]
     index_of = {i: k for k, i in enumerate(tensors)}
     env = self._values(args, index_of, n_out)
-    stores, outputs = self._stores(env, distinct)
+    stores, outputs = self._stores(env, computed)
     read = {u.arg for s in stores for u in s.toposort if u.op is kc.Ops.DEFINE_GLOBAL and u.arg >= n_out}
     used = tuple(i for i in tensors if n_out + index_of[i] in read)
     if len(used) != len(tensors):  # inputs only some shapes came from: number the buffers the program reads 0..n-1
       index_of = {i: k for k, i in enumerate(used)}
       env = self._values(args, index_of, n_out)
-      stores, outputs = self._stores(env, distinct)
+      stores, outputs = self._stores(env, computed)
     program = kc.compile(A.sink(*stores), device=self.device, opts=self.options.opts)
     inputs = tuple((memory_order(tuple(x.shape), x.stride()) if x.dim() else ()) if isinstance(x, torch.Tensor) else None
                    for x in args)
     out_permutes = tuple(None if _is_identity(o.order) else o.order for o in outputs)
     in_views = tuple((i, "contiguous" if inputs[i] is None else None if _is_identity(inputs[i]) else inputs[i]) for i in used)
-    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results), out_permutes, in_views)
+    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results), values, out_permutes, in_views)
+
+  def _values_of(self, distinct: list[torch.fx.Node], args) -> tuple[tuple, list[torch.fx.Node]]:
+    """(Plan.values, the outputs the program computes): a result that is a view of a tensor input, or of a computed
+    output, is that view (view_chain); every other result is computed. With nothing else to compute the views are
+    computed too (a program stores something)."""
+    placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+    chains = {node: view_chain(node) for node in distinct}
+    def from_input(node):  # noqa: E306
+      src, ops = chains[node]
+      return bool(ops) and src.op == "placeholder" and isinstance(args[placeholders.index(src)], torch.Tensor)
+    # (a view chain ends at a node that is no view: an output that is such a source is computed)
+    computed = [n for n in distinct if not from_input(n) and not (chains[n][1] and chains[n][0] in distinct)]
+    if not computed: return tuple(("out", k, ()) for k in range(len(distinct))), distinct
+    values = []
+    for node in distinct:
+      src, ops = chains[node]
+      if node in computed: values.append(("out", computed.index(node), ()))
+      elif from_input(node): values.append(("in", placeholders.index(src), ops))
+      else: values.append(("view", computed.index(src), ops))
+    return tuple(values), computed
 
   def _stores(self, env, distinct: list[torch.fx.Node]):
     stores, outputs = [], []
@@ -228,7 +279,8 @@ class KcRegion(torch.nn.Module):
       plan.program(*(_host_view(b) for b in buffers))
     else:  # on a GPU the kernels run on torch's current stream: ordered after torch's work there, no device-wide sync
       plan.program(*buffers, stream="torch")
-    results = tuple(outs[r] for r in plan.results)
+    values = [outs[k] if kind == "out" else replay(args[k] if kind == "in" else outs[k], ops) for kind, k, ops in plan.values]
+    results = tuple(values[r] for r in plan.results)
     return results if self._tuple_out else results[0]
 
 

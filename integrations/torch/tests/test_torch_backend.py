@@ -225,3 +225,43 @@ def test_a_convolutions_masked_gradient_is_computed_once_not_per_window_position
   assert len(windowed) >= 4
   assert not any(compares_floats(r) for ck in windowed for r in ck.kernel.ast.toposort if r.op is kc.Ops.REDUCE_AXIS)
   assert any(compares_floats(ck.kernel.ast) for ck in kernels)  # the mask is computed, once
+
+
+def test_outputs_that_are_views_of_inputs_or_outputs_are_views_not_copies(monkeypatch):
+  """A training forward returns each Linear's W.t() and a ReLU's alias, saved for the backward: they are views of the
+  weight and of the ReLU's output, as in eager (sharing their memory), and no kernel copies them."""
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  def fn(w, x):
+    h = (x @ w.t()).relu()
+    return h, w.t(), torch.ops.aten.alias(h), h.view(-1)[2:7], w.t().unsqueeze(0)
+  w, x = torch.randn(8, 5), torch.randn(3, 5)
+  got, want = compiled(fn)(w, x), fn(w, x)
+  for g, e in zip(got, want):
+    torch.testing.assert_close(g, e)
+    assert g.stride() == e.stride()
+  h = got[0]
+  assert got[1].data_ptr() == w.data_ptr() and got[4].data_ptr() == w.data_ptr()
+  assert got[2].data_ptr() == h.data_ptr() and got[3].untyped_storage().data_ptr() == h.untyped_storage().data_ptr()
+  plans = list(KcRegion._programs.values())
+  assert len(plans) == 1 and len(plans[0].outputs) == 1  # the program stores h alone
+  # a view of something the region computes but does not return is computed (the program stores it)
+  def gn(x): return (x * 2).t()
+  torch.testing.assert_close(compiled(gn)(x), gn(x))
+
+
+def test_a_training_step_of_an_mlp_copies_no_weight(monkeypatch):
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  torch.manual_seed(0)
+  model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+  x = torch.randn(8, 32)
+  compiled(model)(x).sum().backward()
+  got = [p.grad.clone() for p in model.parameters()]
+  model.zero_grad()
+  model(x).sum().backward()
+  for g, p in zip(got, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+  # every kernel of the forward reduces (the two matmuls): none is a copy of a weight or of the ReLU's output
+  forward = [plan for plan in KcRegion._programs.values() if any(ck.kernel.reduceop is not None for ck in plan.program.kernels)]
+  kernels = [ck for plan in KcRegion._programs.values() for ck in plan.program.kernels]
+  assert forward and not any(ck.name.startswith("C_") for ck in kernels), [ck.name for ck in kernels]
