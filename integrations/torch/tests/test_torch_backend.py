@@ -167,6 +167,15 @@ def test_reductions_with_indices_scans_powers_and_tiles_match_eager():
     torch.testing.assert_close(g, w, equal_nan=True, rtol=1e-5, atol=1e-5)
 
 
+def _gradients_match_eager(model: torch.nn.Module, x: torch.Tensor) -> None:
+  """The parameters' gradients of model(x).sum() through backend kc, against eager's."""
+  compiled(model)(x).sum().backward()
+  got = [p.grad.clone() for p in model.parameters()]
+  model.zero_grad()
+  model(x).sum().backward()
+  for g, p in zip(got, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+
+
 def test_a_gradient_read_three_times_is_computed_once(monkeypatch):
   # Linear-ReLU-Linear's backward reads the hidden layer's masked gradient (g @ W2, relu-masked) three times: its bias
   # gradient's sum, its weight gradient's matmul (through a transpose) and nothing else needs it again. Realized once,
@@ -175,13 +184,7 @@ def test_a_gradient_read_three_times_is_computed_once(monkeypatch):
   from kc_torch.region import KcRegion
   monkeypatch.setattr(KcRegion, "_programs", {})
   torch.manual_seed(0)
-  model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32))
-  x = torch.randn(16, 64)
-  compiled(model)(x).sum().backward()
-  got = [p.grad.clone() for p in model.parameters()]
-  model.zero_grad()
-  model(x).sum().backward()
-  for g, p in zip(got, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+  _gradients_match_eager(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 32)), torch.randn(16, 64))
   work = [math.prod(ck.kernel.full_shape) for plan in KcRegion._programs.values() for ck in plan.program.kernels]
   assert sorted(w for w in work if w >= 16 * 32 * 128) == sorted([16 * 64 * 128, 16 * 128 * 32] + [32 * 128 * 16, 16 * 128 * 32, 128 * 64 * 16])
 
@@ -254,13 +257,7 @@ def test_a_training_step_of_an_mlp_copies_no_weight(monkeypatch):
   from kc_torch.region import KcRegion
   monkeypatch.setattr(KcRegion, "_programs", {})
   torch.manual_seed(0)
-  model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
-  x = torch.randn(8, 32)
-  compiled(model)(x).sum().backward()
-  got = [p.grad.clone() for p in model.parameters()]
-  model.zero_grad()
-  model(x).sum().backward()
-  for g, p in zip(got, model.parameters()): torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+  _gradients_match_eager(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)), torch.randn(8, 32))
   # every kernel of the forward reduces (the two matmuls): none is a copy of a weight or of the ReLU's output
   forward = [plan for plan in KcRegion._programs.values() if any(ck.kernel.reduceop is not None for ck in plan.program.kernels)]
   kernels = [ck for plan in KcRegion._programs.values() for ck in plan.program.kernels]
