@@ -112,6 +112,7 @@ class Plan:
   # (None: the output itself); per input read, "contiguous" (a copy), a permute, or None (the input itself)
   out_permutes: tuple[Optional[tuple[int, ...]], ...]
   in_views: tuple[tuple[int, Any], ...]
+  on_cpu: bool                                # every tensor of the signature on the CPU
 
 
 def _is_identity(order: tuple[int, ...]) -> bool: return order == tuple(range(len(order)))
@@ -226,7 +227,9 @@ class KcRegion(torch.nn.Module):
                    for x in args)
     out_permutes = tuple(None if _is_identity(o.order) else o.order for o in outputs)
     in_views = tuple((i, "contiguous" if inputs[i] is None else None if _is_identity(inputs[i]) else inputs[i]) for i in used)
-    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results), values, out_permutes, in_views)
+    on_cpu = all(x.device.type == "cpu" for x in args if isinstance(x, torch.Tensor))
+    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results), values, out_permutes,
+                in_views, on_cpu)
 
   def _values_of(self, distinct: list[torch.fx.Node], args) -> tuple[tuple, list[torch.fx.Node]]:
     """(Plan.values, the outputs the program computes): a result that is a view of a tensor input, or of a computed
@@ -267,13 +270,15 @@ class KcRegion(torch.nn.Module):
   # --------------------------------------------------------------------------------------------------------- run
 
   def _run(self, plan: Plan, args):
-    device = next((x.device for x in args if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    # the signature keyed the plan on the tensors' device type: a CPU plan's tensors are all on the one CPU device
+    device = _CPU if plan.on_cpu else next((x.device for x in args if isinstance(x, torch.Tensor)), _CPU)
     outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype, device=device) for o in plan.outputs]
     buffers = [out if p is None else out.permute(p) for out, p in zip(outs, plan.out_permutes)]
     for i, view in plan.in_views:
       # AOTAutograd owns the autograd of the graph: its inputs are plain data here (DLPack refuses a tensor that
-      # requires grad)
-      x = args[i].detach()
+      # requires grad, and numpy() too)
+      x = args[i]
+      if x.requires_grad: x = x.detach()
       buffers.append(x if view is None else x.contiguous() if view == "contiguous" else x.permute(view))
     if device.type == "cpu":  # numpy views of the same memory: kc's numpy path costs a fifth of a DLPack import
       plan.program(*(_host_view(b) for b in buffers))
@@ -282,6 +287,9 @@ class KcRegion(torch.nn.Module):
     values = [outs[k] if kind == "out" else replay(args[k] if kind == "in" else outs[k], ops) for kind, k, ops in plan.values]
     results = tuple(values[r] for r in plan.results)
     return results if self._tuple_out else results[0]
+
+
+_CPU = torch.device("cpu")
 
 
 def _host_view(t: torch.Tensor):
