@@ -45,11 +45,11 @@ def test_a_large_matmul_is_a_pack_and_a_product_reading_the_panels():
   p = pack_operand(the_kernel(mm(M, K, N)), HostRenderer())
   assert p is not None and p.temp_size == K * N and p.temp_dtype == dtypes.float32
   # the pack reads B (buffer 2) and writes the panels; the product reads A and the panels and writes the output
-  assert p.pack_buffers == (2, TEMP) and p.product_buffers == (0, 1, TEMP)
-  (store,) = p.pack.src
+  assert p.first_buffers == (2, TEMP) and p.second_buffers == (0, 1, TEMP)
+  (store,) = p.first.src
   assert store.src[1].arg.shape == (N // 8, K, 8)
   # the product reads the panels with one view: a panel's W columns contiguous, its K rows W apart
-  loads = [u for u in p.product.toposort if u.op is Ops.LOAD and u.src[0].arg == 2]
+  loads = [u for u in p.second.toposort if u.op is Ops.LOAD and u.src[0].arg == 2]
   assert len(loads) == 1 and len(loads[0].src[1].arg.views) == 1
   assert sorted(s for s in loads[0].src[1].arg.views[0].strides if s) == [1, 8, 8 * K]
 
@@ -108,7 +108,7 @@ def test_the_pack_kernel_writes_numpys_panels(emu):
   emu.renderer = impersonating(HostRenderer())
   p = pack_operand(the_kernel(mm(M, K, N)), emu.renderer)
   y = np.random.default_rng(0).standard_normal((K, N)).astype(np.float32)
-  panels = kc.run(p.pack, {0: y}, device=DEVICE)[1]
+  panels = kc.run(p.first, {0: y}, device=DEVICE)[1]
   np.testing.assert_array_equal(panels.reshape(N // 8, K, 8), y.reshape(K, N // 8, 8).transpose(1, 0, 2))
 
 
@@ -126,6 +126,6 @@ def test_the_product_runs_its_panel_loop_outermost_where_b_does_not_fit_the_cach
   # hand-coded opts swap it outside the rows' loop where B (here 1 MB, 16 MB) streams from beyond the cache
   from kc.kernel import Kernel
   from kc.kernel.heuristics import hand_coded_optimizations
-  k = Kernel(pack_operand(the_kernel(mm(n, n, n)), HostRenderer()).product, HostRenderer())
+  k = Kernel(pack_operand(the_kernel(mm(n, n, n)), HostRenderer()).second, HostRenderer())
   hand_coded_optimizations(k)
   assert (kc.Opt(kc.OptOps.SWAP, 0, 1) in k.applied_opts) == swapped

@@ -17,25 +17,20 @@ order, bit for bit; a C compiler turns each vector literal of even or odd lanes 
 For the tile above: 10 shuffles and 5 vector adds per store instead of 124 scalar operations."""
 from __future__ import annotations
 from typing import Callable, Optional
-from kc.ir.dtype import DType, dtypes
+from kc.ir.dtype import DType
 from kc.codegen.lower import pairwise
-from kc.codegen.vectorize import passing_toposort
+from kc.codegen.vectorize import VECTOR_FLOATS, passing_toposort
 from kc.ir.uop import Ops, UOp
-
-_FLOATS = frozenset({dtypes.float32, dtypes.float64})
 
 
 def _power_of_two(n: int) -> bool: return n >= 1 and n & (n - 1) == 0
-
-
-def _gep(v: UOp, i: int) -> UOp: return UOp(Ops.GEP, v.dtype.scalar(), (v,), (i,))
 
 
 def combined_vectors(u: UOp, ops: frozenset) -> Optional[tuple[tuple[UOp, ...], list[UOp]]]:
   """(the vectors v_0 .. v_{m-1}, the tree's ops) where `u` is `pairwise(u.op, [v_0[0], ..., v_0[W-1], v_1[0], ...])`:
   vectors of one width W, m a power of two, each vector's lanes in order; else None. The walk follows only u's op
   and dtype."""
-  if u.op not in ops or u.dtype not in _FLOATS: return None
+  if u.op not in ops or u.dtype not in VECTOR_FLOATS: return None
   # the first and the last leaf first: most ADDs of a kernel are no combine, and a long chain (a convolution's sum)
   # must not be walked whole from each of its nodes
   left, right = u, u
@@ -51,7 +46,7 @@ def combined_vectors(u: UOp, ops: frozenset) -> Optional[tuple[tuple[UOp, ...], 
     elif x.op is Ops.GEP and len(leaves) < width * width: leaves.append(x)
     else: return None
   first = leaves[0].src[0]
-  if width < 2 or not _power_of_two(width) or first.dtype != u.dtype.vec(width) or len(leaves) % width: return None
+  if not _power_of_two(width) or first.dtype != u.dtype.vec(width) or len(leaves) % width: return None
   vectors = tuple(leaves[i].src[0] for i in range(0, len(leaves), width))
   if not _power_of_two(len(vectors)) or any(v.dtype != first.dtype for v in vectors) or \
      any(x.src[0] is not vectors[i // width] or x.arg != (i % width,) for i, x in enumerate(leaves)):
@@ -59,31 +54,24 @@ def combined_vectors(u: UOp, ops: frozenset) -> Optional[tuple[tuple[UOp, ...], 
   return (vectors, inner) if pairwise(u.op, leaves) is u else None
 
 
-def _halved(op: Ops, v: UOp) -> UOp:
-  """v[0::2] <op> v[1::2]: neighbouring lanes combined, half as wide (a scalar from two lanes)."""
-  w = v.dtype.count // 2
-  if w == 1: return UOp(op, v.dtype.scalar(), (_gep(v, 0), _gep(v, 1)))
-  half = v.dtype.scalar().vec(w)
-  even = UOp(Ops.VECTORIZE, half, tuple(_gep(v, 2 * i) for i in range(w)))
-  odd = UOp(Ops.VECTORIZE, half, tuple(_gep(v, 2 * i + 1) for i in range(w)))
-  return UOp(op, half, (even, odd))
+def _neighbours_combined(op: Ops, lanes: list[UOp]) -> UOp:
+  """lanes[0::2] <op> lanes[1::2]: neighbouring lanes combined into a vector half as wide (a scalar from two lanes)."""
+  w, dt = len(lanes) // 2, lanes[0].dtype
+  if w == 1: return UOp(op, dt, (lanes[0], lanes[1]))
+  return UOp(op, dt.vec(w), (UOp(Ops.VECTORIZE, dt.vec(w), tuple(lanes[0::2])), UOp(Ops.VECTORIZE, dt.vec(w), tuple(lanes[1::2]))))
+
+
+def _lanes(v: UOp) -> list[UOp]: return [UOp(Ops.GEP, v.dtype.scalar(), (v,), (i,)) for i in range(v.dtype.count)]
 
 
 def butterfly(op: Ops, vectors: tuple[UOp, ...], out: int) -> UOp:
   """The vectors' lanes, taken in order, combined by `op` into `out` lanes (a scalar for 1): lane j is the pairwise
   combine of the j-th of `out` equal runs of them (module docstring). len(vectors) and out: powers of two, at most the
   vectors' width, out at most len(vectors)."""
-  level, width = list(vectors), vectors[0].dtype.count
-  vdt = vectors[0].dtype
-  while len(level) > 1:
-    nxt = []
-    for a, b in zip(level[0::2], level[1::2]):
-      even = UOp(Ops.VECTORIZE, vdt, tuple(_gep(x, i) for x in (a, b) for i in range(0, width, 2)))
-      odd = UOp(Ops.VECTORIZE, vdt, tuple(_gep(x, i) for x in (a, b) for i in range(1, width, 2)))
-      nxt.append(UOp(op, vdt, (even, odd)))
-    level = nxt
+  level = list(vectors)
+  while len(level) > 1: level = [_neighbours_combined(op, _lanes(a) + _lanes(b)) for a, b in zip(level[0::2], level[1::2])]
   v = level[0]
-  while v.dtype.count > out: v = _halved(op, v)
+  while v.dtype.count > out: v = _neighbours_combined(op, _lanes(v))
   return v
 
 
@@ -103,7 +91,7 @@ def transpose_combines(sink: UOp, widths: Callable[[DType], tuple[int, ...]], fu
 
   for u in reversed(topo):  # roots before the trees under them: the largest combine wins
     if u in inside: continue
-    if u.op is Ops.VECTORIZE and u.dtype.scalar() in _FLOATS and _power_of_two(n := u.dtype.count) and n >= 2:
+    if u.op is Ops.VECTORIZE and u.dtype.scalar() in VECTOR_FLOATS and _power_of_two(n := u.dtype.count) and n >= 2:
       lanes = [c for x in u.src if (c := combined_vectors(x, ops)) is not None]
       if len(lanes) != n or len({x.op for x in u.src}) != 1 or len({len(vs) for vs, _ in lanes}) != 1: continue
       vectors = tuple(v for vs, _ in lanes for v in vs)

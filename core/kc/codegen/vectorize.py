@@ -47,7 +47,8 @@ _ACC_UPDATES = frozenset({Ops.ADD, Ops.MUL})
 
 
 def _acc_updates(functions: frozenset) -> frozenset: return _ACC_UPDATES | (functions & {Ops.MAX})
-_FLOATS = frozenset({dtypes.float32, dtypes.float64})
+# the float dtypes whose C arithmetic on vectors is the same IEEE arithmetic lane by lane
+VECTOR_FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _NO_ACCS: frozenset[UOp] = frozenset()
 
 Lanes = tuple[UOp, ...]
@@ -126,7 +127,7 @@ class _Vectorizer:
     vectors: dict[int, UOp] = {}
     for j, s0 in enumerate(first.src):
       col = tuple(x.src[j] for x in lanes)
-      if s0.dtype in _FLOATS and (s0.op is Ops.ASSIGN or s0.op in VECTOR_OPS) and all(c.op is s0.op for c in col) and len(set(col)) == len(col):
+      if s0.dtype in VECTOR_FLOATS and (s0.op is Ops.ASSIGN or s0.op in VECTOR_OPS) and all(c.op is s0.op for c in col) and len(set(col)) == len(col):
         v, real = self.build(col)
         if real: vectors[j] = v
     if not vectors: return None
@@ -211,7 +212,7 @@ def accumulators_under(topo: Iterable[UOp]) -> dict[UOp, frozenset[UOp]]:
 def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
   """A VECTORIZE of scalars of a float dtype, as wide as a vector the renderer declares."""
   dt = u.dtype.scalar()
-  return u.op is Ops.VECTORIZE and dt in _FLOATS and all(s.dtype == dt for s in u.src) and u.dtype.count in widths(dt)
+  return u.op is Ops.VECTORIZE and dt in VECTOR_FLOATS and all(s.dtype == dt for s in u.src) and u.dtype.count in widths(dt)
 
 
 def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functions: frozenset = frozenset(),
@@ -269,7 +270,7 @@ def _accumulator_trees(topo: Iterable[UOp], widths: Callable[[DType], tuple[int,
   counts: dict[UOp, int] = {}  # leaves, capped above the widest width; 0 where a leaf is no accumulator update
   caps: dict[DType, int] = {}  # per dtype: one above its widest width (asked only of the dtypes the graph has)
   for u in topo:
-    if u.op not in updates or u.dtype not in _FLOATS: continue
+    if u.op not in updates or u.dtype not in VECTOR_FLOATS: continue
     if (cap := caps.get(u.dtype)) is None: cap = caps[u.dtype] = max(widths(u.dtype), default=0) + 1
     n = 0
     for x in u.src:

@@ -31,15 +31,7 @@ MIN_ROWS, MIN_REDUCE, MIN_COLUMNS, MIN_PACKED = 128, 256, 256, 1 << 17
 
 
 class PackedOperand(KernelPair):
-  """A matmul as the pack kernel (first), which writes B's panels, and the product (second), which reads them."""
-  @property
-  def pack(self) -> UOp: return self.first
-  @property
-  def product(self) -> UOp: return self.second
-  @property
-  def pack_buffers(self) -> tuple[int, ...]: return self.first_buffers
-  @property
-  def product_buffers(self) -> tuple[int, ...]: return self.second_buffers
+  """A matmul as the pack kernel (`first`), which writes B's panels, and the product (`second`), which reads them."""
 
 
 def panel_width(renderer: Optional[Renderer]) -> Optional[int]:

@@ -68,10 +68,10 @@ def native_flags(cmd: tuple[str, ...]) -> list[str]:
     AVX512-FP16 instructions half converts through F16C and computes in float, as in portable code. clang keeps them:
     it converts correctly, and clang before 15 has _Float16 on x86 only with them.
   - -mtune=generic where gcc does not know the CPU it runs on (tuning_misses_cpu)."""
-  flags = ["-march=native"]
+  flags, cpu = ["-march=native"], host.host_cpu()
   if is_clang(cmd): return flags
-  if "avx512_fp16" in host.host_cpu().features and _accepts_flag(cmd, "-mno-avx512fp16"): flags.append("-mno-avx512fp16")
-  if tuning_misses_cpu(cmd, host.host_cpu()): flags.append("-mtune=generic")
+  if "avx512_fp16" in cpu.features and _accepts_flag(cmd, "-mno-avx512fp16"): flags.append("-mno-avx512fp16")
+  if tuning_misses_cpu(cmd, cpu): flags.append("-mtune=generic")
   return flags
 
 
