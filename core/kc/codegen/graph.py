@@ -17,6 +17,7 @@ from kc.codegen.fma import fuse_accumulations
 from kc.codegen.horizontal import transpose_combines
 from kc.codegen.transcendental import transcendental_rules
 from kc.codegen.vectorize import passing_toposort, vectorize_alu
+from kc.codegen.widen import widen_stores
 from kc.ir.uop import Ops, UOp
 
 
@@ -186,5 +187,7 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
   if renderer.vector_alu:
     widths, functions = _declared_widths(renderer), frozenset(renderer.vector_functions)
     sink = transpose_combines(vectorize_alu(sink, widths, functions, renderer.vector_select), widths, functions)
+    # the stores' own arithmetic last: the combines above leave each tile's stores at their own width
+    sink = widen_stores(sink, widths, functions, renderer.vector_select)
   # sums of products fused last, on the vectors the accumulators became
   return fuse_accumulations(sink, renderer.fused_multiply_add) if renderer.fuses_accumulation else sink

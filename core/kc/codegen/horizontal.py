@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 from kc.ir.dtype import DType
 from kc.codegen.lower import pairwise
-from kc.codegen.vectorize import VECTOR_FLOATS, passing_toposort
+from kc.codegen.vectorize import VECTOR_FLOATS, passing_toposort, replaced
 from kc.ir.uop import Ops, UOp
 
 
@@ -104,14 +104,7 @@ def transpose_combines(sink: UOp, widths: Callable[[DType], tuple[int, ...]], fu
       if len(vectors) > (width := vectors[0].dtype.count) or not declared(u.dtype, width, 1): continue
       found[u] = butterfly(u.op, vectors, 1)
       inside.update(inner)
-  if not found: return sink
-  rebuilt: dict[UOp, UOp] = {}
-  for u in topo:
-    if u in found: rebuilt[u] = found[u]
-    else:
-      src = tuple(rebuilt[x] for x in u.src)
-      rebuilt[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
-  return rebuilt[sink]
+  return replaced(topo, found) if found else sink
 
 
 def _halvings(width: int, out: int) -> list[int]:

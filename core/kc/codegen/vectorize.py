@@ -63,6 +63,33 @@ def passing_toposort(sink: UOp) -> dict[UOp, None]:
   return known if known is not None else type(sink).toposort.func(sink)  # type: ignore[attr-defined]
 
 
+def replaced(topo: dict[UOp, None], found: dict[UOp, UOp]) -> UOp:
+  """The graph whose toposort is `topo` (its sink last) with each node of `found` replaced by its value, and every
+  node above one rebuilt on the new sources (a pass's last step, without caching a toposort on the new graph)."""
+  rebuilt: dict[UOp, UOp] = {}
+  for u in topo:
+    if u in found: rebuilt[u] = found[u]
+    else:
+      src = tuple(rebuilt[x] for x in u.src)
+      rebuilt[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
+  return rebuilt[next(reversed(topo))]
+
+
+def lane_op(u: UOp, functions: frozenset = frozenset(), select: bool = False) -> bool:
+  """Whether `u`'s op computes lane by lane on vectors of its (scalar) dtype in a dialect with these vector_functions
+  and vector_select: arithmetic of floats, the functions on float32, and with select the WHERE of float32 values, the
+  comparisons of float32 values and the logic of their lane masks. `u` may be a scalar or a vector already (its
+  sources as wide as it, which the caller checks); the dtypes are read lane by lane."""
+  dt, sdts = u.dtype.scalar(), [s.dtype.scalar() for s in u.src]
+  if u.op in VECTOR_OPS: return dt != dtypes.bool and all(s == dt for s in sdts)
+  if u.op in functions and dt == dtypes.float32 and all(s == dt for s in sdts): return True
+  if not select: return False
+  # lane masks are as wide as float32's lanes: selects of float32, comparisons of float32, logic of their masks
+  if u.op is Ops.WHERE: return dt == dtypes.float32 and sdts[0] == dtypes.bool and sdts[1] == sdts[2] == dt
+  if u.op in _COMPARES and all(s == dtypes.float32 for s in sdts): return True
+  return u.op in _MASK_LOGIC and dt == dtypes.bool and all(s == dtypes.bool for s in sdts)
+
+
 class _Vectorizer:
   """Rebuilds the VECTORIZEs of one graph as vector computations. `rebuilt` maps each scalar of the original graph
   to its rebuilt version (the walk fills it sources first); `built` remembers each set of lanes, so lanes shared by
@@ -93,7 +120,7 @@ class _Vectorizer:
       return self.rebuilt[whole], True
     if first.op is Ops.ASSIGN and (acc := self.accumulator(lanes)) is not None: return acc, True
     if all(x.op is first.op and x.arg == first.arg and x.dtype == first.dtype and len(x.src) == len(first.src) for x in lanes) \
-       and self._lane_op(first) and all(s.dtype == f.dtype for x in lanes for s, f in zip(x.src, first.src)):
+       and lane_op(first, self.functions, self.select) and all(s.dtype == f.dtype for x in lanes for s, f in zip(x.src, first.src)):
       srcs = [self.build(tuple(x.src[j] for x in lanes)) for j in range(len(first.src))]
       # a vector op where a source is a vector already, or where at most one source must be packed lane by lane
       # (the rest splats): packing that one source costs what packing the op's results would, and the packed
@@ -104,17 +131,6 @@ class _Vectorizer:
         return UOp(first.op, vdt, tuple(v for v, _ in srcs), first.arg), True
     if (by_lane := self.over_vector_sources(lanes)) is not None: return by_lane, False
     return self.gather(lanes), False
-
-  def _lane_op(self, u: UOp) -> bool:
-    """Whether `u`'s op computes lane by lane on vectors of its dtype in the dialect (its sources' dtypes lined up
-    across the lanes are checked by the caller)."""
-    if u.op in VECTOR_OPS: return u.dtype != dtypes.bool and all(s.dtype == u.dtype for s in u.src)
-    if u.op in self.functions and u.dtype == dtypes.float32 and all(s.dtype == u.dtype for s in u.src): return True
-    if not self.select: return False
-    # lane masks are as wide as float32's lanes: selects of float32, comparisons of float32, logic of their masks
-    if u.op is Ops.WHERE: return u.dtype == dtypes.float32 and u.src[0].dtype == dtypes.bool and u.src[1].dtype == u.src[2].dtype == u.dtype
-    if u.op in _COMPARES and all(s.dtype == dtypes.float32 for s in u.src): return True
-    return u.op in _MASK_LOGIC and u.dtype == dtypes.bool and all(s.dtype == dtypes.bool for s in u.src)
 
   def over_vector_sources(self, lanes: Lanes) -> Optional[UOp]:
     """Lanes of one op that stays scalar (a WHERE, a comparison, a cast: a ReLU or mask after a matmul), some of whose
