@@ -15,6 +15,10 @@ match whatever it does with NaN. The families here give those cases a numpy answ
   pad and unroll them, worker.random_opts).
 - bigindex: views of small buffers expanded to shapes of 2^32 elements and strided or shrunk down to a small output,
   so the index arithmetic passes 2^31 while every buffer stays small.
+- epilogue: a float32 product of register-tile size, x @ W.T (as a Linear layer stores it) or x @ W, plus a bias row,
+  then a chain of elementwise steps (exp2, log2, sqrt, sin, a division, a select on a compare, a max, a scale): the
+  arithmetic after a reduce that a vector dialect computes for several narrow stores as one wide vector
+  (kc.codegen.widen).
 - window: 1-D convolutions as kc-torch lowers them (padded windows times a weight or a gradient, summed): the forward,
   the weight gradient (reduced along the padded rows that the window shifts) and the input gradient, over rows as wide
   as one or several vectors and odd widths, with their padding masked lane by lane.
@@ -35,8 +39,8 @@ from kc.tools.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, spec
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface. classic is
 # drawn first and keeps 0.6 of the total, so a seed that drew classic still does when a family is added (its share
 # comes out of the others')
-FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.08, "intdiv": 0.05, "computed": 0.06, "compare": 0.05,
-                              "lowp_matmul": 0.04, "bigsum": 0.04, "bigindex": 0.04, "window": 0.04}
+FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.07, "intdiv": 0.05, "computed": 0.05, "compare": 0.04,
+                              "lowp_matmul": 0.04, "bigsum": 0.04, "bigindex": 0.04, "window": 0.04, "epilogue": 0.03}
 FLOATS = ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 _SUMMABLE = ("float32", "float16", "bfloat16")   # fp8 sums accumulate in fp8: their rounding depends on the order
@@ -444,6 +448,35 @@ class FamilyGenerator(Generator):
             f"{{1}}.flip(2).reshape(1, {O}, {C}, 1, {k})).sum((1, 4))"
       np_ = f"np.einsum('nowk,ock->ncw', {windows.format(x='{0}', p=q, k=k)}, {{1}}[:, :, ::-1])"
     v = self.node(kind, kc_, np_, (x, other), "arith", reduced=True)
+    return [] if v is None else [v]
+
+  def family_epilogue(self) -> list[int]:
+    """x @ W.T or x @ W (float32, M and N multiples of 4, K a few vectors long) plus a bias row, then 2 to 5
+    elementwise steps on the result."""
+    M, N, K = 4 * self.pick((1, 2, 3, 4, 8)), 4 * self.pick((1, 2, 4, 8)), self.pick((8, 16, 32, 48, 64))
+    transposed = self.chance(0.7)
+    x, w, b = self.input("float32", (M, K)), self.input("float32", (N, K) if transposed else (K, N)), self.input("float32", (N,))
+    if x is None or w is None or b is None: return []
+    k, n = ("{0} @ {1}.T", "np.matmul({0}, {1}.T)") if transposed else ("{0} @ {1}", "np.matmul({0}, {1})")
+    v = self.node("matmul", k, n, (x, w), "arith", reduced=True)
+    v = None if v is None else self.binop("add", v, b)
+    for _ in range(int(self.rng.integers(2, 6))):
+      if v is None: return []
+      step = self.pick(("unary", "unary", "scale", "div", "select", "max"))
+      if step == "unary": nxt = self.unary(v)
+      elif step == "scale":
+        nxt = self.binop("mul", v, scalar=float(self.pick((0.5, -1.25, 0.125))))
+        nxt = None if nxt is None else self.binop("add", nxt, scalar=float(self.pick((1.0, -0.75))))
+      elif step == "div":   # v / (v * v + 1): a divisor that is never 0
+        sq = self.binop("mul", v, v)
+        sq = None if sq is None else self.binop("add", sq, scalar=1.0)
+        nxt = None if sq is None else self.binop("div", v, sq)
+      elif step == "select":
+        c = self.compare_with(v, None, self.pick(("<", ">=")), scalar=0.0)
+        a = self.binop("mul", v, scalar=float(self.pick((0.5, 2.0))))
+        nxt = None if c is None or a is None else self.where_of(c, a, v)
+      else: nxt = self.binop("maximum", v, scalar=0.0)
+      v = nxt if nxt is not None else v
     return [] if v is None else [v]
 
   def family_bigindex(self) -> list[int]:
