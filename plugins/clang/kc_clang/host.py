@@ -3,7 +3,7 @@ process. The compiler keys its disk cache on them (a binary built for one CPU mu
 lacks an instruction it uses) and the renderer picks its vector widths from them. KC_CLANG_ISA names an x86 ISA
 level to build for instead (IsaLevel): code for a fleet of CPUs, or to measure what an AVX2 machine would see."""
 from __future__ import annotations
-import functools, platform, re, subprocess
+import functools, os, platform, re, subprocess
 from dataclasses import dataclass
 from typing import Optional
 from kc.backend import ConfigError, knob
@@ -20,6 +20,35 @@ THREADS = knob("KC_CLANG_THREADS", int, None, "threads a big kernel's outermost 
 SPIN_US = knob("KC_CLANG_SPIN_US", int, 1000, "microseconds CLANG's kernel threads poll for the next split kernel before "
                "they sleep (0: at once; polling keeps a core busy, while waking a sleeping thread costs tens to hundreds of "
                "microseconds)", "kc_clang.thread_pool")
+OPENMP = knob("KC_CLANG_OPENMP", bool, True, "split kernels run on the threads of an OpenMP runtime another library "
+              "loaded into the process (torch's), which poll after that library's ops, instead of CLANG's own (0: CLANG's own)",
+              "kc_clang.thread_pool")
+
+# Set in a child forked after kc_clang was imported: the threads of an OpenMP runtime the parent ran are not in the
+# child, and that runtime's next parallel region from the forking thread waits for them forever (torch's own ops hang
+# there too), so a forked child never shares them (thread_pool.KernelPool.openmp)
+_forked_child = False
+
+
+def _note_fork() -> None:
+  global _forked_child
+  _forked_child = True
+
+
+os.register_at_fork(after_in_child=_note_fork)
+
+
+@functools.lru_cache(None)
+def _worker_process() -> bool:
+  import multiprocessing  # only when a split kernel first asks
+  return multiprocessing.parent_process() is not None
+
+
+def forked_child() -> bool:
+  """Whether this process was forked after kc_clang was imported, or is a multiprocessing worker (forked before
+  kc_clang was imported in it, perhaps, as a DataLoader's are): where another library's threads may be missing."""
+  return _forked_child or _worker_process()
+
 
 # x86 flags that name instruction-set extensions a compiler may emit with -march=native (cpuinfo also lists
 # features of the platform such as "constant_tsc" or "hypervisor"; those do not change the code and stay out of the key)

@@ -30,6 +30,13 @@ void kc_entry_mark(void **b, const int *v, int part, int parts) {
 """
 
 
+@pytest.fixture(autouse=True)
+def own_threads(monkeypatch):
+  # these tests are of CLANG's own threads; a test process may have an OpenMP runtime loaded (torch's), whose threads
+  # would run the chunks instead (the tests of that path say so)
+  monkeypatch.setenv("KC_CLANG_OPENMP", "0")
+
+
 @pytest.fixture(scope="module")
 def mark():
   lib = SharedLibrary(ClangCompiler().compile(MARK), "mark")
@@ -155,3 +162,73 @@ def test_a_split_library_without_an_entry_point_is_refused():
   from kc_clang.runtime import ClangProgram
   src = f"const int {split_symbol('k')} = 1;\nvoid k(float* d, const int kc_part, const int kc_parts) {{ d[kc_part] = 1; }}\n"
   with pytest.raises(KcError, match="no entry point 'kc_entry_k'"): ClangProgram("k", ClangCompiler().compile(src))
+
+
+# ***** on a loaded OpenMP runtime's threads *****
+
+# GOMP_parallel as a runtime with one thread would run it: the region's function once, on the caller, which counts
+FAKE_GOMP = """
+static int calls; static unsigned asked;
+void fake_gomp_parallel(void (*fn)(void *), void *data, unsigned threads, unsigned flags) { calls++; asked = threads; fn(data); }
+int fake_calls(void) { return calls; }
+unsigned fake_asked(void) { return asked; }
+"""
+
+
+def test_chunks_run_on_a_loaded_openmp_runtimes_team(mark, monkeypatch):
+  from kc_clang import thread_pool
+  fake = SharedLibrary(ClangCompiler().compile(FAKE_GOMP), "fake_gomp")
+  calls, asked = _FFI.cast("int(*)(void)", fake.address("fake_calls")), _FFI.cast("unsigned(*)(void)", fake.address("fake_asked"))
+  monkeypatch.setenv("KC_CLANG_OPENMP", "1")
+  monkeypatch.setattr(thread_pool, "loaded_openmp", lambda: int(_FFI.cast("uintptr_t", fake.address("fake_gomp_parallel"))))
+  own = thread_pool.KernelPool(_FFI, ClangCompiler().compile(thread_pool.POOL_SOURCE))
+  for call in range(3):
+    chunks = 3 * CHUNKS_PER_THREAD
+    counts, seen, ran_on = np.zeros(chunks, np.int32), np.zeros(chunks, np.int32), np.zeros(chunks, np.uint64)
+    own.run(mark[1], [_FFI.from_buffer(counts), _FFI.from_buffer(seen), _FFI.from_buffer(ran_on)], [call, 0], 3)
+    # every chunk once, all on the team's one member (the caller), the team asked for the call's threads
+    assert once_each(counts, seen, 3, call) and len(set(ran_on.tolist())) == 1
+  assert calls() == 3 and asked() == 3
+  monkeypatch.setenv("KC_CLANG_OPENMP", "0")  # the knob turns it off at once (this pool starts no threads of its own:
+  assert own.openmp() is None                  # they would outlive its library)
+
+
+LIBGOMP = """
+import ctypes, ctypes.util, os, sys
+import numpy as np
+ctypes.CDLL(ctypes.util.find_library("gomp"))  # what torch's import does: an OpenMP runtime in the process
+import kc
+from kc import ast as A, dtypes
+from kc_clang.thread_pool import loaded_openmp
+x = A.arg(1, dtypes.float32, (1024, 1024))
+ck = kc.compile(A.sink(A.store(0, x.exp() * 2.0)), "CLANG")
+assert "kc_entry_" in ck.program.src and loaded_openmp() is not None
+xs = np.random.default_rng(5).standard_normal((1024, 1024)).astype(np.float32)
+out = np.empty_like(xs)
+for _ in range(5): ck(out, xs)
+np.testing.assert_allclose(out, np.exp(xs) * 2, rtol=1e-6)
+sys.stdout.flush()
+pid = os.fork()
+if pid == 0:  # the runtime's threads stayed in the parent: the child's split kernel runs on CLANG's own
+  out[:] = 0
+  ck(out, xs)
+  os._exit(0 if np.allclose(out, np.exp(xs) * 2, rtol=1e-6) else 1)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_split_kernels_on_libgomps_threads_and_in_a_forked_child(tmp_path):
+  import ctypes.util, subprocess, sys
+  if ctypes.util.find_library("gomp") is None: pytest.skip("no libgomp here")
+  env = {**os.environ, "KC_CLANG_THREADS": "2", "KC_CLANG_OPENMP": "1", "KC_CACHE_DIR": str(tmp_path)}
+  out = subprocess.run([sys.executable, "-c", LIBGOMP], env=env, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0 and out.stdout.strip().endswith("child 0"), out.stderr
+
+
+def test_a_multiprocessing_worker_counts_as_a_forked_child():
+  import multiprocessing
+  from kc_clang.host import forked_child
+  assert not forked_child()
+  with multiprocessing.get_context("spawn").Pool(1) as p: assert p.apply(forked_child) is True
