@@ -12,7 +12,7 @@ from typing import Callable, Optional
 from kc.errors import KcError
 from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
-from kc.ir.symbolic import split_sum, symbolic
+from kc.ir.symbolic import root_and_offset, split_sum, symbolic
 from kc.codegen.fma import fuse_accumulations
 from kc.codegen.horizontal import transpose_combines
 from kc.codegen.transcendental import transcendental_rules
@@ -41,13 +41,6 @@ structural = PatternMatcher([
 ], memoize=True)
 
 simplify_all = symbolic + structural
-
-
-def _split_index(idx: UOp) -> tuple[Optional[UOp], int]:
-  """(root, constant offset) of an index expression."""
-  if idx.op is Ops.CONST: return None, idx.arg
-  if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST: return idx.src[0], idx.src[1].arg
-  return idx, 0
 
 
 def _aligned(root: Optional[UOp], n: int) -> bool:
@@ -83,7 +76,7 @@ def _accesses(topo, widths: Callable[[DType], Widths]) -> tuple[dict[tuple, dict
     index = u.src[0]
     value_dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
     if value_dt.count != 1 or not isinstance(index.src[0].dtype, PtrDType) or not (ws := widths(value_dt)): continue
-    root, off = _split_index(index.src[1])
+    root, off = root_and_offset(index.src[1])
     groups[op][(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else (), ws)][off] = u
   return groups[Ops.LOAD], groups[Ops.STORE]
 

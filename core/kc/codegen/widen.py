@@ -25,6 +25,7 @@ writes is read only by the lane that writes each element (kc.codegen.verify), so
 another's tree."""
 from __future__ import annotations
 from typing import Callable, Optional
+from kc.ir.symbolic import root_and_offset
 from kc.ir.dtype import DType
 from kc.codegen.vectorize import VECTOR_FLOATS, lane_op, passing_toposort, replaced
 from kc.ir.uop import Ops, UOp
@@ -35,14 +36,6 @@ _WEIGHT = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.FDIV: 4, Ops.RECIP: 4}
 _WEIGHT_PER_PACK = 4
 
 Nodes = tuple[UOp, ...]
-
-
-def _store_root(index: UOp) -> tuple[Optional[UOp], int]:
-  """(root, constant offset) of a store's offset: stores under one root are in the same loops."""
-  off = index.src[1]
-  if off.op is Ops.CONST: return None, off.arg
-  if off.op is Ops.ADD and off.src[1].op is Ops.CONST: return off.src[0], off.src[1].arg
-  return off, 0
 
 
 def _lanes_of(u: UOp) -> tuple[UOp, ...]:
@@ -114,7 +107,7 @@ def widen_stores(sink: UOp, widths: Callable[[DType], tuple[int, ...]], function
   for u in topo:
     if u.op is not Ops.STORE or len(u.src) != 2 or u.src[0].op is not Ops.INDEX or (vdt := u.src[1].dtype).scalar() not in VECTOR_FLOATS:
       continue
-    root, off = _store_root(index := u.src[0])
+    root, off = root_and_offset((index := u.src[0]).src[1])
     groups.setdefault((index.src[0], root, index.src[2:], vdt), {})[off] = u
   found: dict[UOp, UOp] = {}
   for (_, _, _, vdt), by_off in groups.items():

@@ -12,10 +12,18 @@ from kc.errors import SymbolicError
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.uop import GroupOp, Ops, UOp, Variable, exec_alu, sint
 
-__all__ = ["symbolic", "Variable", "sint", "resolve", "sym_infer", "ssimplify", "smax", "smin", "split_sum", "simplify"]
+__all__ = ["symbolic", "Variable", "sint", "resolve", "sym_infer", "ssimplify", "smax", "smin", "split_sum", "root_and_offset", "simplify"]
 
 
 # ***** sums as (terms with coefficients) + constant *****
+
+def root_and_offset(idx: UOp) -> tuple[Optional[UOp], int]:
+  """(root, constant offset) of a simplified index expression (None for a constant one): accesses under one root are
+  in the same loops, at offsets that differ by constants."""
+  if idx.op is Ops.CONST: return None, idx.arg
+  if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST: return idx.src[0], idx.src[1].arg
+  return idx, 0
+
 
 def split_sum(x: UOp) -> tuple[dict[UOp, int], int]:
   """An integer expression as {term: coefficient} and a constant: x*3 + y + x + 5 -> ({x: 4, y: 1}, 5).
