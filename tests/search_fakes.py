@@ -38,3 +38,17 @@ class BatchingCompiler(FakeCompiler):
     if any("HANG" in s for s in srcs): time.sleep(self.hang)
     if any("ERROR" in s for s in srcs): raise CompileError("fake compiler: a source of the batch says ERROR")
     return [f"BATCH{len(srcs)}:{s}".encode() for s in srcs]
+
+
+class ConfigReportingCompiler(FakeCompiler):
+  """'compiles' a source to the configuration it is compiled under: b"<KC_CACHE_DIR>|<DEBUG>"."""
+
+  def compile_uncached(self, src: str) -> bytes:
+    from kc.config import read
+    return f"{read('KC_CACHE_DIR')}|{read('DEBUG')}".encode()
+
+
+class UnpicklableConfigReportingCompiler(ConfigReportingCompiler):
+  def __init__(self):
+    super().__init__()
+    self.lock = threading.Lock()

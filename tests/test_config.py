@@ -26,7 +26,10 @@ f32 = dtypes.float32
 
 @pytest.fixture
 def own_knobs(monkeypatch):
-  """The knob registry as it is, restored after the test: what a test declares does not outlive it."""
+  """The knob registry as it is, restored after the test: what a test declares does not outlive it. The installed
+  plugins are loaded first: a plugin first imported during the test would declare its knobs only into the copy, and
+  once imported its module never declares them again."""
+  kc.Device.table.load()
   monkeypatch.setattr(config, "_KNOBS", dict(config._KNOBS))
 
 
@@ -153,6 +156,25 @@ def test_an_override_is_seen_by_its_own_thread_only():
     seen["own"] = config.read("KC_BEAM")
   t.join()
   assert seen == {"own": 7, "other": config.read("KC_BEAM")}
+
+
+def test_a_snapshot_is_every_knob_as_read_now_and_applied_elsewhere_reads_the_same(monkeypatch):
+  monkeypatch.setenv("KC_BEAM", "3")
+  monkeypatch.delenv("KC_DEVICE", raising=False)
+  with config.override(DEBUG=4): snap = config.snapshot()
+  assert set(snap) == {k.name for k in config.knobs()}
+  assert snap["KC_BEAM"] == 3 and snap["DEBUG"] == 4 and snap["KC_DEVICE"] == config.knob_named("KC_DEVICE").default
+  monkeypatch.setenv("KC_BEAM", "9")  # the environment of another process, say
+  with config.applied({**snap, "KC_NOT_DECLARED_HERE": 1}):  # a knob of a plugin this process has not imported
+    assert config.read("KC_BEAM") == 3 and config.read("DEBUG") == 4
+  assert config.read("KC_BEAM") == 9 and config.read("DEBUG") == 0
+
+
+def test_a_snapshot_leaves_out_a_variable_that_does_not_parse(monkeypatch):
+  monkeypatch.setenv("KC_BEAM", "lots")
+  snap = config.snapshot()
+  assert "KC_BEAM" not in snap and "DEBUG" in snap
+  with config.applied(snap), pytest.raises(ConfigError, match="KC_BEAM"): config.read("KC_BEAM")
 
 
 # ----------------------------------------------------------------------------------------------------- plugins' knobs

@@ -4,7 +4,9 @@ import pytest
 import kc
 from kc import ConfigError
 from kc.search import CompileOutcome, LocalCompilePool
-from search_fakes import BatchingCompiler, FakeCompiler, UnpicklableCompiler
+from kc.runtime.cache import lookup
+from search_fakes import (BatchingCompiler, ConfigReportingCompiler, FakeCompiler, UnpicklableCompiler,
+                          UnpicklableConfigReportingCompiler)
 
 
 @pytest.fixture
@@ -67,6 +69,33 @@ def test_a_hung_batch_costs_only_its_hung_source(pool, cache_dir):
   assert got[1].lib is None and "longer than 1 seconds" in got[1].error  # its own limit, once alone
   assert got[0].lib == b"LIB:a" and [got[2].lib, got[3].lib] == [b"BATCH2:c", b"BATCH2:d"]
   assert len(pool._pool) == 2 and all(w.process.is_alive() for w in pool._pool)
+
+
+def test_workers_compile_under_the_callers_configuration_of_now(pool, tmp_path, monkeypatch):
+  # the workers are spawned under one environment and kept; the caller then changes it and overrides a knob: each
+  # compile reads the caller's values at its call (a worker's own environment would give the old cache folder)
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path / "first"))
+  monkeypatch.setenv("DEBUG", "0")
+  assert by_index(pool.compile_many(ConfigReportingCompiler(), ["a", "b"], timeout=30))[0].lib == f"{tmp_path / 'first'}|0".encode()
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path / "second"))
+  with kc.config.override(DEBUG=1):
+    got = by_index(pool.compile_many(ConfigReportingCompiler(), ["a", "b"], timeout=30))
+  assert got[0].lib == got[1].lib == f"{tmp_path / 'second'}|1".encode()
+  assert by_index(pool.compile_many(ConfigReportingCompiler(), ["c"], timeout=30))[0].lib == f"{tmp_path / 'second'}|0".encode()
+
+
+def test_a_kept_worker_fills_the_callers_cache(pool, tmp_path, monkeypatch):
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path / "first"))
+  list(pool.compile_many(BatchingCompiler(), ["a", "b"], timeout=30))  # spawns the workers
+  monkeypatch.setenv("KC_CACHE_DIR", str(tmp_path / "second"))
+  got = by_index(pool.compile_many(BatchingCompiler(), ["c", "d"], timeout=30))
+  assert lookup(BatchingCompiler().cache_key("c")) == got[0].lib == b"LIB:c"  # in the caller's cache of now
+
+
+def test_the_thread_path_sees_the_callers_overrides():
+  with LocalCompilePool(workers=2) as p, kc.config.override(DEBUG=2):
+    got = by_index(p.compile_many(UnpicklableConfigReportingCompiler(), ["a", "b", "c"], timeout=30))
+  assert {o.lib.split(b"|")[1] for o in got.values()} == {b"2"}
 
 
 def test_an_unpicklable_compiler_compiles_in_threads():

@@ -15,6 +15,10 @@ nest (the inner one wins, the outer one is back after the block) and are per con
 reads do not see them, and neither do worker processes or threads started inside the block, which read the
 environment. A name no knob has, or a value of the wrong type, is a kc.ConfigError when the override is made.
 
+Workers. Work that kc hands to its own workers on the caller's behalf (BEAM's compile pool: its processes live on
+between calls, with the environment of when they were spawned) carries `snapshot()`, every knob's value as the caller
+reads it at the call, and runs under `applied(snapshot)`: it sees the caller's environment of now and its overrides.
+
 Declaring. The core's knobs are declared below. A backend plugin declares its own with kc.backend.knob(...) when its
 module is imported (the core names no backend). `kc config --markdown` prints the table of every knob of kc and of the
 installed plugins; docs/CONFIG.md holds it."""
@@ -222,6 +226,23 @@ class Context(contextlib.ContextDecorator):
 
 
 override = Context
+
+
+def snapshot() -> dict[str, Any]:
+  """Every declared knob's value as read() gives it now, for a worker to run under (`applied`). A knob whose variable
+  does not parse is left out: the worker's own read of it raises, as the caller's would have."""
+  values = {}
+  for k in knobs():
+    try: values[k.name] = read(k.name)
+    except ConfigError: continue
+  return values
+
+
+def applied(values: Mapping[str, Any]) -> Context:
+  """`values` (a snapshot() taken in another process or thread) as overrides; a knob this process has not declared
+  (a plugin it has not imported) is skipped, so applying a snapshot never imports plugins."""
+  with _declare_lock: known = {name: value for name, value in values.items() if name in _KNOBS}
+  return Context(**known)
 
 
 # ------------------------------------------------------------------------------------------------------ kc's own knobs

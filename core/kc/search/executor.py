@@ -2,7 +2,9 @@
 CompileOutcome every executor yields (the Dask executor yields the same).
 
 Workers are kc.testing.worker's isolated workers (spawned, never forked) that only ever call `compiler.compile(src)`
-on a compiler unpickled from the parent, so a worker never opens a device. Each source has its own time limit,
+on a compiler unpickled from the parent, so a worker never opens a device. Each job carries the caller's configuration
+(kc.config.snapshot()) and compiles under it: a worker spawned before the caller changed KC_CACHE_DIR, or one that
+cannot see the caller's kc.config.override, still reads and fills the cache the caller would. Each source has its own time limit,
 counted from when a worker starts it: a compile that hangs costs that one candidate, and its worker is killed and
 replaced. A compile error is an outcome, never an exception of compile_many.
 
@@ -15,11 +17,12 @@ compiles kills the workers that were busy; LocalCompilePool.terminate() kills th
 is interrupted). The wait loops wake at least every kc.search.interrupt.POLL_S seconds to raise a Ctrl-C that a
 finalizer swallowed (under beam_search's watch), so no search waits out its compiles after one."""
 from __future__ import annotations
-import os, pickle, queue, threading, time
+import contextvars, os, pickle, queue, threading, time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_connections
 from typing import Any, Callable, Iterator, Optional, Sequence
+from kc.config import applied, snapshot
 from kc.errors import ConfigError, KcError
 from kc.search.interrupt import POLL_S, raise_if_interrupted
 from kc.testing.worker import CRASH, HANG, Outcome, Worker, attempt
@@ -53,20 +56,21 @@ def compile_outcome(index: int, got: Outcome, timeout: float) -> CompileOutcome:
   return CompileOutcome(index, None, why, got.seconds)
 
 
-def _compile_handler() -> Callable[[tuple[bytes, Any], Any], Any]:
-  """A compile worker's setup: its jobs are (pickled compiler, source), or (pickled compiler, tuple of sources) for a
-  batch, which compile_many builds in one compiler run and answers with a (binary, None) or (None, why) per source;
-  the last compiler unpickled is kept."""
+def _compile_handler() -> Callable[[tuple[bytes, dict, Any], Any], Any]:
+  """A compile worker's setup: its jobs are (pickled compiler, the caller's kc.config.snapshot(), source), or the same
+  with a tuple of sources for a batch, which compile_many builds in one compiler run and answers with a (binary, None)
+  or (None, why) per source; the last compiler unpickled is kept."""
   last: list = [b"", None]
 
-  def compile_job(job: tuple[bytes, Any], note) -> Any:
-    blob, src = job
+  def compile_job(job: tuple[bytes, dict, Any], note) -> Any:
+    blob, config, src = job
     if blob != last[0]:
-      try: last[:] = [blob, pickle.loads(blob)]
+      try: last[:] = [blob, pickle.loads(blob)]  # first: the compiler's plugin declares its knobs as it is imported
       except Exception as e:  # noqa: BLE001  (a compiler that does not unpickle here fails its sources, not the worker)
         raise KcError(f"the compiler does not load in a worker: {type(e).__name__}: {e}") from None
-    if isinstance(src, str): return last[1].compile(src)
-    return [(out, None) if isinstance(out, bytes) else (None, f"{type(out).__name__}: {out}") for out in last[1].compile_many(list(src))]
+    with applied(config):
+      if isinstance(src, str): return last[1].compile(src)
+      return [(out, None) if isinstance(out, bytes) else (None, f"{type(out).__name__}: {out}") for out in last[1].compile_many(list(src))]
   return compile_job
 
 
@@ -121,6 +125,7 @@ class LocalCompilePool:
     # jobs are tuples of source indices: batches of `batch` (one compiler run each, with `timeout` per source), and
     # single sources again for a batch whose worker hung or died, so that a bad source costs only itself
     todo = deque(tuple(range(i, min(i + batch, len(sources)))) for i in range(0, len(sources), batch))
+    config = snapshot()
     left = len(sources)
     busy: dict[Worker, tuple[int, ...]] = {}  # a worker -> the indices of the sources it compiles
     startup_deaths = 0  # workers that died before they could take a source: the interpreter cannot start kc
@@ -130,7 +135,7 @@ class LocalCompilePool:
         for w in self._pool:  # give every idle, started worker a job
           if w.ready and w not in busy and todo:
             busy[w] = job = todo.popleft()
-            w.send((blob, sources[job[0]] if len(job) == 1 else tuple(sources[i] for i in job)))
+            w.send((blob, config, sources[job[0]] if len(job) == 1 else tuple(sources[i] for i in job)))
         now = time.perf_counter()
         deadlines = [w.since + timeout * len(job) - now for w, job in busy.items()]
         # woken at least every POLL_S, for a Ctrl-C that a finalizer swallowed (kc.search.interrupt)
@@ -175,8 +180,9 @@ def pickled(compiler: Any) -> Optional[bytes]:
 
 def compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, workers: int) -> Iterator[CompileOutcome]:
   """The thread path for a compiler that cannot be pickled: the same outcomes, compiled in this process by at most
-  `workers` threads at a time. A thread past its time limit stops counting against `workers` (another starts in its
-  place) and is left to finish: a daemon thread, so it never holds up the interpreter's exit."""
+  `workers` threads at a time, each in a copy of the caller's context (its kc.config overrides). A thread past its time
+  limit stops counting against `workers` (another starts in its place) and is left to finish: a daemon thread, so it
+  never holds up the interpreter's exit."""
   results: queue.SimpleQueue = queue.SimpleQueue()
 
   def run(index: int) -> None: results.put((index, attempt(compiler.compile, sources[index])))
@@ -187,7 +193,8 @@ def compile_in_threads(compiler: Any, sources: Sequence[str], timeout: float, wo
     while todo and len(running) < workers:
       index = todo.popleft()
       running[index] = time.perf_counter()
-      threading.Thread(target=run, args=(index,), daemon=True, name="kc-compile").start()
+      context = contextvars.copy_context()  # one per thread: a context is entered by one thread at a time
+      threading.Thread(target=context.run, args=(run, index), daemon=True, name="kc-compile").start()
     wait_for = max(0.0, min(min(running.values()) + timeout - time.perf_counter(), POLL_S))
     try: index, got = results.get(timeout=wait_for)
     except queue.Empty: raise_if_interrupted()
