@@ -186,6 +186,28 @@ def test_planted_rewrite_error_at_compile_time_fails_the_run_with_reproducers(tm
   assert rp.returncode == 1 and "RewriteError" in rp.stderr
 
 
+def test_an_error_while_drawing_random_opts_gets_a_reproducer_that_draws_them_again(tmp_path):
+  # the draw fails before the opts are a list: the reproducer draws them as the fuzzer did, and fails the same way
+  env = _inject(tmp_path, """
+  import kc.kernel
+  from kc.errors import RewriteError
+  _orig = kc.kernel.Kernel.apply_opt
+  def _broken(self, opt, *a, **kw):
+    if self.reduceop is not None: raise RewriteError("injected: an opt broke the kernel")
+    return _orig(self, opt, *a, **kw)
+  kc.kernel.Kernel.apply_opt = _broken
+  """)
+  p, data = _run_cli(tmp_path, env, "--family", "classic", "--opts", "random")
+  internal = [r for r in data["results"] if r["outcome"] == "internal-error"]
+  assert p.returncode == 1 and internal and all(r["stage"] == "opts" and r["reproducer"] for r in internal), p.stdout
+  source = open(internal[0]["reproducer"]).read()
+  assert "random_opts(sink, 'CLANG', " in source
+  rp = subprocess.run([sys.executable, internal[0]["reproducer"]], env=env, capture_output=True, text=True, timeout=120)
+  assert rp.returncode == 1 and "RewriteError: injected" in rp.stderr, rp.stderr[-2000:]
+  clean = subprocess.run([sys.executable, internal[0]["reproducer"]], capture_output=True, text=True, timeout=120)
+  assert clean.returncode == 0, clean.stdout + clean.stderr[-2000:]  # without the fault: kc matches numpy
+
+
 def test_planted_build_time_refusal_is_typed_and_passes_the_run(tmp_path):
   env = _inject(tmp_path, """
   import kc.ast

@@ -84,9 +84,11 @@ def _array_source(a: np.ndarray) -> str:
   return f"np.array({a.reshape(-1).tolist()!r}, dtype={dt}).reshape({tuple(a.shape)})"
 
 
-def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts: OptsSpec) -> str:
+def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts: OptsSpec, opt_seed: int = 0) -> str:
   """A Python script that builds the kernel with kc.ast, runs it on the device with the same opts and inputs, compares
-  with numpy and prints the difference; it exits 1 while kc disagrees (or raises, or crashes) and 0 once fixed."""
+  with numpy and prints the difference; it exits 1 while kc disagrees (or raises, or crashes) and 0 once fixed.
+  `opts` still "random" means drawing them failed (they were never resolved to a list): the script draws them as the
+  fuzzer did, from `opt_seed`, so that it fails where the fuzzer did."""
   os.makedirs(out_dir, exist_ok=True)
   stem = f"{res.device}_{res.mode}_case{res.case:04d}_{res.outcome}"
   path = os.path.join(out_dir, stem + ".py")
@@ -127,7 +129,10 @@ def write_reproducer(out_dir: str, res: Result, r: Recipe, ref: Reference, opts:
     f"bounds = {bounds!r}  # output -> (rtol, atol); (0, 0) means bit-exact",
     f"narrow = {narrow!r}  # outputs of a float type numpy lacks: kc returns their bits",
     "",
-    f"got = kc.run(sink, inputs, device={res.device!r}, opts={opts_source(opts)})",
+    *(["from kc.tools.fuzz.worker import opts_from_spec, random_opts",
+       f"opts = opts_from_spec(random_opts(sink, {res.device!r}, {opt_seed!r}))  # the fuzzer's draw, where it failed"]
+      if opts == "random" else [f"opts = {opts_source(opts)}"]),
+    f"got = kc.run(sink, inputs, device={res.device!r}, opts=opts)",
     "failed = False",
     "for i, want in expected.items():",
     "  have = decode(got[i], narrow[i]) if i in narrow and got[i].dtype.kind == 'u' else got[i]",

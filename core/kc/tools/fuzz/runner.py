@@ -96,7 +96,8 @@ def _write_failures(cfg: FuzzConfig, w: DeviceWorker, failed: list, log: Callabl
       done.setdefault(c.index, (r, v))
     ref = reference(r) or c.ref
     res.ops = r.ops()
-    res.reproducer = write_reproducer(cfg.out_dir, res, r, ref, opts)
+    # random opts are drawn from the case's seed in the run, and from 0 in the checks of a smaller recipe
+    res.reproducer = write_reproducer(cfg.out_dir, res, r, ref, opts, c.recipe.seed if r is c.recipe else 0)
   if failed: log(f"{w.device}: wrote {len(failed)} reproducers to {cfg.out_dir}")
 
 
