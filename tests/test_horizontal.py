@@ -169,3 +169,40 @@ def test_kernels_with_combined_lanes_run_as_numpy_computes_them(emu, shape, kind
   emu.renderer = impersonating(VectorEmu())
   got = kc.run(sink, inputs, device=DEVICE, opts="hand")[0].reshape(want.shape)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _assigns_per_accumulator(uops) -> dict:
+  counts: dict = {}
+  for u in uops:
+    if u.op is Ops.ASSIGN: counts[u.src[0]] = counts.get(u.src[0], 0) + 1
+  return counts
+
+
+@pytest.mark.parametrize("opts", ["none", "hand"])
+@pytest.mark.parametrize("second", [False, True])
+@pytest.mark.parametrize("axes", [(0, 1), (1,), (0,)])
+@pytest.mark.parametrize("shape", [(1, 12, 16), (2, 8, 16), (4, 16, 8), (3, 12, 32)])
+def test_a_sum_of_combines_updates_its_accumulator_once(emu, shape, axes, second, opts):
+  """kc fuzz --device CLANG --seed 4414 (KC_CLANG_ISA=avx2), case 24: the sum of a matmul's outputs was twice the
+  sum. Its accumulator's update adds a vector of four combines (each matmul output's lanes), and the combine of that
+  accumulator after its loop was replaced too: the replacement was built on the old update, so the graph kept both
+  updates. The class: a reduce over values that are combines themselves, any axes, with a second reduce reading it."""
+  M, K, N = shape
+  rng = np.random.default_rng(M * K * N)
+  x, w = rng.standard_normal((M, K)).astype(np.float32), rng.integers(-8, 8, (K, N)).astype(np.float32)
+  prod = F(1, M, K) @ F(2, K, N)
+  total = prod.sum(axis=axes, keepdims=True)
+  stores = [A.store(0, total)] + ([A.store(3, (prod + total).sum(axis=1))] if second else [])
+  sink, want = A.sink(*stores), (x @ w).sum(axis=axes, keepdims=True)
+  for renderer in (VectorEmu(), kc.Device.renderer("CLANG")):
+    from kc.schedule import schedule
+    for sk in schedule(sink).kernels:
+      k = Kernel(sk.ast, renderer)
+      if opts == "hand": hand_coded_optimizations(k)
+      assert set(_assigns_per_accumulator(k.linearize()).values()) <= {1}, "an accumulator is updated twice"
+  emu.renderer = impersonating(VectorEmu())
+  for device in (DEVICE, "CLANG"):
+    got = kc.run(sink, {1: x, 2: w}, device=device, opts=opts)
+    np.testing.assert_allclose(got[0].reshape(want.shape), want, rtol=1e-5, atol=1e-4)
+    if second:
+      np.testing.assert_allclose(got[3].reshape(M), ((x @ w) + want).sum(axis=1), rtol=1e-5, atol=1e-3)

@@ -337,3 +337,21 @@ def test_lane_accumulators_that_would_not_fit_the_registers_stay_a_sum_per_step(
   for o in opts: k.apply_opt(o)
   accs = [u for u in k.linearize() if u.op is Ops.DEFINE_ACC]
   assert len(accs) == 18 and all(u.dtype.count == 1 for u in accs)
+
+
+def test_a_replacement_built_on_a_node_above_another_replacement_is_built_on_its_rebuilt_version():
+  """kc.codegen.vectorize.replaced: C's value is built on B, which lies above A (replaced too). The new graph holds
+  C's value on the rebuilt B and no old node above A: a pass that left the old B beside the new one kept an
+  accumulator's update twice (tests/test_horizontal.py, test_a_sum_of_combines_updates_its_accumulator_once)."""
+  from kc.codegen.vectorize import passing_toposort, replaced
+  from kc.ir.uop import UOp
+  x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("x", 0, 9)).cast(dtypes.float32)
+  a = x + 1.0
+  b = a * 2.0
+  c = b - 3.0
+  sink = UOp(Ops.SINK, dtypes.void, (c, b))
+  new_a, new_c = x + 4.0, b * 5.0  # new_c reads the old b
+  out = replaced(passing_toposort(sink), {a: new_a, c: new_c})
+  nodes = set(out.toposort)
+  assert a not in nodes and b not in nodes  # every node above the old a is rebuilt
+  assert out.src[1] == new_a * 2.0 and out.src[0] == (new_a * 2.0) * 5.0

@@ -65,10 +65,23 @@ def passing_toposort(sink: UOp) -> dict[UOp, None]:
 
 def replaced(topo: dict[UOp, None], found: dict[UOp, UOp]) -> UOp:
   """The graph whose toposort is `topo` (its sink last) with each node of `found` replaced by its value, and every
-  node above one rebuilt on the new sources (a pass's last step, without caching a toposort on the new graph)."""
+  node above one rebuilt on the new sources (a pass's last step, without caching a toposort on the new graph).
+
+  A value is built from nodes of the old graph, which may lie above another replaced node (a combine of an
+  accumulator whose update holds a combine replaced too): its old nodes are taken as rebuilt, or the graph would keep
+  the old copy beside the new one (an accumulator then updated twice)."""
   rebuilt: dict[UOp, UOp] = {}
+  new_nodes: dict[UOp, UOp] = {}  # a value's own nodes (not of the old graph) -> rebuilt on the rebuilt old nodes
+
+  def on_rebuilt(x: UOp) -> UOp:
+    if (got := rebuilt.get(x)) is not None: return got
+    if (got := new_nodes.get(x)) is not None: return got
+    src = tuple(on_rebuilt(s) for s in x.src)
+    got = new_nodes[x] = x if src == x.src else UOp(x.op, x.dtype, src, x.arg)
+    return got
+
   for u in topo:
-    if u in found: rebuilt[u] = found[u]
+    if u in found: rebuilt[u] = on_rebuilt(found[u])
     else:
       src = tuple(rebuilt[x] for x in u.src)
       rebuilt[u] = u if src == u.src else UOp(u.op, u.dtype, src, u.arg)
