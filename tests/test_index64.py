@@ -8,7 +8,8 @@ import kc
 from kc import ShapeTracker, UOp, dtypes
 from kc import ast as A
 from kc.api import optimize
-from kc.codegen.lower import index_dtype, view_index_dtype
+from kc.codegen.lower import INT64_MAX, _bounded_in, index_dtype, view_index_dtype
+from kc.errors import ShapeError
 from kc.ir.uop import Ops
 from kc.runtime.device import HostAllocator
 
@@ -60,7 +61,22 @@ def trackers(draw) -> ShapeTracker:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trackers())
 def test_index_dtype_is_int64_exactly_where_an_index_can_leave_int32(tracker):
+  if not _bounded_in(tracker, INT64_MAX):
+    # past int64 (a flat view of 2^67 positions): the int64 oracle above would wrap, and kc refuses the view
+    with pytest.raises(ShapeError, match="can pass 2"): view_index_dtype(tracker)
+    return
   assert view_index_dtype(tracker) == (dtypes.int64 if leaves_int32(tracker) else dtypes.int32)
+
+
+def test_a_view_past_int64_is_a_shape_error_and_one_within_it_is_int64():
+  n = 1 << 31
+  huge = ShapeTracker.from_shape((1 << 20, 1)).expand((1 << 20, n)).reshape((1 << 20, n, 1)).expand((1 << 20, n, 1 << 16))
+  with pytest.raises(ShapeError, match="2\\^63"): view_index_dtype(huge.reshape(((1 << 67),)))  # the flat index of 2^67 positions
+  assert view_index_dtype(huge) == dtypes.int64  # a dim of 2^31: its loop bound leaves int32, the index does not
+  assert view_index_dtype(ShapeTracker.from_shape((1 << 20, 1 << 20))) == dtypes.int64
+  big = A.sink(A.store(0, A.arg(1, dtypes.float32, (1 << 20, 1)).expand((1 << 20, n)).reshape((1 << 51,)).expand((1 << 51,))
+                        .reshape((1 << 20, n)).sum(axis=1)))
+  assert kc.Kernel(big, kc.Device.renderer("EMU")).ast is not None  # builds: int64 covers it
 
 
 @pytest.mark.parametrize("shape, want", [((1 << 16, (1 << 15) + 64), dtypes.int64), ((1 << 16, 1 << 15), dtypes.int32),

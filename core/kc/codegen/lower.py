@@ -18,7 +18,7 @@ import functools, itertools, operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 from kc.ir.dtype import DType, dtypes
-from kc.errors import KcError, KernelOptError
+from kc.errors import KcError, KernelOptError, ShapeError
 from kc.helpers import all_int, prod, vector_registers
 from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
@@ -57,6 +57,7 @@ def _loop(dtype: DType, end: sint, arg) -> UOp:
 # ***** the index dtype *****
 
 INT32_MAX = dtypes.max(dtypes.int32)
+INT64_MAX = dtypes.max(dtypes.int64)
 
 
 def index_dtype(ast: UOp) -> DType:
@@ -67,19 +68,29 @@ def index_dtype(ast: UOp) -> DType:
   view's whole shape (padded positions too: their index is computed before the gate drops it), and, for a tracker of
   several views, the flat index each inner view unravels with its divisors. Variables count with their bounds. A
   cheap interval bound decides nearly every kernel; a view it cannot clear is decided by building its index in int64
-  (vmin/vmax of every node) and checking that an int32 build is the same graph (no constant wrapped on the way)."""
+  (vmin/vmax of every node) and checking that an int32 build is the same graph (no constant wrapped on the way).
+  A view whose index arithmetic can leave int64's range too (by the interval bound) is a ShapeError: no kernel can
+  index it."""
   views = dict.fromkeys(u.arg for u in ast.toposort if u.op is Ops.VIEW)
-  return dtypes.int32 if all(_index_fits_int32(st) for st in views) else dtypes.int64
+  return dtypes.int32 if all(_index_fits_int32(st) for st in views) else _int64_or_error(views)
 
 
 def view_index_dtype(st: ShapeTracker) -> DType:
   """The index dtype one view needs on its own (index_dtype is the widest over a kernel's views)."""
-  return dtypes.int32 if _index_fits_int32(st) else dtypes.int64
+  return dtypes.int32 if _index_fits_int32(st) else _int64_or_error((st,))
+
+
+def _int64_or_error(views) -> DType:
+  for st in views:
+    if not _bounded_in(st, INT64_MAX):
+      raise ShapeError(f"a view of shape {fmt_shape(st.shape)} has index arithmetic that can pass 2^63 (its dims, strides "
+                       f"and offsets: {st}): kc indexes in at most int64, so no kernel can read or write it")
+  return dtypes.int64
 
 
 @functools.lru_cache(maxsize=4096)
 def _index_fits_int32(st: ShapeTracker) -> bool:
-  return _bounded_in_int32(st) or _built_in_int32(st)
+  return _bounded_in(st, INT32_MAX) or _built_in_int32(st)
 
 
 def _span(x: sint) -> tuple[int, int]:
@@ -87,43 +98,45 @@ def _span(x: sint) -> tuple[int, int]:
   return (x, x) if isinstance(x, int) else (int(x.vmin), int(x.vmax))
 
 
-def _fit(*values: int) -> bool: return all(-INT32_MAX <= v <= INT32_MAX for v in values)
+def _fit(*values: int, limit: int = INT32_MAX) -> bool: return all(-limit <= v <= limit for v in values)
 
 
-def _bounded_in_int32(st: ShapeTracker) -> bool:
-  """Every value of the index arithmetic of `st`, by interval bounds, fits int32 (a conservative answer: False may
-  still fit). The views are taken as the lowering indexes them: the tracker simplified, inner views minified."""
+def _bounded_in(st: ShapeTracker, limit: int) -> bool:
+  """Every value of the index arithmetic of `st`, by interval bounds, lies in [-limit, limit] (a conservative answer:
+  False may still fit). The views are taken as the lowering indexes them: the tracker simplified, inner views
+  minified."""
   views = st.simplify().views
   flat: Optional[tuple[int, int]] = None  # the range of the flat index an inner view unravels
   for view in reversed(views):
     if flat is not None: view = view.minify()
-    coords = _coordinate_spans(view, flat)
+    coords = _coordinate_spans(view, flat, limit)
     if coords is None: return False
     offset = _span(view.offset)
     # every partial sum of the offset and the stride terms lies in [low, high]
     low, high = min(0, offset[0]), max(0, offset[1])
     for (c0, c1), stride in zip(coords, view.strides):
       s0, s1 = _span(stride)
-      if not _fit(s0, s1): return False
+      if not _fit(s0, s1, limit=limit): return False
       ends = (c0 * s0, c0 * s1, c1 * s0, c1 * s1)
       low, high = low + min(0, *ends), high + max(0, *ends)
     for b, e in view.mask or ():
-      if not _fit(*_span(b), *_span(e)): return False
-    if not _fit(low, high): return False
+      if not _fit(*_span(b), *_span(e), limit=limit): return False
+    if not _fit(low, high, limit=limit): return False
     flat = (low, high)
   return True
 
 
-def _coordinate_spans(view: View, flat: Optional[tuple[int, int]]) -> Optional[list[tuple[int, int]]]:
+def _coordinate_spans(view: View, flat: Optional[tuple[int, int]], limit: int) -> Optional[list[tuple[int, int]]]:
   """The range of each coordinate of `view`: its dims for the outermost view, else the unravelled `flat` range (C's
-  % keeps the dividend's sign; the outermost coordinate takes no modulo). None where a dim or divisor leaves int32."""
+  % keeps the dividend's sign; the outermost coordinate takes no modulo). None where a dim or divisor leaves
+  [-limit, limit]."""
   tops = [_span(d)[1] for d in view.shape]
-  if not _fit(*tops): return None
+  if not _fit(*tops, limit=limit): return None
   if flat is None: return [(0, max(0, t - 1)) for t in tops]
   lo, hi = flat
   spans, divisor = [], 1
   for i, top in reversed(list(enumerate(tops))):
-    if not _fit(divisor): return None
+    if not _fit(divisor, limit=limit): return None
     if i == 0: spans.append((min(0, lo // divisor if lo >= 0 else -(-lo // divisor)), max(0, hi // divisor)))
     else: spans.append((-(top - 1) if lo < 0 else 0, max(0, top - 1)))
     divisor *= max(top, 1)
