@@ -69,3 +69,25 @@ def test_a_contiguous_part_of_a_materialised_value_is_stored_as_that_part(device
     got = kc.run(A.sink(A.store(0, _build(A.arg(1, dtypes.int32, shape), combine, view))), {1: x}, device=device)[0]
     if got.shape != want.shape or not np.array_equal(got, want): failures.append((shape, combine, view, got.shape))
   assert not failures, failures
+
+
+@pytest.mark.parametrize("device", ["EMU", "CLANG"])
+def test_outputs_differing_by_size_one_axes_are_one_kernel_and_take_random_opts(device):
+  """kc fuzz --device CLANG --device EMU --seed 4411, case 7: outputs stored through (2, 2, 3) and (1, 2, 2, 3) merge
+  into one kernel through the wider shape (scheduler rule 4), and the fuzzer drew its random opts on the program as
+  given, not on that kernel's AST (an internal error: 'SINK: all outputs must have one shape'). The class: size-1
+  axes inserted before, between and after the axes, each side wider, opts drawn from many seeds."""
+  from kc.schedule import schedule
+  from kc.tools.fuzz.worker import opts_from_spec, random_opts
+  rng = np.random.default_rng(1)
+  x = rng.integers(-8, 8, (2, 2, 3)).astype(np.float32)
+  for wide in ((1, 2, 2, 3), (2, 1, 2, 3), (2, 2, 3, 1), (1, 2, 1, 2, 3, 1)):
+    for wide_first in (False, True):
+      a = A.arg(2, dtypes.float32, (2, 2, 3))
+      stores = [A.store(0, a.reshape(wide)), A.store(1, (a * 2.0).exp2())]
+      sink = A.sink(*(stores[::-1] if wide_first else stores))
+      assert schedule(sink).single  # one loop nest for both
+      for seed in range(6):
+        got = kc.run(sink, {2: x}, device=device, opts=opts_from_spec(random_opts(sink, device, seed)))
+        np.testing.assert_array_equal(got[0].reshape(wide), x.reshape(wide))
+        np.testing.assert_allclose(got[1].reshape(x.shape), np.exp2(x * 2.0), rtol=1e-6)

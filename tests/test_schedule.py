@@ -358,3 +358,32 @@ def test_reduces_over_different_axes_merged_into_one_kernel_keep_one_shape(full,
   assert out[0].reshape(()) == v.min()
   cn = np.full(part, 6, np.int32)
   np.testing.assert_array_equal(out[1].reshape(part), cn + cn.sum(axis=axes, keepdims=True))
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.sampled_from([32, 48]), k=st.sampled_from([48, 64]), n=st.sampled_from([64, 96]),
+       act=st.sampled_from(["exp2", "relu", "square"]), stored=st.sampled_from([("a",), ("h", "a"), ("a", "h")]),
+       device=st.sampled_from(DEVICES))
+def test_an_activation_stored_and_multiplied_again_is_computed_by_one_kernel(m, k, n, act, stored, device):
+  """A training forward's Linear layer: h = x @ W1.T + b, a = act(h), both (or a alone) outputs saved for the
+  backward, and a @ W2.T: the output store of a (m, 1, n) and its intermediate for the next product (m, 1, n, 1)
+  differ by a size-1 axis, and are one kernel (one product), not one each. (Sizes where recomputing the activation
+  inside the second product would multiply its work: it is materialised.)"""
+  nout = 1 + len(stored)
+  x, w1, b, w2 = (A.arg(nout + i, dtypes.float32, s) for i, s in enumerate(((m, k), (n, k), (n,), (k, n))))
+  h = x @ w1.T + b
+  a = {"exp2": lambda v: (v * 0.125).exp2(), "relu": lambda v: v.maximum(0.0), "square": lambda v: v * v}[act](h)
+  values = {"h": h, "a": a}
+  sink = A.sink(A.store(0, a @ w2.T), *(A.store(1 + i, values[s]) for i, s in enumerate(stored)))
+  first, second = schedule(sink).kernels
+  assert sorted(r.index for r in first.outputs if not r.temp) == list(range(1, nout)) and any(r.temp for r in first.outputs)
+  xs, w1s, bs, w2s = (rand(s, seed) for seed, s in enumerate(((m, k), (n, k), (n,), (k, n))))
+  hs = xs @ w1s.T + bs
+  want_a = {"exp2": lambda v: np.exp2(v * 0.125), "relu": lambda v: np.maximum(v, 0), "square": lambda v: v * v}[act](hs)
+  wants = {"h": hs, "a": want_a}
+  out = kc.run(sink, {nout: xs, nout + 1: w1s, nout + 2: bs, nout + 3: w2s}, device)
+  # sums of products: an error relative to the largest magnitude, where a few outputs cancel to near 0
+  o = want_a @ w2s.T
+  np.testing.assert_allclose(out[0].reshape(m, k), o, rtol=1e-4, atol=1e-5 * np.abs(o).max())
+  for i, s in enumerate(stored):
+    np.testing.assert_allclose(out[1 + i].reshape(wants[s].shape), wants[s], rtol=1e-5, atol=1e-5 * np.abs(wants[s]).max())

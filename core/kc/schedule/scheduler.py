@@ -19,10 +19,14 @@ size its reduce did not loop over, ...). The scheduler decides the kernels from 
    whose every work-item computes its row's max and sum again.
 4. Kernels that store through the same shape and do not depend on each other are merged (several outputs of one loop
    nest), then ordered so that every intermediate is written before it is read, and every caller's buffer is read by
-   all its readers before a kernel writes it.
+   all its readers before a kernel writes it. A kernel whose shape differs from another's only by size-1 axes is
+   moved into the wider shape to merge (an activation stored as (M, 1, N) and materialised for the next matmul as
+   (M, 1, N, 1)).
 
 Each kernel's buffers are renumbered 0..n-1 (the caller's buffers first, in index order, then the intermediates), so
-a one-kernel program's AST is the program itself: the same source, opts and cache keys as a single kernel.
+a one-kernel program's AST is the program itself (its stores moved into one shape where rule 4 merged across size-1
+axes): the same source, opts and cache keys as a single kernel. Opts for a one-kernel program apply to that AST
+(kc.compile builds the kernel from it).
 Intermediates are planned in one arena (kc.schedule.memory): allocated once per compiled program, reused by buffers
 whose lifetimes do not overlap."""
 from __future__ import annotations
@@ -34,7 +38,7 @@ from kc.errors import InvalidASTError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
-from kc.schedule.movement import extents, kernel_nodes, shape_of
+from kc.schedule.movement import Move, extents, kernel_nodes, move, shape_of
 from kc.renderer import Renderer
 from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_transcendentals
 from kc.schedule.pack_operand import pack_operand
@@ -362,16 +366,48 @@ def _topological(after: list[set[int]], members: list[list[int]]) -> Optional[li
   return order
 
 
+def _inserted(shape: tuple, target: tuple) -> Optional[Move]:
+  """The Move that gives `target` from `shape` by inserting size-1 axes, where there is one; else None."""
+  if len(target) <= len(shape): return None
+  arg: list = []
+  for d in target:
+    if len(arg) - arg.count(None) < len(shape) and d == shape[len(arg) - arg.count(None)]: arg.append(len(arg) - arg.count(None))
+    elif isinstance(d, int) and d == 1: arg.append(None)
+    else: return None
+  return Move("insert", tuple(arg)) if len(arg) - arg.count(None) == len(shape) else None
+
+
+def _moved(unit: list[_Store], target: tuple) -> Optional[list[_Store]]:
+  """The unit's stores through `target`, its shape with size-1 axes inserted (each value moved as a reshape would),
+  or None where that is not such a shape or a value cannot be moved in one kernel."""
+  out = []
+  for s in unit:
+    if (mv := _inserted(s.shape, target)) is None: return None
+    try: out.append(_Store(s.target, s.view.arg.reshape(target).to_uop(), move(s.value, mv, s.shape), s.arg))
+    except InvalidASTError: return None
+  return out
+
+
 def _merge(units: list[list[_Store]], after: list[set[int]]) -> list[list[int]]:
   """Units that store through one shape become one kernel where the merged kernel verifies and no order of the
-  kernels would then have to run one before itself (directly or through others); each group as unit indices."""
+  kernels would then have to run one before itself (directly or through others); each group as unit indices. A unit
+  whose shape differs from a group's only by size-1 axes is moved into the wider shape to join it (an output of a
+  Linear layer's activation, stored as (M, 1, N), and the same value materialised for the next matmul as (M, 1, N,
+  1): one loop nest, the product computed once). Moved units are replaced in `units`."""
   groups: list[list[int]] = []
   for i, u in enumerate(units):
     rest = [[j] for j in range(i + 1, len(units))]
     for g in groups:
-      if units[g[0]][0].shape != u[0].shape or i in {j for k in g for j in after[k]} or any(k in after[i] for k in g): continue
+      if i in {j for k in g for j in after[k]} or any(k in after[i] for k in g): continue
+      shape, members = units[g[0]][0].shape, {k: units[k] for k in g + [i]}
+      if u[0].shape != shape:  # the narrower side moved into the wider one's shape, else no merge
+        wide = u[0].shape if len(u[0].shape) > len(shape) else shape
+        moved = {k: m if m[0].shape == wide else _moved(m, wide) for k, m in members.items()}
+        if any(m is None for m in moved.values()): continue
+        members = moved  # type: ignore[assignment]
       trial = [h + [i] if h is g else h for h in groups]
-      if _topological(after, trial + rest) is not None and _verified([s for k in g + [i] for s in units[k]]) is None:
+      if _topological(after, trial + rest) is not None and _verified([s for k in g + [i] for s in members[k]]) is None:
+        for k, m in members.items(): units[k] = m
         g.append(i)
         break
     else: groups.append([i])

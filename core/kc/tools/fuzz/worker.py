@@ -66,8 +66,11 @@ def random_opts(sink, device: str, seed: Union[int, str]) -> list:
   from kc.ir.uop import Ops
   from kc.kernel import Kernel, Opt, OptOps
   from kc.schedule import schedule
-  if sink.op is Ops.SINK and not (plan := schedule(sink)).single:
-    return [random_opts(sk.ast, device, f"{seed}:{i}") for i, sk in enumerate(plan.kernels)]
+  if sink.op is Ops.SINK:
+    plan = schedule(sink)
+    if not plan.single: return [random_opts(sk.ast, device, f"{seed}:{i}") for i, sk in enumerate(plan.kernels)]
+    # the opts apply to the one kernel's AST, as kc.compile builds it: the scheduler may have reshaped its stores
+    sink = plan.kernels[0].ast
   rng = random.Random(seed)
   k = Kernel(sink, Device[device].renderer, tc_level=read("KC_TC"))  # the level kc.run will apply the opts at
   tries: list[Opt] = []
