@@ -72,25 +72,19 @@ def index_dtype(ast: UOp) -> DType:
   A view whose index arithmetic can leave int64's range too (by the interval bound) is a ShapeError: no kernel can
   index it."""
   views = dict.fromkeys(u.arg for u in ast.toposort if u.op is Ops.VIEW)
-  return dtypes.int32 if all(_index_fits_int32(st) for st in views) else _int64_or_error(views)
-
-
-def view_index_dtype(st: ShapeTracker) -> DType:
-  """The index dtype one view needs on its own (index_dtype is the widest over a kernel's views)."""
-  return dtypes.int32 if _index_fits_int32(st) else _int64_or_error((st,))
-
-
-def _int64_or_error(views) -> DType:
-  for st in views:
-    if not _bounded_in(st, INT64_MAX):
-      raise ShapeError(f"a view of shape {fmt_shape(st.shape)} has index arithmetic that can pass 2^63 (its dims, strides "
-                       f"and offsets: {st}): kc indexes in at most int64, so no kernel can read or write it")
-  return dtypes.int64
+  needs = [view_index_dtype(st) for st in views]  # every view: any one past int64 is refused
+  return dtypes.int32 if all(dt == dtypes.int32 for dt in needs) else dtypes.int64
 
 
 @functools.lru_cache(maxsize=4096)
-def _index_fits_int32(st: ShapeTracker) -> bool:
-  return _bounded_in(st, INT32_MAX) or _built_in_int32(st)
+def view_index_dtype(st: ShapeTracker) -> DType:
+  """The index dtype one view needs on its own (index_dtype is the widest over a kernel's views)."""
+  if _bounded_in(st, INT32_MAX): return dtypes.int32
+  # first: past int64 a build in int64 wraps its constants, and could look as if it fitted int32
+  if not _bounded_in(st, INT64_MAX):
+    raise ShapeError(f"a view of shape {fmt_shape(st.shape)} has index arithmetic that can pass 2^63 (its dims, strides "
+                     f"and offsets: {st}): kc indexes in at most int64, so no kernel can read or write it")
+  return dtypes.int32 if _built_in_int32(st) else dtypes.int64
 
 
 def _span(x: sint) -> tuple[int, int]:
