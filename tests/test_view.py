@@ -259,3 +259,22 @@ def test_unravel_takes_no_modulo_on_the_outermost_dim():
   outer, mid, inner = unravel((2, 3, 4), x)
   assert [sym_infer(u, {x: 17}) for u in (outer, mid, inner)] == [1, 1, 1]
   assert outer.op.name == "IDIV"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_0d_view_of_one_element_composes_exactly_or_not_at_all(data):
+  """A masked view read at one flat position by a 0-d view (a shrink to one element, reshaped to ()): where that
+  element is padding, the pair must stay padding. A 0-d view has no dim to hold an empty mask, so composing it into
+  one view that says "all padding" is impossible, and it once came out as a view reading the buffer (kc.ast gave
+  x[0] where numpy's answer was the pad's 0)."""
+  from kc import ShapeTracker
+  inner = draw_padded_view(data, max_dims=3)
+  flat = offsets(inner).reshape(-1)
+  for p in range(flat.size):
+    outer = View.create((), (), p)
+    want = compose(inner, outer)
+    if (merged := inner + outer) is not None: assert np.array_equal(offsets(merged), want), (inner, p, merged)
+    for t in (ShapeTracker((inner, outer)), ShapeTracker((inner, outer)).simplify()):
+      o = t.offset_of(())
+      assert (-1 if o is None else o) == int(want), (inner, p, t)

@@ -203,7 +203,9 @@ class View:
 
   @staticmethod
   def void(shape: tuple[sint, ...]) -> "View":
-    """The view of this shape with no valid element (everything is padding)."""
+    """The view of this shape with no valid element (everything is padding). A 0-d view has no dim to hold the empty
+    mask: it cannot be void, and a caller keeps such a view under another one instead."""
+    if not len(shape): raise ShapeError("a 0-d view cannot be void: keep the masked view under the 0-d one")
     return View(shape, (0,) * len(shape), 0, ((0, 0),) * len(shape), False)
 
   @property
@@ -542,7 +544,8 @@ def _compose(inner: View, outer: View) -> Optional[View]:
     for (b, e), o, co in zip(inner.mask, origin, coefs):
       lo, hi = _affine_range(o, co, outer.shape)
       if b <= lo and hi < e: continue
-      if not co: return View.void(outer.shape)  # a constant coordinate outside the mask: nothing is valid
+      # a constant coordinate outside the mask: nothing is valid (a 0-d view cannot say so: the pair stays two views)
+      if not co: return View.void(outer.shape) if len(outer.shape) else None
       if len(co) > 1: bad = True; continue
       (d, c), = co.items()
       first, last = (ceildiv(b - o, c), (e - 1 - o) // c) if c > 0 else (ceildiv(e - 1 - o, c), (b - o) // c)
