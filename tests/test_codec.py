@@ -60,3 +60,22 @@ def test_the_search_check_reads_infinities_and_nans_from_raw_bytes(dt):
     changed = values.copy()
     changed[i] = other
     assert "1 of 4 elements outside" in mismatch(info, encode(changed, dt).view(np.uint8), raw)
+
+
+@pytest.mark.parametrize("dt", [*NARROW, dtypes.float16, dtypes.float32, dtypes.int8], ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", [(), (1,), (3, 2)])
+def test_every_function_gives_an_array_of_the_input_shape(dt, shape):
+  """A 0-d input came back as a numpy scalar from the bit tricks (ufuncs do that), which kc.run refuses as an input
+  (kc fuzz --device LLVM --device OPENCL --seed 4416, case 5: an fp8 0-d input)."""
+  x = np.full(shape, 1.5, np.float32)
+  for got in (encode(x, dt), round_to(x, dt), decode(encode(x, dt), dt)):
+    assert type(got) is np.ndarray and got.shape == shape
+
+
+def test_a_0d_narrow_input_encoded_runs():
+  import kc
+  from kc import ast as A
+  for dt in NARROW:
+    bits = encode(np.asarray(np.float32(1.5)), dt)
+    got = kc.run(A.sink(A.store(0, A.arg(1, dt, ()))), {1: bits}, device="EMU")[0]
+    assert decode(got, dt) == 1.5

@@ -32,16 +32,17 @@ def storage_np(dt: DType) -> np.dtype:
 def round_to(x, dt: DType) -> np.ndarray:
   """Values (float32, or float64: fp8 rounds it once) as the values `dt` holds: float32 for bfloat16 and fp8."""
   s = dt.scalar()
-  if s == dtypes.bfloat16: return round_bf16(x)
-  if s in dtypes.fp8s: return round_fp8(x, s)
+  # np.asarray: the bit tricks below are ufuncs, which give a numpy scalar, not an array, for a 0-d input
+  if s == dtypes.bfloat16: return np.asarray(round_bf16(x))
+  if s in dtypes.fp8s: return np.asarray(round_fp8(x, s))
   return np.asarray(x).astype(value_np(s))
 
 
 def encode(x, dt: DType) -> np.ndarray:
   """Values as `dt`'s storage: exact for values `dt` holds (a float of more precision rounds to nearest even)."""
   s = dt.scalar()
-  if s == dtypes.bfloat16: return bf16_bits(x)
-  if s in dtypes.fp8s: return float_to_fp8(x, s)
+  if s == dtypes.bfloat16: return np.asarray(bf16_bits(x))
+  if s in dtypes.fp8s: return np.asarray(float_to_fp8(x, s))  # an array for a 0-d input too (kc.run takes no scalar)
   return np.asarray(x, dtype=value_np(s))
 
 
@@ -49,6 +50,6 @@ def decode(raw, dt: DType) -> np.ndarray:
   """Raw storage of `dt` (its own dtype, or any view of the same bytes) as values: float32 for bfloat16 and fp8."""
   s, raw = dt.scalar(), np.asarray(raw)
   bits = raw if raw.dtype == storage_np(s) else raw.view(storage_np(s))
-  if s == dtypes.bfloat16: return bf16_values(bits)
-  if s in dtypes.fp8s: return fp8_to_float32(bits, s)
+  if s == dtypes.bfloat16: return np.asarray(bf16_values(bits))
+  if s in dtypes.fp8s: return np.asarray(fp8_to_float32(bits, s))
   return bits
