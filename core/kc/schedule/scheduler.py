@@ -370,11 +370,12 @@ def _inserted(shape: tuple, target: tuple) -> Optional[Move]:
   """The Move that gives `target` from `shape` by inserting size-1 axes, where there is one; else None."""
   if len(target) <= len(shape): return None
   arg: list = []
+  kept = 0  # the axes of `shape` placed so far
   for d in target:
-    if len(arg) - arg.count(None) < len(shape) and d == shape[len(arg) - arg.count(None)]: arg.append(len(arg) - arg.count(None))
+    if kept < len(shape) and d == shape[kept]: arg, kept = arg + [kept], kept + 1
     elif isinstance(d, int) and d == 1: arg.append(None)
     else: return None
-  return Move("insert", tuple(arg)) if len(arg) - arg.count(None) == len(shape) else None
+  return Move("insert", tuple(arg)) if kept == len(shape) else None
 
 
 def _moved(unit: list[_Store], target: tuple) -> Optional[list[_Store]]:
