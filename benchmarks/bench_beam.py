@@ -7,10 +7,11 @@ core, as tinygrad does. Last, the cost of a repeated kc.compile(opts="beam") of 
 and in a fresh one. Writes its section of benchmarks/RESULTS.md (not with --quick).
 Run: python benchmarks/bench_beam.py [--quick] [--widths 2,4] [--devices CLANG,OPENCL]"""
 from __future__ import annotations
-import argparse, os, pathlib, platform, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, os, pathlib, platform, shutil, statistics, subprocess, sys, tempfile, time
 if __name__ == "__main__":  # before kc is imported: one thread for CLANG kernels, a fresh cache for this run
   os.environ["KC_CLANG_THREADS"] = "1"
   os.environ["KC_CACHE_DIR"] = tempfile.mkdtemp(prefix="kc-bench-beam-")
+  atexit.register(shutil.rmtree, os.environ["KC_CACHE_DIR"], ignore_errors=True)
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import numpy as np  # noqa: E402
 import kc  # noqa: E402

@@ -22,16 +22,17 @@ def main() -> int:
   ap.add_argument("--skip-tests", action="store_true")
   ap.add_argument("--devices", default="CLANG,OPENCL,EMU")
   args = ap.parse_args()
-  env = dict(os.environ, KC_CACHE_DIR=tempfile.mkdtemp(prefix="kc-cache-"))  # empty, as on a fresh clone
   rows = []
   steps = ([] if args.skip_tests else
            [("tests (`python -m pytest -q -n auto`)", [sys.executable, "-m", "pytest", "-q", "-n", "auto", "-p", "no:cacheprovider"])])
   steps += [(f"`kc conformance --device {d} -n auto`", [sys.executable, "-m", "kc.tools.cli", "conformance", "--device", d, "-n", "auto"])
             for d in args.devices.split(",")]
-  for name, cmd in steps:
-    seconds, rc, summary = timed(cmd, env)
-    rows.append((name, seconds, rc, summary))
-    print(f"{name:50s} {seconds:8.1f} s  rc={rc}  {summary}")
+  with tempfile.TemporaryDirectory(prefix="kc-cache-") as cache:  # empty, as on a fresh clone; removed at the end
+    env = dict(os.environ, KC_CACHE_DIR=cache)
+    for name, cmd in steps:
+      seconds, rc, summary = timed(cmd, env)
+      rows.append((name, seconds, rc, summary))
+      print(f"{name:50s} {seconds:8.1f} s  rc={rc}  {summary}")
   body = ["## Test and conformance times on an empty compile cache (`python benchmarks/bench_tests.py`)", "",
           f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}); one empty KC_CACHE_DIR shared by the steps, in this order.", "",
           "| step | seconds | exit | outcome |", "|---|---:|---:|---|"]

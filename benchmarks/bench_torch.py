@@ -11,12 +11,14 @@ Prints the CPU, ISA and threads it ran on and writes its section of benchmarks/R
 Run: python benchmarks/bench_torch.py [--quick] [--no-write] [--repeats N] [--budget S] [--threads N]
                                      [--models mlp,softmax,...]"""
 from __future__ import annotations
-import argparse, collections, math, os, pathlib, statistics, sys, tempfile, time, traceback
+import argparse, atexit, collections, math, os, pathlib, shutil, statistics, sys, tempfile, time, traceback
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 if __name__ == "__main__":  # before torch and kc are imported: both backends compile from empty caches
   os.environ["KC_CACHE_DIR"] = tempfile.mkdtemp(prefix="kc-bench-torch-")
   os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-bench-torch-")
+  for _cache in (os.environ["KC_CACHE_DIR"], os.environ["TORCHINDUCTOR_CACHE_DIR"]):  # hundreds of MB a run
+    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
