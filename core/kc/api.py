@@ -5,13 +5,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 import numpy as np
-from kc.runtime.device import Buffer, Device
+from kc.runtime.device import Buffer, Device, HostMemory, raw_buffers
 from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError, OptsError, SymbolicError
 from kc.config import debug_level, read
 from kc.helpers import prod
 from kc.ir.symbolic import sym_infer
 from kc.kernel import Kernel, Opt
 from kc.runtime.arguments import ArgumentError, array_fits, bits_dtype, buffer_specs, import_producers, overlaps
+from kc.runtime.host_call import HostSlot, host_addresses
 from kc.runtime.opt_cache import OptEntry, OptKey, opt_cache
 from kc.runtime.program_cache import cached_program
 from kc.renderer import Program
@@ -47,9 +48,44 @@ class CompiledKernel:
     self._order = None if list(program.globals) == list(range(len(self.specs))) else tuple(program.globals)
     self._fast = self._plain_call(handle)
     self._fast_buffers = self._buffer_call()
+    self._host = self._host_call(handle)
 
   _fast: Optional[tuple] = None  # (the program's launch_arrays, per buffer (numpy dtype, shape, output)); see _plain_call
   _fast_buffers: Optional[tuple] = None  # per buffer (dtype, elements, alignment); see _buffer_call
+  _host: Optional[tuple] = None  # (the program's launch_addresses, per buffer a HostSlot); see _host_call
+
+  def _host_call(self, handle) -> Optional[tuple]:
+    """call_host's path, where there is one: a kernel without Variables on a program that takes host addresses
+    (ProgramHandle.launch_addresses), whose buffers all have a known element count. The program gets the addresses
+    in its parameters' order."""
+    take = getattr(handle, "launch_addresses", None)
+    if take is None or not self._static or self._empty or any(s.elements is None for s in self.specs): return None
+    if (order := self._order) is not None:
+      launch_addresses = take
+      def take(addresses): return launch_addresses([addresses[g] for g in order])  # noqa: E306
+    return take, _host_slots(self.specs)
+
+  @property
+  def host_callable(self) -> bool:
+    """Whether call_host runs this kernel: its device's memory is the host's and its program takes addresses (CLANG,
+    LLVM), and it has no Variables."""
+    return self._host is not None
+
+  def call_host(self, *buffers: tuple[int, int]) -> float:
+    """Run the kernel on host memory by address: each buffer an (address, nbytes) pair, in buffer-index order, whose
+    memory holds a C-contiguous array of that buffer's dtype and declared shape (`.specs`). For frameworks that hold
+    their tensors' memory and know its layout (kc-torch's regions: `(t.data_ptr(), t.nbytes)` of a contiguous CPU
+    tensor): no array is made per tensor. Checked (ArgumentError): the count, ints, at least the bytes each buffer's
+    shape needs, each address at its dtype's (or the device's vector) alignment, no output overlapping another
+    buffer. What the pair says of the memory is taken as true, as with any DLPack producer. A KcError where the
+    kernel is not host_callable. Returns the run time in seconds."""
+    if (host := self._host) is None:
+      raise KcError(f"{self.name} on {self.device} cannot be called by host address (host_callable is False): its device "
+                    "keeps its own memory, its program takes no addresses, or it has Variables; call it with arrays")
+    take, slots = host
+    seconds = take(host_addresses(self.name, buffers, slots))
+    if debug_level() >= 2: self._report(seconds, {})
+    return seconds
 
   def _buffer_call(self) -> Optional[tuple]:
     """The kc.Buffer call's fast path: for a kernel without Variables, a call whose arguments are all kc.Buffers that
@@ -203,6 +239,7 @@ class CompiledProgram(CompiledKernel):
     arena = Buffer(device, plan.peak_bytes, dtypes.uint8).allocate() if plan.peak_bytes else None
     self._temps = [Buffer(device, t.size, t.dtype, base=arena, offset=t.offset).allocate() for t in plan.temps]
     self._fast = self._plain_program_call()
+    self._host = self._host_program_call()
     if debug_level() >= 2:
       for line, ck in zip(plan.describe(), kernels): print(f"{device:8s} schedule {ck.name:32s} {line}")
       if plan.temps: print(f"{device:8s} schedule {plan.describe()[-1]}")
@@ -228,6 +265,23 @@ class CompiledProgram(CompiledKernel):
       return sum(self._times)
     return launch, tuple((np.dtype(s.np_dtype), s.shape, s.output) for s in self.specs)
 
+  def _host_program_call(self) -> Optional[tuple]:
+    """call_host's path of a program: where every kernel has its own (_host_call) and the intermediates are host
+    memory (their addresses fixed: the arena lives as long as the program), each kernel gets the caller's addresses
+    and the intermediates'."""
+    takes = [host[0] for ck in self.kernels if (host := ck._host) is not None]
+    if not self._static or self._empty or len(takes) != len(self.kernels): return None
+    temps = raw_buffers(self._temps)
+    if any(s.elements is None for s in self.specs) or not all(isinstance(t, HostMemory) for t in temps): return None
+    # per kernel, per buffer: (True, the intermediate's address) or (False, the caller's buffer index)
+    steps = tuple((take, tuple((True, temps[r.index].addr) if r.temp else (False, r.index) for r in sk.buffers))
+                  for sk, take in zip(self.schedule.kernels, takes))
+
+    def launch(addresses: list[int]) -> float:
+      self._times = [take([ref if temp else addresses[ref] for temp, ref in refs]) for take, refs in steps]
+      return sum(self._times)
+    return launch, _host_slots(self.specs)
+
   @property
   def name(self) -> str: return "+".join(ck.name for ck in self.kernels)
 
@@ -247,6 +301,10 @@ class CompiledProgram(CompiledKernel):
     print(f"{self.device:8s} {self.name:40s} {seconds * 1e6:10.1f} us  ({len(self.kernels)} kernels)")
     # each kernel's own time (the last launch's), so that a slow program names its slow kernel
     for ck, t in zip(self.kernels, self._times): print(f"{self.device:8s}   {ck.name:38s} {t * 1e6:10.1f} us")
+
+
+def _host_slots(specs) -> tuple[HostSlot, ...]:
+  return tuple(HostSlot(s.elements * s.dtype.itemsize, max(s.alignment, s.dtype.itemsize), s.output) for s in specs)
 
 
 def _program_specs(plan, kernels: list[CompiledKernel]) -> list:

@@ -447,7 +447,8 @@ class Compiler(ABC):
 class ProgramHandle(Protocol):
   """A loaded kernel. Buffers are allocator handles (or kc.Buffers), vals the int32 variable values in the
   kernel's order. Returns the kernel's run time in seconds when wait=True, else None (it may still run). A host-memory
-  program may also have `launch_arrays(arrays) -> seconds`, which kc.api uses for plain calls (docs/BACKENDS.md)."""
+  program may also have `launch_arrays(arrays) -> seconds`, which kc.api uses for plain calls, and
+  `launch_addresses(addresses) -> seconds`, which CompiledKernel.call_host uses (docs/BACKENDS.md)."""
   def __call__(self, *bufs, global_size: Sequence[int] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False) -> Optional[float]: ...
 

@@ -14,7 +14,7 @@ loads. kc.ast fuses each reader's use into the reader's
 kernel otherwise, and a backward pass reads a layer's masked gradient three times (its bias gradient's sum, its
 weight gradient's matmul through a transpose, the input gradient's matmul): three kernels would each redo the matmul."""
 from __future__ import annotations
-import threading
+import math, threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 import torch
@@ -113,6 +113,10 @@ class Plan:
   out_permutes: tuple[Optional[tuple[int, ...]], ...]
   in_views: tuple[tuple[int, Any], ...]
   on_cpu: bool                                # every tensor of the signature on the CPU
+  # the program's buffers' byte counts, outputs then inputs read, where it runs on host addresses (call_host: every
+  # tensor on the CPU and a host_callable program), else None (numpy views, or torch's stream on a GPU)
+  host_nbytes: Optional[tuple[int, ...]] = None
+  direct: bool = False                        # the results are the program's outputs, in order: nothing to replay
 
 
 def _is_identity(order: tuple[int, ...]) -> bool: return order == tuple(range(len(order)))
@@ -125,7 +129,7 @@ class Unsupported(Exception):
 def _input_key(x) -> Any:
   # shape and strides decide the memory order the plan reads a tensor in (memory_order), so they key it as they are:
   # the order itself is computed once, when the plan is built, not on every call
-  if isinstance(x, torch.Tensor): return (x.shape, x.stride(), x.dtype, x.device.type)
+  if isinstance(x, torch.Tensor): return (x.shape, x.stride(), x.dtype, x.device)
   return ("v", x)
 
 
@@ -228,8 +232,14 @@ class KcRegion(torch.nn.Module):
     out_permutes = tuple(None if _is_identity(o.order) else o.order for o in outputs)
     in_views = tuple((i, "contiguous" if inputs[i] is None else None if _is_identity(inputs[i]) else inputs[i]) for i in used)
     on_cpu = all(x.device.type == "cpu" for x in args if isinstance(x, torch.Tensor))
-    return Plan(program, inputs, used, tuple(outputs), tuple(distinct.index(r) for r in results), values, out_permutes,
-                in_views, on_cpu)
+    host_nbytes = None
+    if on_cpu and program.host_callable:
+      host_nbytes = tuple(math.prod(o.shape) * o.dtype.itemsize for o in outputs) + \
+                    tuple(args[i].numel() * args[i].element_size() for i in used)
+    result_values = tuple(distinct.index(r) for r in results)
+    direct = values == tuple(("out", k, ()) for k in range(len(outputs))) and result_values == tuple(range(len(outputs)))
+    return Plan(program, inputs, used, tuple(outputs), result_values, values, out_permutes, in_views, on_cpu,
+                host_nbytes, direct)
 
   def _values_of(self, distinct: list[torch.fx.Node], args) -> tuple[tuple, list[torch.fx.Node]]:
     """(Plan.values, the outputs the program computes): a result that is a view of a tensor input, or of a computed
@@ -270,7 +280,10 @@ class KcRegion(torch.nn.Module):
   # --------------------------------------------------------------------------------------------------------- run
 
   def _run(self, plan: Plan, args):
-    # the signature keyed the plan on the tensors' device type: a CPU plan's tensors are all on the one CPU device
+    return self._run_host(plan, args) if plan.host_nbytes is not None else self._run_arrays(plan, args)
+
+  def _run_arrays(self, plan: Plan, args):
+    # the signature keyed the plan on the tensors' devices: a CPU plan's tensors are all on the one CPU device
     device = _CPU if plan.on_cpu else next((x.device for x in args if isinstance(x, torch.Tensor)), _CPU)
     outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype, device=device) for o in plan.outputs]
     buffers = [out if p is None else out.permute(p) for out, p in zip(outs, plan.out_permutes)]
@@ -284,6 +297,21 @@ class KcRegion(torch.nn.Module):
       plan.program(*(_host_view(b) for b in buffers))
     else:  # on a GPU the kernels run on torch's current stream: ordered after torch's work there, no device-wide sync
       plan.program(*buffers, stream="torch")
+    return self._results(plan, args, outs)
+
+  def _run_host(self, plan: Plan, args):
+    """A CPU plan on a host_callable program: the tensors' addresses straight to kc (call_host). An output's buffer
+    is its memory in memory order and an input read permuted is its own memory: either's address is the tensor's.
+    The signature fixed every shape, stride and dtype, so the byte counts are the plan's."""
+    outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype) for o in plan.outputs]
+    tensors = outs + [args[i].contiguous() if view == "contiguous" else args[i] for i, view in plan.in_views]
+    try: plan.program.call_host(*((t.data_ptr(), n) for t, n in zip(tensors, plan.host_nbytes)))
+    except kc.ArgumentError:  # a view at an address the kernel cannot take as it is: the array path copies it
+      return self._run_arrays(plan, args)
+    return self._results(plan, args, outs)
+
+  def _results(self, plan: Plan, args, outs: list):
+    if plan.direct: return tuple(outs) if self._tuple_out else outs[0]
     values = [outs[k] if kind == "out" else replay(args[k] if kind == "in" else outs[k], ops) for kind, k, ops in plan.values]
     results = tuple(values[r] for r in plan.results)
     return results if self._tuple_out else results[0]

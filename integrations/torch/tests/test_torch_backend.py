@@ -262,3 +262,28 @@ def test_a_training_step_of_an_mlp_copies_no_weight(monkeypatch):
   forward = [plan for plan in KcRegion._programs.values() if any(ck.kernel.reduceop is not None for ck in plan.program.kernels)]
   kernels = [ck for plan in KcRegion._programs.values() for ck in plan.program.kernels]
   assert forward and not any(ck.name.startswith("C_") for ck in kernels), [ck.name for ck in kernels]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_cpu_regions_pass_kc_their_tensors_addresses(monkeypatch, dtype):
+  """On the CPU a region's program runs by address (kc's call_host): every layout the region reads or writes, a
+  transposed input, an expanded one (made contiguous), a sliced view and a transposed output, gives eager's values
+  and strides, and no tensor crosses as a numpy array."""
+  from kc_torch import region
+  monkeypatch.setattr(region.KcRegion, "_programs", {})
+  calls = []
+  real = kc.CompiledKernel.call_host
+  monkeypatch.setattr(kc.CompiledKernel, "call_host", lambda self, *pairs: calls.append(pairs) or real(self, *pairs))
+  monkeypatch.setattr(region, "_host_view", lambda t: pytest.fail("a tensor crossed as a numpy array"))
+  def fn(a, b, c, d): return (a @ b).t() * 2, (a.t().exp() + c).sum(0), d * 3
+  a, b = torch.randn(6, 5, dtype=dtype).t(), torch.randn(6, 4, dtype=dtype)
+  c, d = torch.randn(1, 1, dtype=dtype).expand(6, 5), torch.randn(4, 9, dtype=dtype)[1:3, 2:7]
+  fn_kc = compiled(fn)
+  for _ in range(2):  # the first call builds the plan, the second reuses it
+    got, want = fn_kc(a, b, c, d), fn(a, b, c, d)
+    for g, w in zip(got, want):
+      torch.testing.assert_close(g, w)
+      assert g.stride() == w.stride()
+  plans = list(region.KcRegion._programs.values())
+  assert plans and all(p.host_nbytes is not None for p in plans)
+  assert len(calls) == 2 * len(plans)

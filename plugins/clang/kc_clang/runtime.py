@@ -75,9 +75,17 @@ class ClangProgram:
   def launch_arrays(self, arrays: Sequence) -> float:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
     kc call of a kernel without Variables passes (kc.api.plain_arrays checked them). Returns the run time in seconds."""
-    fn = self._fn if self._arity == (len(arrays), 0) else self._function(len(arrays), 0)
     from_buffer = _FFI.from_buffer
-    ptrs = [from_buffer(a) for a in arrays]
+    return self._launch_pointers([from_buffer(a) for a in arrays])
+
+  def launch_addresses(self, addresses: Sequence[int]) -> float:
+    """The kernel on host memory at `addresses` (its buffers, in order) and no variable values: kc's call_host
+    (kc.api checked them). Returns the run time in seconds."""
+    cast = _FFI.cast
+    return self._launch_pointers([cast("void *", a) for a in addresses])
+
+  def _launch_pointers(self, ptrs: list) -> float:
+    fn = self._fn if self._arity == (len(ptrs), 0) else self._function(len(ptrs), 0)
     start = time.perf_counter()
     if self.split: pool(_FFI).run(self._entry, ptrs, (), threads())
     else: fn(*ptrs)
