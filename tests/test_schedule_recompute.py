@@ -1,12 +1,16 @@
 """kc.schedule.recompute: a transcendental value two loop nests of a kernel would each compute is stored once, on the
-devices that compute transcendentals in software (host CPUs), above a size; the programs mean what numpy means."""
+devices that compute transcendentals in software (host CPUs), above a size; a reduce's result that a kernel would
+compute again for each output of another reduce reading it is stored once on every device; the programs mean what
+numpy means."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes
 from kc.schedule import schedule
 from kc.schedule.movement import kernel_nodes
-from kc.schedule.recompute import MIN_ELEMENTS, TRANSCENDENTAL, computes_transcendentals_in_software, recomputed_transcendentals
+from kc.backend import estimate_ops
+from kc.schedule.recompute import (MIN_ELEMENTS, MIN_RECOMPUTED, TRANSCENDENTAL, computes_transcendentals_in_software, recomputed_reduces,
+                                   recomputed_transcendentals)
 
 
 def softmax(shape):
@@ -82,3 +86,53 @@ def test_shared_values_mean_what_numpy_means(fn, first, second, shape, use_twice
   for g, w in zip((got[i] for i in range(len(want))), want): np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * float(np.abs(w).max()))
   plan = schedule(sink, share_transcendentals=True)
   assert all(not recomputed_transcendentals(s.src[2] for s in k.ast.src) for k in plan.kernels)
+
+
+def rms_weight_gradient(n, d):
+  """An RMSNorm's weight gradient: sum_i g[i, j] x[i, j] rstd[i], rstd[i] = 1/sqrt(mean_k x[i, k]^2 + eps)."""
+  x, g = A.arg(1, dtypes.float32, (n, d)), A.arg(2, dtypes.float32, (n, d))
+  rstd = ((x * x).sum(1).reshape(n, 1) * (1 / d) + 1e-6).sqrt().reciprocal()
+  return A.sink(A.store(0, (g * x * rstd.expand(n, d)).sum(0)))
+
+
+def test_a_reduce_read_inside_a_reduce_over_its_rows_is_stored_once():
+  sink = rms_weight_gradient(64, 1024)
+  assert recomputed_reduces(s.src[2] for s in sink.src)
+  plan = schedule(sink)
+  assert len(plan.kernels) == 2 and len(plan.temps) == 1 and plan.temps[0].size == 64  # rstd, once per row
+  assert all(not recomputed_reduces(s.src[2] for s in k.ast.src) for k in plan.kernels)
+
+
+def test_a_reduce_read_inside_a_reduce_over_the_same_rows_stays_in_one_kernel():
+  # a variance reads its row's mean inside its own loop over the row: computed once per row, before that loop
+  x = A.arg(1, dtypes.float32, (256, 1024))
+  d = x - x.mean(-1, keepdims=True)
+  sink = A.sink(A.store(0, (d * d).mean(-1)))
+  assert not recomputed_reduces(s.src[2] for s in sink.src)
+  assert len(schedule(sink).kernels) == 1
+
+
+def _ops(ck) -> int:
+  return sum(estimate_ops(p.uops) for p in getattr(ck, "programs", (ck.program,)))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([(64, 1024), (8, 16), (256, 32), (1024, 64)]), st.sampled_from(["sum", "max"]), st.sampled_from(["sum", "max"]),
+       st.sampled_from([0, 1]), st.integers(0, 2 ** 16))
+def test_nested_reduces_cost_what_their_inputs_do_and_mean_what_numpy_means(shape, inner, outer, axis, seed):
+  """inner(x, axis) broadcast back and read inside outer(g * x * that, the other axis): numpy's result, and the
+  kernels' operations bounded by a multiple of the elements (plus what recomputing below MIN_RECOMPUTED may cost),
+  where one kernel computed the inner reduce again for every index of the outer's result."""
+  n, d = shape
+  other = 1 - axis
+  x, g = A.arg(1, dtypes.float32, shape), A.arg(2, dtypes.float32, shape)
+  r = getattr(x * x, inner)(axis, keepdims=True) * 0.5 + 1.0
+  sink = A.sink(A.store(0, getattr(g * x * r, outer)(other)))
+  rng = np.random.default_rng(seed)
+  xs, gs = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+  want = getattr(np, outer)(gs * xs * (getattr(np, inner)(xs * xs, axis, keepdims=True) * 0.5 + 1.0), other)
+  ck = kc.compile(sink, "CLANG", "hand")
+  got = np.zeros(want.shape, np.float32)
+  ck(got, xs, gs)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+  assert _ops(ck) <= 32 * (n * d + MIN_RECOMPUTED)

@@ -1,4 +1,6 @@
-"""Values a kernel would compute twice: a transcendental value read in two of a kernel's loop nests.
+"""Values a kernel would compute more than once: a transcendental value read in two of a kernel's loop nests, and a
+reduce's result read inside another reduce's loop that the kernel would compute again for each of that reduce's
+outputs.
 
 A kernel runs a loop nest per reduce (over the reduce's input) and one over its outputs, and computes a value in every
 nest that reads it. A row softmax, exp(x - max) / sum(exp(x - max)), reads exp(x - max) in its sum's loop and in the
@@ -62,3 +64,47 @@ def recomputed_transcendentals(values: Iterable[UOp]) -> list[UOp]:
     found.append(u)
   inside = {x for u in found for x in _nest(u) if x is not u}
   return [u for u in found if u not in inside]
+
+
+# the fewest operations that recomputing a reduce's result costs before it is stored once instead
+MIN_RECOMPUTED = 1 << 16
+
+
+def _holds_reduce(u: UOp) -> bool:
+  return any(x.op is Ops.REDUCE_AXIS for x in preorder(u, frozenset({Ops.BUFFER})))
+
+
+def recomputed_reduces(values: Iterable[UOp]) -> list[UOp]:
+  """The values holding a reduce of their own that a kernel storing `values` would compute again and again: V read
+  (through a VIEW) inside the loop of a reduce R, varying along one of R's reduce axes (so V is computed inside R's
+  loop, not before it), and not varying along some of R's other axes (so it is computed again for each of their
+  indices). An RMSNorm's backward reads rstd[i] = 1/sqrt(mean_k x[i,k]^2) in its weight gradient sum_i g[i,j] x[i,j]
+  rstd[i]: one kernel computed every row's rstd again for each of the 1024 columns j (a 64x1024 norm: 67M operations
+  where storing rstd costs 65K). Those computed again at least MIN_RECOMPUTED operations' worth are returned."""
+  shapes: dict = {}
+  found: dict[UOp, None] = {}
+  held: dict[UOp, bool] = {}
+  for r in dict.fromkeys(u for v in values for u in preorder(v, frozenset({Ops.BUFFER}))):
+    if r.op is not Ops.REDUCE_AXIS: continue
+    shape = shape_of(r.src[0], shapes)
+    if shape is None or not all(isinstance(d, int) for d in shape): continue
+    axes = set(r.arg[1])
+    for u in _nest(r.src[0]):
+      if u.op is not Ops.VIEW or not u.src or u.src[0].op is Ops.BUFFER: continue
+      if (inner := u.src[0]) not in held: held[inner] = _holds_reduce(inner)
+      st = u.arg
+      if not held[inner] or len(st.views) != 1 or st.shape != shape: continue
+      varies = {a for a, (d, stride) in enumerate(zip(shape, st.views[0].strides)) if d != 1 and stride != 0}
+      if not varies & axes: continue  # computed once per output of R, before R's loop
+      repeats = math.prod(d for a, d in enumerate(shape) if a not in axes and a not in varies)
+      if (repeats - 1) * _work(inner, shapes) >= MIN_RECOMPUTED: found[inner] = None
+  return list(found)
+
+
+def _work(u: UOp, shapes: dict) -> int:
+  """The elements the reduces under `u` loop over, in its own loop nest: what computing u once costs."""
+  total = 0
+  for x in preorder(u, frozenset({Ops.BUFFER})):
+    if x.op is Ops.REDUCE_AXIS and (shape := shape_of(x.src[0], shapes)) is not None:
+      total += math.prod(d if isinstance(d, int) else 1 for d in shape)
+  return total

@@ -13,10 +13,12 @@ size its reduce did not loop over, ...). The scheduler decides the kernels from 
    broadcast into its reduces materialised as well, innermost first, until it verifies.
    With share_transcendentals (kc.compile sets it for devices that compute exp2 and its kin in software), a value
    holding such an op that two of a kernel's loop nests would each compute (a softmax's exp in its sum's loop and in
-   its quotient's) is materialised too, above a size (kc.schedule.recompute). With broadcast_reduces_apart (kc.compile
-   sets it for devices with work-groups, whose work-items each compute their own outputs), every value holding a
-   reduce that a kernel reads broadcast is materialised: a softmax is three kernels (max, sum, quotient), not one
-   whose every work-item computes its row's max and sum again.
+   its quotient's) is materialised too, above a size (kc.schedule.recompute). On every device, so is a reduce's
+   result that a kernel would compute again for each output of a reduce reading it (an RMSNorm's rstd[i], read in its
+   weight gradient's sum over i, once per column). With broadcast_reduces_apart (kc.compile sets it for devices with
+   work-groups, whose work-items each compute their own outputs), every value holding a reduce that a kernel reads
+   broadcast is materialised: a softmax is three kernels (max, sum, quotient), not one whose every work-item computes
+   its row's max and sum again.
 4. Kernels that store through the same shape and do not depend on each other are merged (several outputs of one loop
    nest), then ordered so that every intermediate is written before it is read, and every caller's buffer is read by
    all its readers before a kernel writes it. A kernel whose shape differs from another's only by size-1 axes is
@@ -40,7 +42,7 @@ from kc.ir.uop import Ops, UOp, sint
 from kc.schedule.memory import TempBuffer, plan_arena
 from kc.schedule.movement import Move, extents, kernel_nodes, move, shape_of
 from kc.renderer import Renderer
-from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_transcendentals
+from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_reduces, recomputed_transcendentals
 from kc.schedule.pack_operand import pack_operand
 from kc.schedule.split_reduce import TEMP, split_reduce
 from kc.shape import ShapeTracker
@@ -278,6 +280,13 @@ def _shared_once(stores: list[_Store]) -> list[_Store]:
   return _materialise(stores, values) if values else stores
 
 
+def _reduces_once(stores: list[_Store]) -> list[_Store]:
+  """The stores with every reduce's result that a kernel would compute again for each output of a reduce reading it
+  materialised (rule 3, kc.schedule.recompute.recomputed_reduces)."""
+  values = recomputed_reduces(s.value for s in stores)
+  return _materialise(stores, values) if values else stores
+
+
 def _broadcasts(st: ShapeTracker) -> bool:
   """Whether a view repeats elements: a dim of more than one element with stride 0."""
   return any(stride == 0 and not (isinstance(d, int) and d == 1) for v in st.views for d, stride in zip(v.shape, v.strides))
@@ -301,7 +310,7 @@ def schedule(sink: UOp, share_transcendentals: bool = False, broadcast_reduces_a
   that two loop nests of a kernel would compute is computed once into an intermediate (rule 3).
   `broadcast_reduces_apart`: a reduce's result that a kernel reads broadcast is a kernel of its own (rule 3; for
   devices that run a kernel's outputs on separate work-items)."""
-  passes = [p for p, on in ((_shared_once, share_transcendentals), (_broadcast_reduces_apart, broadcast_reduces_apart)) if on]
+  passes = [_reduces_once] + [p for p, on in ((_shared_once, share_transcendentals), (_broadcast_reduces_apart, broadcast_reduces_apart)) if on]
   def prepare(stores: list[_Store]) -> list[_Store]:
     for p in passes: stores = p(stores)
     return stores
