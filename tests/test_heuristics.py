@@ -100,3 +100,24 @@ def test_a_transposing_copy_gets_a_square_tile_and_matches_numpy(cpu, shape, til
 def test_a_copy_without_a_transpose_gets_no_square_tile(cpu):
   k = Kernel(A.sink(A.store(0, F(1, 64, 64) + F(2, 64, 64).permute(1, 0).permute(1, 0))), cpu).hand_coded_optimizations()
   assert len(k.applied_opts) == 1
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+@pytest.mark.parametrize("shape", [(64, 1024), (256, 64), (3, 512), (48, 96)])
+def test_a_column_reduce_runs_on_vectors_of_its_contiguous_output_axis(op, shape):
+  """(g * x).op(0): nothing broadcast, the output and both inputs contiguous along the columns, the reduce walking
+  rows. On CLANG the columns are upcast by the widest vector (and up to 4 of them): every load of the reduce's loop
+  is a whole vector of a row, where it was one float; numpy's result."""
+  import numpy as np
+  import kc
+  n, d = shape
+  sink = A.sink(A.store(0, getattr(F(1, n, d) * F(2, n, d), op)(0)))
+  renderer = kc.Device["CLANG"].renderer
+  width = max(renderer.vector_widths(dtypes.float32))
+  k = Kernel(sink, renderer).hand_coded_optimizations()
+  assert k.applied_opts[0] == Opt(OptOps.UPCAST, 0, width), k.applied_opts
+  loads = [u for u in k.linearize() if u.op.name == "LOAD" and u.dtype.scalar() == dtypes.float32]
+  assert loads and all(u.dtype.count == width for u in loads)
+  rng = np.random.default_rng(1)
+  g, x = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+  np.testing.assert_allclose(kc.run(sink, {1: g, 2: x}, "CLANG")[0], getattr(np, op)(g * x, 0), rtol=1e-4, atol=1e-4)

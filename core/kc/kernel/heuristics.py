@@ -176,6 +176,7 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   candidates = [a for a in range(k.first_reduce) if a != vn and isinstance(k.full_shape[a], int)]
   rows_axes = [a for a in candidates if along and all(st.views[-1].strides[a] == 0 for _, st in along)] or \
               [a for a in candidates if any(st.views[-1].strides[a] == 0 for _, st in loads)]
+  if not rows_axes and contiguous(vn): return _column_tile(k, vn, width, regs)
   packed = any(st.axis_is_masked(vn) for _, st in along)
   tiles = [(1, rows) for rows in (16, 12, 8, 6, 4, 3, 2)] if packed else \
           [(cols, rows) for cols in (2, 1) for rows in (8, 6, 4, 3, 2)]
@@ -207,6 +208,21 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
     outer = vn if vn_kept else next((a - (a > vn) for a in panel_axes if a != vn), None)
     if swap and vm_kept and outer is not None and vm < outer: _try(k, Opt(OptOps.SWAP, vm, outer))
     _unroll_window(k)
+    return True
+  return False
+
+
+def _column_tile(k: OptimizingKernel, vn: int, width: int, regs: int) -> bool:
+  """The register tile of a reduce that no input is broadcast in (no rows to reuse a loaded vector across) and whose
+  output is contiguous along an axis every input walks contiguously while the reduce walks another: a column sum, a
+  bias's gradient (the sum of g over the batch). Up to 4 vectors of that axis, one accumulator each, so each step of
+  the reduce loads a few whole vectors of every input's row. Unvectorized, every step loaded one float of a row and
+  the next output walked every row again (a 64x1024 column sum on CLANG: 350 us, 16 us for numpy)."""
+  for cols in (4, 2, 1):
+    if k.full_shape[vn] % (width * cols) or 2 * cols + 1 > regs: continue
+    before = k.shape_len
+    if not _try(k, Opt(OptOps.UPCAST, vn, width)): return False
+    if cols > 1 and k.shape_len > before: _try(k, Opt(OptOps.UPCAST, vn, cols))
     return True
   return False
 
