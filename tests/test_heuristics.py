@@ -121,3 +121,45 @@ def test_a_column_reduce_runs_on_vectors_of_its_contiguous_output_axis(op, shape
   rng = np.random.default_rng(1)
   g, x = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
   np.testing.assert_allclose(kc.run(sink, {1: g, 2: x}, "CLANG")[0], getattr(np, op)(g * x, 0), rtol=1e-4, atol=1e-4)
+
+
+def _two_products(transposed: bool, n_out: int):
+  """n_out batched products stored side by side (one loop nest, as an attention backward's): out_i = a_i @ b_i over
+  (4, 32, 48) x (4, 48, 64), each b_i read K-contiguous (transposed, b_i.T stored as (4, 64, 48)) or N-contiguous."""
+  outs = []
+  for i in range(n_out):
+    a = A.arg(n_out + 2 * i, dtypes.float32, (4, 32, 48))
+    b = A.arg(n_out + 2 * i + 1, dtypes.float32, (4, 64, 48)).permute(0, 2, 1) if transposed else \
+        A.arg(n_out + 2 * i + 1, dtypes.float32, (4, 48, 64))
+    outs.append(A.store(i, (a.reshape(4, 32, 48, 1) * b.reshape(4, 1, 48, 64)).sum(2)))
+  return A.sink(*outs)
+
+
+@pytest.mark.parametrize("n_out", [1, 2, 3])
+def test_products_side_by_side_get_the_tiles_of_one_with_room_for_each(n_out):
+  """Side-by-side reduces share a tile: K-contiguous operands get the reduce's vector tile (its axis unrolled by the
+  widest vector), as one product does (two products fell to vectors along N, loaded lane by lane: an attention
+  backward's 3.6x slower); N-contiguous ones the register tile, sized so that every reduce's accumulators and loaded
+  vectors fit the registers (three products spilled a tile sized for one). numpy's products either way."""
+  import numpy as np
+  import kc
+  from kc.helpers import prod, vector_registers
+  renderer = kc.Device["CLANG"].renderer
+  width = max(renderer.vector_widths(dtypes.float32))
+  regs = vector_registers(width * 4)
+  rng = np.random.default_rng(n_out)
+  for transposed in (True, False):
+    sink = _two_products(transposed, n_out)
+    k = Kernel(sink, renderer).hand_coded_optimizations()
+    if transposed: assert k.applied_opts[0] == Opt(OptOps.UNROLL, 0, width), k.applied_opts
+    else:
+      assert k.applied_opts[0] == Opt(OptOps.UPCAST, 2, width), k.applied_opts
+      lanes = prod(o.amt for o in k.applied_opts if o.op is OptOps.UPCAST)
+      cols = prod(o.amt for o in k.applied_opts if o.op is OptOps.UPCAST and o.axis == 2) // width
+      assert n_out * (lanes // width + cols) + 1 <= regs, k.applied_opts
+    ins = {n_out + j: rng.standard_normal((4, 64, 48) if transposed and j % 2 else (4, 32, 48) if j % 2 == 0 else (4, 48, 64)).astype(np.float32)
+           for j in range(2 * n_out)}
+    got = kc.run(sink, ins, "CLANG")
+    for i in range(n_out):
+      b = ins[n_out + 2 * i + 1]
+      np.testing.assert_allclose(got[i], ins[n_out + 2 * i] @ (b.transpose(0, 2, 1) if transposed else b), rtol=1e-4, atol=1e-4)

@@ -181,7 +181,9 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   tiles = [(1, rows) for rows in (16, 12, 8, 6, 4, 3, 2)] if packed else \
           [(cols, rows) for cols in (2, 1) for rows in (8, 6, 4, 3, 2)]
   for cols, rows in tiles:
-    if k.full_shape[vn] % (width * cols) or rows * cols + cols + 1 > regs: continue
+    # each reduce of the kernel (the outputs of one loop nest: an attention backward's three products) keeps its own
+    # accumulators and loads its own cols: spilled accumulators cost more than a smaller tile
+    if k.full_shape[vn] % (width * cols) or len(k.reduceops) * (rows * cols + cols) + 1 > regs: continue
     vm = next((a for a in reversed(rows_axes) if k.full_shape[a] % rows == 0), None)
     if vm is None: continue
     # the cols as two upcasts (width, then cols of those: an upcast takes at most 16 lanes); an axis upcast whole
@@ -236,10 +238,14 @@ def _reduce_vector_tile(k: OptimizingKernel) -> bool:
 
   The tile spans up to two output axes along which some input is broadcast (a matmul's M and N), so each loaded
   vector is reused across the other axis: rows*cols accumulators plus the rows+cols vectors loaded per step fit the
-  vector registers. The axis along which the larger input varies runs outermost, so that input streams once while
-  the smaller one is re-read from cache."""
-  if k.reduceop is None or k.upcasted or len(k.reduceops) != 1 or k.reduceop.arg[0] not in (Ops.ADD, Ops.MAX) or not (width := _widest_vector(k)):
+  vector registers (for each of several reduces side by side). The axis along which the larger input varies runs
+  outermost, so that input streams once while the smaller one is re-read from cache."""
+  reduces = k.reduceops
+  if k.reduceop is None or k.upcasted or any(x.arg[0] not in (Ops.ADD, Ops.MAX) for x in reduces) or not (width := _widest_vector(k)):
     return False
+  # several reduces side by side (the outputs of one loop nest: an attention backward's two products) share the tile,
+  # each with its own accumulators; a reduce inside another's input (a softmax's max in its sum) is not such a kernel
+  if len(reduces) > 1 and any(o in x.src[0].toposort for x in reduces for o in reduces if o is not x): return False
   r = k.first_upcast - 1
   if r < k.first_reduce or not isinstance(k.full_shape[r], int) or k.full_shape[r] % width: return False
   loads = [(b, st) for b, st in zip(k.bufs, k.sts) if b.op is Ops.LOAD]
@@ -252,7 +258,7 @@ def _reduce_vector_tile(k: OptimizingKernel) -> bool:
   regs = vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
   tiles = [(4, 4), (4, 3), (3, 4), (4, 2), (2, 4), (3, 3), (2, 3), (3, 2), (2, 2), (4, 1), (2, 1)] if len(axes) == 2 else [(4,), (2,)]
   for tile in tiles:
-    if len(tile) == 2 and tile[0] * tile[1] + tile[0] + tile[1] > regs: continue
+    if len(tile) == 2 and len(reduces) * (tile[0] * tile[1] + tile[0] + tile[1]) > regs: continue
     if any(k.full_shape[a] % t for a, t in zip(axes, tile)): continue
     # both axes keep a loop (neither is upcast whole, which would move it and renumber the axes after it)
     both_loop = len(axes) == 2 and all(k.full_shape[a] > t for a, t in zip(axes, tile))
