@@ -217,6 +217,32 @@ def test_concurrent_writers_in_several_processes_all_succeed(cache_dir, monkeypa
   assert all(Slow().compile(f"kernel {i}") == (f"kernel {i}" * 500).encode() for i in range(10))
 
 
+def _open_together(root: str, i: int, barrier, results) -> None:
+  try:
+    barrier.wait()
+    cache = DiskCache(root, 1 << 20)
+    if i % 2: cache.get("k0")
+    else: cache.put(f"k{i}", b"x" * 10)
+    results.put(None)
+  except Exception as e:  # noqa: BLE001  (reported to the test)
+    results.put(f"{type(e).__name__}: {e}")
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork here")
+def test_processes_that_open_a_new_cache_at_the_same_moment_all_succeed(tmp_path):
+  # a compile worker and its caller opening a new KC_CACHE_DIR together: sqlite answered one of two connections
+  # that switched the new database to WAL at once "database is locked", without waiting (13 of 100 rounds failed)
+  ctx = multiprocessing.get_context("fork")
+  for round_ in range(30):
+    root, n = str(tmp_path / f"round{round_}"), 6
+    barrier, results = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_open_together, args=(root, i, barrier, results)) for i in range(n)]
+    for p in procs: p.start()
+    errors = [e for e in (results.get(timeout=60) for _ in procs) if e is not None]
+    for p in procs: p.join()
+    assert not errors, (round_, errors)
+
+
 # ---------------------------------------------------------------------------------------------------------- unusable folders
 
 def test_a_file_as_cache_dir_warns_once_and_still_compiles(tmp_path, monkeypatch):
