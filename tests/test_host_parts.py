@@ -1,11 +1,11 @@
 """The kernel threads that run a split kernel's parts (kc.runtime.host_parts, exported by kc.backend): every part once and at the same time, the call
 returning only after every part ended (also when a part fails, or the caller is interrupted), errors raised to the
 caller, calls from several Python threads taking turns, more threads made when more parts are asked for, and a forked
-child making its own."""
+child making its own; and SplitChoice, which times a split kernel's own calls both ways and keeps the faster."""
 import os, threading, time
 import pytest
 from hypothesis import given, settings, strategies as st
-from kc.backend import KernelThreads, kernel_threads, run_parts
+from kc.backend import KernelThreads, SplitChoice, kernel_threads, run_parts
 
 
 def recorder():
@@ -79,3 +79,50 @@ def test_a_forked_child_makes_its_own_threads():
   os.close(w)
   assert os.read(r, 1) == b"1"
   os.waitpid(pid, 0)
+
+
+def _drive(choice: SplitChoice, threads: int, seconds, calls: int) -> list[bool]:
+  """The ways `choice` picks for `calls` calls on `threads` threads, each taking seconds(threaded)."""
+  ways = []
+  for _ in range(calls):
+    way = choice.threaded(threads)
+    choice.record(way, seconds(way))
+    ways.append(way)
+  return ways
+
+
+@pytest.mark.parametrize("threaded_faster", [True, False])
+def test_a_split_choice_tries_both_ways_in_turn_then_keeps_the_faster(threaded_faster):
+  choice = SplitChoice()
+  fast, slow = 1e-5, 3e-5
+  n = SplitChoice.WARM_UP + len(SplitChoice.ORDER)
+  ways = _drive(choice, 2, lambda way: fast if way == threaded_faster else slow, n + 20)
+  # the warm-up calls run threaded, then the trial's turns, then the faster way every time
+  assert ways[:n] == [True] * SplitChoice.WARM_UP + list(SplitChoice.ORDER)
+  assert ways[n:] == [threaded_faster] * 20 and choice.decided is threaded_faster
+  # the warm-up's times never count: slow ones there change nothing
+  again = SplitChoice()
+  times = iter([1.0] * SplitChoice.WARM_UP + [fast if w == threaded_faster else slow for w in SplitChoice.ORDER])
+  _drive(again, 2, lambda way: next(times), n)
+  assert again.decided is threaded_faster
+
+
+def test_a_split_choice_is_made_again_for_a_new_thread_count_and_never_threads_one():
+  choice = SplitChoice()
+  n = SplitChoice.WARM_UP + len(SplitChoice.ORDER)
+  _drive(choice, 2, lambda way: 1e-5 if way else 2e-5, n)
+  assert choice.decided is True
+  assert _drive(choice, 1, lambda way: 1.0, 5) == [False] * 5 and choice.decided is None  # one thread: nothing to choose
+  ways = _drive(choice, 4, lambda way: 2e-5 if way else 1e-5, n + 3)  # four threads: tried again, and now slower
+  assert ways[:SplitChoice.WARM_UP] == [True] * SplitChoice.WARM_UP and ways[n:] == [False] * 3
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(1e-6, 1e-3), min_size=len(SplitChoice.ORDER), max_size=len(SplitChoice.ORDER)))
+def test_a_split_choice_keeps_the_way_with_the_best_time_of_its_trial(times):
+  choice = SplitChoice()
+  trial = iter(times)
+  _drive(choice, 2, lambda way: 1.0, SplitChoice.WARM_UP)
+  _drive(choice, 2, lambda way: next(trial), len(SplitChoice.ORDER))
+  best = {way: min(t for t, w in zip(times, SplitChoice.ORDER) if w == way) for way in (True, False)}
+  assert choice.decided is (best[True] < best[False])

@@ -85,7 +85,8 @@ from kc.renderer.batch import BatchMember, batch_member, batch_source
 from kc.kernel.tc_layout import FragmentLayout, derive_fragment_layout, layout_mismatch
 from kc.runtime.device import (Allocator, CompiledDevice, Compiler, HostAllocator, HostMemory, InvalidBufferError, LRUAllocator,
                                ProgramHandle, int32_values, raw_buffers)
-from kc.runtime.host_parts import PARALLEL_MIN_OPS, KernelThreads, kernel_threads, max_threads, run_parts, splits_loop, thread_count
+from kc.runtime.host_parts import (PARALLEL_MIN_OPS, KernelThreads, SplitChoice, kernel_threads, max_threads, run_parts,
+                                  splits_loop, thread_count)
 from kc.runtime.shared_library import SharedLibrary
 from kc.runtime.plugins import (ENTRY_POINT_GROUP, PLUGIN_API_VERSION, ApiVersion, BackendHooks, BackendSpec,
                                 PluginWarning, api_compatible, hookimpl, hookspec, register, unregister)
@@ -101,7 +102,7 @@ __all__ = [
   "HostMemory", "CompiledDevice", "ProgramHandle", "raw_buffers", "int32_values", "estimate_ops", "env_value",
   "distribution_version",
   # running a split kernel's parts at once on persistent threads (host backends)
-  "run_parts", "kernel_threads", "KernelThreads", "splits_loop", "thread_count", "max_threads", "PARALLEL_MIN_OPS",
+  "run_parts", "kernel_threads", "KernelThreads", "SplitChoice", "splits_loop", "thread_count", "max_threads", "PARALLEL_MIN_OPS",
   # a compiled shared library in this process, unloaded when dropped (host backends)
   "SharedLibrary",
   # many C-family kernels in one compiler run, their file-scope names renamed apart (Compiler.compile_batch_uncached)

@@ -3,12 +3,13 @@
 A kernel the renderer split (renderer.py: it defines the int kc_parts_<name>) takes two more ints, its part and the
 number of parts: a call runs it once per chunk of its loop, on the calling thread and CLANG's native kernel threads
 (thread_pool.py), through the kernel's entry point kc_entry_<name>. The GIL is released while C runs; nothing needs
-OpenMP."""
+OpenMP. Whether a call of a split kernel wakes the threads at all is the kernel's own SplitChoice: a kernel that runs
+faster whole on the calling thread is called with part 0 of 1 there."""
 from __future__ import annotations
 import functools, threading, time
 from typing import Optional, Sequence
 import cffi
-from kc.backend import HostMemory, KcError, SharedLibrary, int32_values, raw_buffers
+from kc.backend import HostMemory, KcError, SharedLibrary, SplitChoice, int32_values, raw_buffers
 from kc_clang.renderer import split_symbol, threads
 from kc_clang.thread_pool import entry_symbol, pool
 
@@ -38,6 +39,7 @@ class ClangProgram:
     self._address = address
     self.split = self._lib.address(split_symbol(name)) is not None
     self._entry = None
+    self._choice = SplitChoice() if self.split else None
     if self.split:
       if (entry := self._lib.address(entry_symbol(name))) is None:
         raise KcError(f"the split kernel {name!r} has no entry point {entry_symbol(name)!r} (thread_pool.entry_source writes it)")
@@ -67,10 +69,8 @@ class ClangProgram:
       if not isinstance(b, HostMemory): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not CLANG host memory")
       ptrs.append(from_buffer(b.data))
     ints = int32_values(vals, self.name) if vals else ()
-    start = time.perf_counter()
-    if self.split: pool(_FFI).run(self._entry, ptrs, ints, threads())
-    else: fn(*ptrs, *ints)
-    return time.perf_counter() - start if wait else None
+    seconds = self._run(fn, ptrs, ints)
+    return seconds if wait else None
 
   def launch_arrays(self, arrays: Sequence) -> float:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
@@ -86,10 +86,23 @@ class ClangProgram:
 
   def _launch_pointers(self, ptrs: list) -> float:
     fn = self._fn if self._arity == (len(ptrs), 0) else self._function(len(ptrs), 0)
+    return self._run(fn, ptrs, ())
+
+  def _run(self, fn, ptrs: list, ints) -> float:
+    """The kernel on `ptrs` and `ints`: a split kernel on the threads or whole on this thread, as its SplitChoice
+    says. Returns the run time in seconds."""
+    if (choice := self._choice) is None:
+      start = time.perf_counter()
+      fn(*ptrs, *ints)
+      return time.perf_counter() - start
+    n = threads()
+    threaded = choice.threaded(n)
     start = time.perf_counter()
-    if self.split: pool(_FFI).run(self._entry, ptrs, (), threads())
-    else: fn(*ptrs)
-    return time.perf_counter() - start
+    if threaded: pool(_FFI).run(self._entry, ptrs, ints, n)
+    else: fn(*ptrs, *ints, 0, 1)
+    seconds = time.perf_counter() - start
+    choice.record(threaded, seconds)
+    return seconds
 
   def __repr__(self): return f"<ClangProgram {self.name}>"
 

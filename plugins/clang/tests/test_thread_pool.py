@@ -120,6 +120,34 @@ def test_split_kernels_mean_what_numpy_means(monkeypatch, threads, spin):
   np.testing.assert_allclose(out, want / want.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
+def test_a_split_kernel_runs_whole_on_the_caller_where_its_own_calls_say_so(monkeypatch):
+  # kc.backend.SplitChoice: the trial's calls run both ways, each giving numpy's result; once decided, a kernel
+  # that runs whole never wakes the threads, and one that runs threaded does on every call
+  from kc.backend import SplitChoice
+  from kc_clang import runtime
+  monkeypatch.setenv("KC_CLANG_THREADS", "2")
+  x = A.arg(1, dtypes.float32, (512, 1024))
+  ck = kc.compile(A.sink(A.store(0, x.exp() * 2.0)), "CLANG")
+  choice = ck._handle._choice
+  assert "kc_entry_" in ck.program.src and choice is not None
+  xs = np.random.default_rng(6).standard_normal((512, 1024)).astype(np.float32)
+  out = np.empty_like(xs)
+  for _ in range(SplitChoice.WARM_UP + len(SplitChoice.ORDER)):
+    out[:] = 0
+    ck(out, xs)
+    np.testing.assert_allclose(out, np.exp(xs) * 2, rtol=1e-6)
+  assert choice.decided is not None
+  woken = []
+  real_pool = runtime.pool
+  monkeypatch.setattr(runtime, "pool", lambda ffi: woken.append(1) or real_pool(ffi))
+  for decided in (False, True):
+    choice.decided = decided
+    out[:] = 0
+    ck(out, xs)
+    np.testing.assert_allclose(out, np.exp(xs) * 2, rtol=1e-6)
+    assert len(woken) == int(decided)
+
+
 def test_a_split_kernel_with_a_variable_gets_its_value():
   n = kc.Variable("n", 1, 4096)
   x = A.arg(1, dtypes.float32, (n, 512))

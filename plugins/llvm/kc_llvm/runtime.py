@@ -8,7 +8,7 @@ Variables; a call runs every part at once on kc's kernel threads (kc.backend.run
 from __future__ import annotations
 import ctypes, functools, itertools, os, sys, time
 from typing import Optional, Sequence
-from kc.backend import HostMemory, KcError, int32_values, raw_buffers, run_parts
+from kc.backend import HostMemory, KcError, SplitChoice, int32_values, raw_buffers, run_parts
 from kc_llvm.renderer import split_symbol, threads
 from kc_llvm.target import LOCK, chosen_target, initialized, target_machine
 
@@ -59,6 +59,7 @@ class LLVMProgram:
         self._address = self._tracker[name]
       except RuntimeError as e: raise KcError(f"cannot load the compiled object of kernel {name!r}: {e}") from None
       self.split = ctypes.c_int32.from_address(self._tracker[split_symbol(name)]).value == 1
+    self._choice = SplitChoice() if self.split else None  # whether a call wakes the threads: timed on its calls
     if not self._address: raise KcError(f"the compiled object has no function named {name!r}")
     self._fns: dict[tuple[int, int], object] = {}
 
@@ -74,9 +75,8 @@ class LLVMProgram:
       if not isinstance(b, HostMemory): raise KcError(f"buffer {i} of kernel {self.name} is {type(b).__name__}, not LLVM host memory")
       ptrs.append(b.addr)
     ints = int32_values(vals, self.name) if vals else []
-    start = time.perf_counter()
-    self._run(ptrs, ints)
-    return time.perf_counter() - start if wait else None
+    seconds = self._run(ptrs, ints)
+    return seconds if wait else None
 
   def launch_arrays(self, arrays: Sequence) -> float:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
@@ -86,15 +86,26 @@ class LLVMProgram:
   def launch_addresses(self, addresses: Sequence[int]) -> float:
     """The kernel on host memory at `addresses` (its buffers, in order) and no variable values: kc's call_host
     (kc.api checked them). Returns the run time in seconds."""
-    start = time.perf_counter()
-    self._run(addresses, ())
-    return time.perf_counter() - start
+    return self._run(addresses, ())
 
-  def _run(self, ptrs: Sequence, ints: Sequence) -> None:
+  def _run(self, ptrs: Sequence, ints: Sequence) -> float:
+    """The kernel on `ptrs` and `ints` (a split kernel on the threads or whole on this thread, as its SplitChoice
+    says); its run time in seconds."""
     with LOCK:
       _release_retired()
-      if self.split: run_parts(self._function(len(ptrs), len(ints) + 2), (*ptrs, *ints), threads())
-      else: self._function(len(ptrs), len(ints))(*ptrs, *ints)
+      if (choice := self._choice) is None:
+        fn = self._function(len(ptrs), len(ints))
+        start = time.perf_counter()
+        fn(*ptrs, *ints)
+        return time.perf_counter() - start
+      n = threads()
+      threaded = choice.threaded(n)
+      fn = self._function(len(ptrs), len(ints) + 2)
+      start = time.perf_counter()
+      run_parts(fn, (*ptrs, *ints), n if threaded else 1)
+      seconds = time.perf_counter() - start
+      choice.record(threaded, seconds)
+      return seconds
 
   def __del__(self, retired=_RETIRED, lock=LOCK, finalizing=sys.is_finalizing):
     # the defaults are bound at definition: at interpreter exit this module's globals may already be None; the

@@ -132,6 +132,32 @@ def test_big_kernels_split_their_outer_loop_across_threads(monkeypatch):
   assert "%kc_part" not in kc.compile(sink, device="LLVM").program.src
 
 
+def test_a_split_kernel_runs_whole_on_the_caller_where_its_own_calls_say_so(monkeypatch):
+  # kc.backend.SplitChoice, as on CLANG: both ways give numpy's result; decided whole, the parts are one call
+  from kc.backend import SplitChoice
+  from kc_llvm import runtime
+  n = 256
+  monkeypatch.setenv("KC_LLVM_THREADS", "2")
+  k = kc.compile(A.sink(A.store(0, (F(1, n, n).reshape(n, n, 1) * F(2, n, n).reshape(1, n, n)).sum(1))), device="LLVM")
+  choice = k._handle._choice
+  assert choice is not None
+  a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+  for _ in range(SplitChoice.WARM_UP + len(SplitChoice.ORDER)):
+    out = np.zeros((n, n), np.float32)
+    k(out, a, b)
+    np.testing.assert_allclose(out, a @ b, atol=1e-3)
+  assert choice.decided is not None
+  parts = []
+  real = runtime.run_parts
+  monkeypatch.setattr(runtime, "run_parts", lambda fn, args, p: parts.append(p) or real(fn, args, p))
+  for decided in (False, True):
+    choice.decided = decided
+    out = np.zeros((n, n), np.float32)
+    k(out, a, b)
+    np.testing.assert_allclose(out, a @ b, atol=1e-3)
+  assert parts == [1, 2]
+
+
 def test_a_split_loop_with_variable_bounds(monkeypatch):
   monkeypatch.setenv("KC_LLVM_THREADS", "3")
   v = kc.Variable("n", 1, 1 << 20)
