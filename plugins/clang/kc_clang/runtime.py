@@ -19,8 +19,13 @@ _FFI = cffi.FFI()
 
 
 @functools.lru_cache(maxsize=None)
-def _signature(nbufs: int, nints: int):
-  return _FFI.typeof(f"void(*)({', '.join(['void*'] * nbufs + ['int'] * nints) or 'void'})")
+def _signature(nbufs: int, nints: int, by_address: bool = False):
+  """The kernel's C type with `nbufs` buffers and `nints` ints; by_address declares the buffers uintptr_t, so that a call
+  passes Python ints (launch_addresses): C passes a pointer and a uintptr_t alike on every ABI kc-clang builds for
+  (x86-64 System V and Windows, AArch64: an integer register or stack slot of the same size), and cffi converts an int
+  to uintptr_t without the pointer object a void* parameter needs (a quarter microsecond apiece)."""
+  buffer = "uintptr_t" if by_address else "void*"
+  return _FFI.typeof(f"void(*)({', '.join([buffer] * nbufs + ['int'] * nints) or 'void'})")
 
 
 class ClangProgram:
@@ -44,7 +49,7 @@ class ClangProgram:
       if (entry := self._lib.address(entry_symbol(name))) is None:
         raise KcError(f"the split kernel {name!r} has no entry point {entry_symbol(name)!r} (thread_pool.entry_source writes it)")
       self._entry = _FFI.cast("void*", entry)
-    self._fn = None
+    self._fn = self._fn_by_address = None
     self._arity: Optional[tuple[int, int]] = None
     self._declare_lock = threading.Lock()
 
@@ -55,6 +60,7 @@ class ClangProgram:
       if self._arity is None:
         ints = nvals + (2 if self.split else 0)  # a split kernel's part and number of parts come last
         self._fn, self._arity = _FFI.cast(_signature(nbufs, ints), self._address), (nbufs, nvals)
+        self._fn_by_address = _FFI.cast(_signature(nbufs, ints, by_address=True), self._address)
     if self._arity != (nbufs, nvals):
       raise KcError(f"kernel {self.name} takes {self._arity[0]} buffers and {self._arity[1]} variable values, "
                     f"called with {nbufs} and {nvals}")
@@ -81,22 +87,23 @@ class ClangProgram:
   def launch_addresses(self, addresses: Sequence[int]) -> float:
     """The kernel on host memory at `addresses` (its buffers, in order) and no variable values: kc's call_host
     (kc.api checked them). Returns the run time in seconds."""
-    cast = _FFI.cast
-    return self._launch_pointers([cast("void *", a) for a in addresses])
+    if self._arity != (len(addresses), 0): self._function(len(addresses), 0)
+    return self._run(self._fn_by_address, addresses, (), by_address=True)
 
   def _launch_pointers(self, ptrs: list) -> float:
     fn = self._fn if self._arity == (len(ptrs), 0) else self._function(len(ptrs), 0)
     return self._run(fn, ptrs, ())
 
-  def _run(self, fn, ptrs: list, ints) -> float:
-    """The kernel on `ptrs` and `ints`: a split kernel on the threads or whole on this thread, as its SplitChoice
-    says. Returns the run time in seconds."""
+  def _run(self, fn, ptrs: Sequence, ints, by_address: bool = False) -> float:
+    """The kernel on `ptrs` (pointers, or ints where `by_address`: fn is then the uintptr_t declaration) and `ints`:
+    a split kernel on the threads or whole on this thread, as its SplitChoice says. Returns the run time in seconds."""
     if (choice := self._choice) is None:
       start = time.perf_counter()
       fn(*ptrs, *ints)
       return time.perf_counter() - start
     n = threads()
     threaded = choice.threaded(n)
+    if threaded and by_address: ptrs = [_FFI.cast("void *", a) for a in ptrs]  # the threads' entry takes void* buffers
     start = time.perf_counter()
     if threaded: pool(_FFI).run(self._entry, ptrs, ints, n)
     else: fn(*ptrs, *ints, 0, 1)

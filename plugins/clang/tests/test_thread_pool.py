@@ -146,6 +146,13 @@ def test_a_split_kernel_runs_whole_on_the_caller_where_its_own_calls_say_so(monk
     ck(out, xs)
     np.testing.assert_allclose(out, np.exp(xs) * 2, rtol=1e-6)
     assert len(woken) == int(decided)
+  # by address (call_host: the kernel declared with uintptr_t buffers when whole, void* for the threads' entry)
+  for decided in (False, True):
+    choice.decided = decided
+    out[:] = 0
+    ck.call_host((out.ctypes.data, out.nbytes), (xs.ctypes.data, xs.nbytes))
+    np.testing.assert_allclose(out, np.exp(xs) * 2, rtol=1e-6)
+  assert len(woken) == 2
 
 
 def test_a_split_kernel_with_a_variable_gets_its_value():
