@@ -1,5 +1,5 @@
 """Jobs for tests/test_testing_worker.py, in a plain module so that spawned workers can import them by name."""
-import os, signal, time
+import os, signal, tempfile, time
 from kc.errors import DeviceLostError, KcError
 
 
@@ -20,6 +20,10 @@ def echo_handler(prefix: str = ""):
       note(arg)
       return "noted"
     if what == "unpicklable": return lambda: None
+    if what == "tempfile":  # a temporary folder with a file in it, left behind: its path
+      folder = tempfile.mkdtemp()
+      with open(os.path.join(folder, "left"), "w") as f: f.write(arg)
+      return folder
     if what == "sigint":
       os.kill(os.getpid(), signal.SIGINT)
       time.sleep(0.2)

@@ -111,3 +111,18 @@ def test_attempt_classifies_in_process_and_lets_an_interrupt_through():
 def test_exit_description():
   assert [exit_description(c) for c in (None, 0, 2, -11, -9)] == ["no exit status", "exit status 0", "exit status 2",
                                                                   "SIGSEGV", "SIGKILL"]
+
+
+@pytest.mark.parametrize("ending", ["killed", "stopped"])
+def test_a_workers_temporary_files_go_with_it(ending):
+  """A worker's temporary files (Python's tempfile: kc-clang's batch folders) are in a folder of its own, which the
+  parent removes once the worker ended, killed mid-job (a hung compile) or stopped: a killed worker cannot clean up
+  after itself."""
+  import os
+  w = Worker(echo_handler, ("",))
+  assert w.wait_ready() is None
+  got = w.call(("tempfile", "x"), 30)
+  assert got.kind == OK and os.path.commonpath([got.value, w.tmp]) == w.tmp and os.path.exists(os.path.join(got.value, "left"))
+  if ending == "killed": assert w.call(("hang", 60), 0.5).kind == HANG
+  else: w.stop()
+  assert not w.alive and not os.path.exists(w.tmp)

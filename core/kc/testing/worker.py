@@ -18,9 +18,11 @@ about to run with, so that a crash can still be replayed with them).
 
 Ctrl-C is the parent's: workers ignore SIGINT from the moment they start (a terminal sends it to the whole process
 group), and a parent interrupted while it waits for a job kills that worker (its late answer would be taken for the
-next job's). This module imports only the standard library and kc.errors: every layer may use it."""
+next job's). Each worker writes its temporary files (Python's tempfile: kc-clang's batch folders) in a folder of its
+own, which the parent removes once the worker ended: a worker killed mid-job cannot clean up after itself.
+This module imports only the standard library and kc.errors: every layer may use it."""
 from __future__ import annotations
-import multiprocessing, pickle, signal, sys, time, traceback
+import multiprocessing, pickle, shutil, signal, sys, tempfile, time, traceback, weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 from kc.errors import DeviceLostError, KcError
@@ -86,8 +88,9 @@ def _ignore_interrupt(signum, frame) -> None:
   SIG_IGN, so that a program the worker runs (cc) gets the default action back and stops with the terminal's Ctrl-C."""
 
 
-def _worker_main(conn, setup: Callable, args: tuple, path: list[str]) -> None:
+def _worker_main(conn, setup: Callable, args: tuple, path: list[str], tmp: Optional[str] = None) -> None:
   signal.signal(signal.SIGINT, _ignore_interrupt)
+  if tmp is not None: tempfile.tempdir = tmp  # the worker's temporary files go where the parent removes them after it
   if hasattr(signal, "pthread_sigmask"): signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
   sys.path[:] = path  # the parent's imports (a job's module may live on a path only the parent was given)
   try: _serve(conn, setup, args)
@@ -132,11 +135,16 @@ class Worker:
   def __init__(self, setup: Callable, args: tuple = (), name: str = "kc-worker"):
     ctx = multiprocessing.get_context("spawn")
     self.conn, child = ctx.Pipe()
-    self.process = ctx.Process(target=_worker_main, args=(child, setup, tuple(args), list(sys.path)), daemon=True, name=name)
+    # a folder of the worker's own for its temporary files, removed once it ended: a worker killed mid-job (a hung
+    # compile) never cleans up what it was writing (kc-clang's batch folders were left behind by every killed one)
+    self.tmp = tempfile.mkdtemp(prefix="kc-worker-")
+    self._remove_tmp = weakref.finalize(self, shutil.rmtree, self.tmp, True)
+    self.process = ctx.Process(target=_worker_main, args=(child, setup, tuple(args), list(sys.path), self.tmp), daemon=True, name=name)
     try: _start_without_interrupts(self.process)
     except BaseException:  # a Ctrl-C delivered as the mask was restored: this worker is nobody's, so it goes now
       if self.process.pid is not None: self.process.kill()
       self.conn.close()
+      self._remove_tmp()
       raise
     finally: child.close()
     self.ready = False
@@ -204,11 +212,12 @@ class Worker:
     return Outcome(HANG, None, "timeout", f"no answer within {timeout:g} s; the worker was killed", "", seconds)
 
   def kill(self) -> None:
-    """End the worker now, busy or not, and wait for it."""
+    """End the worker now, busy or not, and wait for it; its temporary folder goes with it."""
     self.process.kill()
     self.process.join(5)
     self.conn.close()
     self.since = None
+    if not self.process.is_alive(): self._remove_tmp()
 
   def stop(self) -> None:
     """Ask an idle worker to end, and kill it if it does not within a second."""
@@ -216,4 +225,6 @@ class Worker:
     except (OSError, EOFError, ValueError): pass  # ValueError: a pipe this side closed already
     self.process.join(1)
     if self.process.is_alive(): self.kill()
-    else: self.conn.close()
+    else:
+      self.conn.close()
+      self._remove_tmp()
