@@ -126,3 +126,15 @@ def test_a_split_choice_keeps_the_way_with_the_best_time_of_its_trial(times):
   _drive(choice, 2, lambda way: next(trial), len(SplitChoice.ORDER))
   best = {way: min(t for t, w in zip(times, SplitChoice.ORDER) if w == way) for way in (True, False)}
   assert choice.decided is (best[True] < best[False])
+
+
+def test_a_timed_call_runs_the_chosen_way_and_decides_by_its_times():
+  import time as _time
+  choice, ways = SplitChoice(), []
+  def run(threaded):  # the whole range costs 2 ms here, the threads 0
+    ways.append(threaded)
+    if not threaded: _time.sleep(0.002)
+  n = SplitChoice.WARM_UP + len(SplitChoice.ORDER)
+  seconds = [choice.timed(2, run) for _ in range(n + 2)]
+  assert ways[:n] == [True] * SplitChoice.WARM_UP + list(SplitChoice.ORDER) and ways[n:] == [True, True]
+  assert choice.decided is True and all(s >= 0.002 for s, w in zip(seconds, ways) if not w)

@@ -12,6 +12,7 @@ from kc.kernel.opt import Opt, OptOps
 from kc.kernel.protocol import OptimizingKernel
 from kc.ir.symbolic import resolve
 from kc.ir.uop import Ops, UOp
+from kc.shape import ShapeTracker
 
 
 
@@ -163,7 +164,7 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   # a reduce result broadcast back along the output's rows (a softmax's max and sum): a tile there would repeat the
   # row's reduces for every block of columns
   if vn in (broadcast := _reduce_broadcast_axes(k)): return False
-  loads = [(b, k.sts[i]) for i, b in enumerate(k.bufs) if b.op is Ops.LOAD]
+  loads = _loads(k)
   # the vectors run along an axis every input reads contiguously (or not at all): the output's own where it is one,
   # else another (an output stored transposed, as a gradient's g.T @ x can be): its vectors are then stored lane by
   # lane once, after the reduce, instead of loaded lane by lane at every step of it
@@ -175,6 +176,11 @@ def _vector_register_tile(k: OptimizingKernel) -> bool:
   if not _rows_axes(k, vn, loads)[1] and contiguous(vn): return _column_tile(k, vn, width, regs)
   if k.full_shape[vn] % width: return _padded_tile(k, vn, width)
   return _tile_along(k, vn, width)
+
+
+def _loads(k: OptimizingKernel) -> list[tuple[UOp, ShapeTracker]]:
+  """(LOAD, its view) of every input of the kernel."""
+  return [(b, k.sts[i]) for i, b in enumerate(k.bufs) if b.op is Ops.LOAD]
 
 
 def _rows_axes(k: OptimizingKernel, vn: int, loads: list) -> tuple[list, list[int]]:
@@ -192,7 +198,7 @@ def _tile_along(k: OptimizingKernel, vn: int, width: int, packed: Optional[bool]
   hides the inputs' own. A `padded` axis keeps one col: two would make a masked vector of every tile's second col
   (conv_net's first convolution, 30 columns padded to 32: 900 us with two cols, 330 with one, one thread)."""
   regs = vector_registers(width * k.bufs[0].src[2].dtype.itemsize)
-  loads = [(b, k.sts[i]) for i, b in enumerate(k.bufs) if b.op is Ops.LOAD]
+  loads = _loads(k)
   along, rows_axes = _rows_axes(k, vn, loads)
   if packed is None: packed = any(st.axis_is_masked(vn) for _, st in along)
   tiles = [(1, rows) for rows in (16, 12, 8, 6, 4, 3, 2)] if packed else \
@@ -241,7 +247,7 @@ def _padded_tile(k: OptimizingKernel, vn: int, width: int) -> bool:
   size = k.full_shape[vn]
   if not isinstance(size, int) or 3 * -(-size // width) * width > 4 * size: return False
   # the padding's mask is the tail of the axis, not a window's edge: the inputs are packed only where they were before
-  packed = any(k.sts[i].axis_is_masked(vn) for i, b in enumerate(k.bufs) if b.op is Ops.LOAD and k.sts[i].views[-1].strides[vn] != 0)
+  packed = any(st.axis_is_masked(vn) for _, st in _rows_axes(k, vn, _loads(k))[0])
   trial = k.copy()
   if not _try(trial, Opt(OptOps.PADTO, vn, width)) or trial.full_shape[vn] % width or not _tile_along(trial, vn, width, packed, padded=True):
     return False

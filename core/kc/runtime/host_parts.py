@@ -20,8 +20,8 @@ Whether a split kernel's call runs its parts on threads at all is decided by its
 renderer's estimate of a kernel's work counts operations, not time, and a kernel near the threshold can run faster
 whole on the calling thread than split with the threads' start-up paid."""
 from __future__ import annotations
-import functools, os, threading
-from typing import Callable, Optional
+import functools, os, threading, time
+from typing import Any, Callable, Optional
 from kc.errors import ConfigError
 from kc.ir.uop import Ops, UOp
 from kc.renderer import estimate_ops
@@ -141,6 +141,16 @@ class SplitChoice:
     if self._calls <= self.WARM_UP: return
     self._best[threaded] = min(self._best[threaded], seconds)
     if self._calls == self.WARM_UP + len(self.ORDER): self.decided = self._best[True] < self._best[False]
+
+  def timed(self, threads: int, run: Callable[[bool], Any]) -> float:
+    """One call of the kernel on `threads` threads: run(threaded) the way threaded() says, timed and recorded; its
+    run time in seconds."""
+    threaded = self.threaded(threads)
+    start = time.perf_counter()
+    run(threaded)
+    seconds = time.perf_counter() - start
+    self.record(threaded, seconds)
+    return seconds
 
 
 # ---------------------------------------------------------------------------------- which loop a host kernel splits

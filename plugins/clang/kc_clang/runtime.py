@@ -102,14 +102,11 @@ class ClangProgram:
       fn(*ptrs, *ints)
       return time.perf_counter() - start
     n = threads()
-    threaded = choice.threaded(n)
-    if threaded and by_address: ptrs = [_FFI.cast("void *", a) for a in ptrs]  # the threads' entry takes void* buffers
-    start = time.perf_counter()
-    if threaded: pool(_FFI).run(self._entry, ptrs, ints, n)
-    else: fn(*ptrs, *ints, 0, 1)
-    seconds = time.perf_counter() - start
-    choice.record(threaded, seconds)
-    return seconds
+    def run(threaded: bool) -> None:  # noqa: E306
+      # the threads' entry takes void* buffers
+      if threaded: pool(_FFI).run(self._entry, [_FFI.cast("void *", a) for a in ptrs] if by_address else ptrs, ints, n)
+      else: fn(*ptrs, *ints, 0, 1)
+    return choice.timed(n, run)
 
   def __repr__(self): return f"<ClangProgram {self.name}>"
 

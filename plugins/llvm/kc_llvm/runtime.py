@@ -98,14 +98,8 @@ class LLVMProgram:
         start = time.perf_counter()
         fn(*ptrs, *ints)
         return time.perf_counter() - start
-      n = threads()
-      threaded = choice.threaded(n)
-      fn = self._function(len(ptrs), len(ints) + 2)
-      start = time.perf_counter()
-      run_parts(fn, (*ptrs, *ints), n if threaded else 1)
-      seconds = time.perf_counter() - start
-      choice.record(threaded, seconds)
-      return seconds
+      n, fn = threads(), self._function(len(ptrs), len(ints) + 2)
+      return choice.timed(n, lambda threaded: run_parts(fn, (*ptrs, *ints), n if threaded else 1))
 
   def __del__(self, retired=_RETIRED, lock=LOCK, finalizing=sys.is_finalizing):
     # the defaults are bound at definition: at interpreter exit this module's globals may already be None; the
