@@ -385,6 +385,28 @@ def test_big_index_ranges_from_small_buffers():
   assert huge >= 50
 
 
+def test_sibling_reduces_share_their_axis_and_inputs():
+  # two or three reduces of the same inputs over one axis, which the scheduler keeps in one kernel
+  from collections import Counter
+  shapes = Counter()
+  for r in _family("siblings", range(60)):
+    live = [r.nodes[i] for i in r.live()]
+    reduces = [n for n in live if n.op.startswith("sibling_")]
+    if len(reduces) >= 2:
+      axes = {n.kc.split("axis=")[1].split(")")[0] for n in reduces}
+      assert len(axes) == 1, kc_lines(r)
+      shapes[tuple(r.data[i].shape for i in r.live() if r.nodes[i].op == "input")[0]] += 1
+    assert reference(r) is not None, kc_lines(r)
+  assert sum(shapes.values()) >= 40 and sum(n for s, n in shapes.items() if s[0] % 16 == 0 or s[1] % 16 == 0) >= 20
+
+
+def test_family_weights_leave_classic_its_six_tenths_drawn_first():
+  # a seed that drew classic draws it still when a family is added: the new family's share comes out of the others'
+  import math
+  from kc.tools.fuzz.families import FAMILIES
+  assert next(iter(FAMILIES)) == "classic" and FAMILIES["classic"] == 0.6 and math.isclose(sum(FAMILIES.values()), 1.0)
+
+
 @pytest.mark.parametrize("got, want, ok", [
   (np.nan, 1.0, False), (1.0, np.nan, False), (np.nan, np.nan, True),
   (np.inf, -np.inf, False), (-np.inf, np.inf, False), (np.inf, np.inf, True), (6e4, np.inf, False), (np.inf, 6e4, False),

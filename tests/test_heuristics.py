@@ -4,6 +4,7 @@ GPU-like target (locals, 32 KiB shared) and a CPU-like one (no locals), but wher
 reduce whose own loop a load walks contiguously steps 4 elements at a time (UNROLL of that loop by 4: vector loads,
 and vector work on them; the reference stops at the GROUPTOP)."""
 import pytest
+from hypothesis import given, settings, strategies as st
 from kc import ast as A, dtypes
 from kc.kernel import Kernel, Opt, OptOps
 
@@ -188,3 +189,52 @@ def test_an_output_axis_off_the_vector_width_is_padded_to_it_and_tiled(cols):
   out = kc.run(sink, {1: a, 2: b}, "CLANG")[0]
   assert out.shape == (24, n)
   np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+# sibling reduces: several reduces over one axis of the same inputs in one kernel (a layer norm's backward sums g * w
+# and g * w * xhat over each row). The matrix-vector step GROUPs the first reduce, which the kernel refuses with
+# another reduce beside it: the step is skipped as a whole, and the kernel keeps the other steps' opts
+SIBLINGS = {"xy": lambda x, y, ax: (x * y).sum(ax), "x": lambda x, y, ax: x.sum(ax), "xx": lambda x, y, ax: (x * x).sum(ax),
+            "ymax": lambda x, y, ax: y.max(ax)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.sampled_from([1, 5, 16, 32, 64]), cols=st.sampled_from([3, 16, 64, 1024]), axis=st.sampled_from([0, 1]),
+       terms=st.lists(st.sampled_from(sorted(SIBLINGS)), min_size=2, max_size=3, unique=True), full=st.booleans())
+def test_sibling_reduces_get_legal_opts_on_every_target_and_match_numpy(rows, cols, axis, terms, full):
+  import numpy as np
+  import kc
+  from target_renderers import cpu_limits, gpu_limits, tensor_core_gpu_limits
+  x, y = F(1, rows, cols), F(2, rows, cols)
+  def value(x, y, reduce_keepdims):  # noqa: E306 (numpy's arrays and kc.ast's values alike)
+    total = None
+    for t in terms:
+      r = SIBLINGS[t](x, y, axis)
+      r = reduce_keepdims(r)
+      total = r if total is None else total + r
+    return x - total if full else total
+  sink = A.sink(A.store(0, value(x, y, lambda r: r.reshape((1, cols) if axis == 0 else (rows, 1)) if full else r)))
+  for renderer in (gpu_limits(), cpu_limits(), tensor_core_gpu_limits()):
+    k = Kernel(sink, renderer).hand_coded_optimizations()
+    replayed = Kernel(sink, renderer)
+    for o in k.applied_opts: replayed.apply_opt(o)
+    assert replayed.full_shape == k.full_shape
+  rng = np.random.default_rng(rows * cols)
+  xs, ys = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+  want = value(xs, ys, lambda r: np.expand_dims(r, axis) if full else r)
+  reads_y = any(t in ("xy", "ymax") for t in terms)
+  got = kc.run(sink, {1: xs, 2: ys} if reads_y else {1: xs}, "EMU", opts="hand")[0]
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * cols)
+
+
+def test_a_step_that_the_kernel_refuses_half_way_leaves_it_as_it_was(gpu):
+  from kc.errors import KernelOptError
+  from kc.kernel.heuristics import _step
+  k = Kernel(mm(64, 32, 48), gpu)
+  def half(k):  # noqa: E306
+    k.apply_opt(Opt(OptOps.UPCAST, 0, 4))
+    k.apply_opt(Opt(OptOps.UNROLL, 0, 64))  # more than the reduce has: refused
+  before = (k.full_shape, list(k.applied_opts))
+  assert _step(k, half) is False and (k.full_shape, k.applied_opts) == before
+  with pytest.raises(KernelOptError): k.apply_opt(Opt(OptOps.UNROLL, 0, 64))
+  assert _step(k, lambda k: k.apply_opt(Opt(OptOps.UPCAST, 0, 4)) or True) and k.applied_opts == [Opt(OptOps.UPCAST, 0, 4)]

@@ -3,7 +3,7 @@ refused opt simply skips that step. The knobs KC_MV_BLOCKSIZE, KC_MV_THREADS_PER
 KC_NOLOCALS=1 are read through kc.config."""
 from __future__ import annotations
 import itertools
-from typing import Optional
+from typing import Any, Callable, Optional
 from kc.ir.dtype import ImageDType
 from kc.errors import KernelOptError
 from kc.config import read
@@ -34,22 +34,34 @@ def _try(k: OptimizingKernel, opt: Opt) -> bool:
   return True
 
 
+def _step(k: OptimizingKernel, step: Callable[[OptimizingKernel], Any]) -> bool:
+  """Run one step of the heuristics as a whole: where the kernel refuses an opt the step applies, the kernel is left
+  as the step found it and the step counts as not taken. A step's opts make sense together (the matvec's GROUP,
+  LOCAL and UPCAST), and a step that checks only some of what the kernel checks (the matvec's GROUP on a kernel of
+  two reduces over one axis, a layer norm's backward) must skip, not fail the kernel."""
+  saved = k.state.copy()
+  try: return bool(step(k))
+  except KernelOptError:
+    k.state = saved
+    return False
+
+
 def hand_coded_optimizations(k: OptimizingKernel) -> None:
-  required_optimizations(k)
+  required_optimizations(k)  # not a step: an image output that cannot have its vector axis cannot be compiled at all
   if any(isinstance(s, int) and s == 0 for s in k.full_shape): return  # no work (or an empty reduce): nothing to speed up
-  if _matvec(k): return
+  if _step(k, _matvec): return
   if k.renderer.has_local and k.renderer.has_shared and all_int(k.sts[0].shape[:k.first_reduce]):
-    _group_small_output_reduce(k)
-    _upcast_mid_reduce_for_images(k)
-  _upcast_image_inputs(k)
+    _step(k, _group_small_output_reduce)
+    _step(k, _upcast_mid_reduce_for_images)
+  _step(k, _upcast_image_inputs)
   if k.group_for_reduces:  # nothing more once the reduce is grouped, but its own loop's vector step
-    _unroll_grouped_reduce(k)
+    _step(k, _unroll_grouped_reduce)
     return
-  _upcast_masked_axes(k)
-  if not _reduce_vector_tile(k) and not _vector_register_tile(k) and not _transpose_tile(k): _upcast_expanded_axes(k)
-  _unroll_reduce(k)
-  _upcast_last_axis(k)
-  _locals(k)
+  _step(k, _upcast_masked_axes)
+  if not any(_step(k, tile) for tile in (_reduce_vector_tile, _vector_register_tile, _transpose_tile)): _step(k, _upcast_expanded_axes)
+  _step(k, _unroll_reduce)
+  _step(k, _upcast_last_axis)
+  _step(k, _locals)
 
 
 def _matvec(k: OptimizingKernel) -> bool:

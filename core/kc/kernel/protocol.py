@@ -3,7 +3,7 @@
 kc.kernel.kernel.Kernel is the one class that has all of this; it imports the modules that run the heuristics and fold
 the opts into the AST, so they name this protocol instead of importing the class back (an import circle)."""
 from __future__ import annotations
-from typing import Optional, Protocol
+from typing import Any, Optional, Protocol
 from kc.ir.uop import UOp, sint
 from kc.kernel.opt import Opt
 from kc.renderer import Renderer, TensorCore
@@ -18,7 +18,8 @@ class OptimizingKernel(Protocol):
   reduceops: list[UOp]
   broadcasts: list[UOp]
   full_buf_index: int
-  # the optimization state (KernelState's fields)
+  # the optimization state as one value (a KernelState: taken with .copy() and put back to undo a step), and its fields
+  state: Any
   sts: list[ShapeTracker]
   applied_opts: list[Opt]
   group_for_reduces: int

@@ -562,8 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
   z.add_argument("--out", default="kc-fuzz-failures", metavar="DIR", help="where reproducers go (default ./kc-fuzz-failures)")
   z.add_argument("--timeout", type=float, default=60.0, metavar="SEC", help="seconds a case may run before it counts as a hang")
   z.add_argument("--minimize", type=float, default=120.0, metavar="SEC", help="seconds per device for minimizing failures")
+  from kc.tools.fuzz.families import FAMILIES
   z.add_argument("--family", default="", metavar="F[,F]", help="only kernels of these generator families (kc.tools.fuzz.families): "
-                 "classic, specials, intdiv, computed, compare, lowp_matmul, bigsum, bigindex (default: all, drawn by seed)")
+                 f"{', '.join(FAMILIES)} (default: all, drawn by seed)")
   z.set_defaults(fn=cmd_fuzz)
   bm = sub.add_parser("beam", help="BEAM search for an example kernel (or one from a file): the chosen opts and their speedup")
   from kc.ast.examples import EXAMPLES

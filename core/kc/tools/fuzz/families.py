@@ -39,8 +39,9 @@ from kc.tools.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, spec
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface. classic is
 # drawn first and keeps 0.6 of the total, so a seed that drew classic still does when a family is added (its share
 # comes out of the others')
-FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.07, "intdiv": 0.05, "computed": 0.05, "compare": 0.04,
-                              "lowp_matmul": 0.04, "bigsum": 0.04, "bigindex": 0.04, "window": 0.04, "epilogue": 0.03}
+FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.06, "intdiv": 0.05, "computed": 0.05, "compare": 0.04,
+                              "lowp_matmul": 0.04, "bigsum": 0.03, "bigindex": 0.03, "window": 0.04, "epilogue": 0.03,
+                              "siblings": 0.03}
 FLOATS = ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 _SUMMABLE = ("float32", "float16", "bfloat16")   # fp8 sums accumulate in fp8: their rounding depends on the order
@@ -477,6 +478,33 @@ class FamilyGenerator(Generator):
         nxt = None if c is None or a is None else self.where_of(c, a, v)
       else: nxt = self.binop("maximum", v, scalar=0.0)
       v = nxt if nxt is not None else v
+    return [] if v is None else [v]
+
+  def family_siblings(self) -> list[int]:
+    """Terms reduced over the same axis of x and y (sum(x * y), sum(x), sum(x * x), max(y)), two or three of them,
+    added; half the time kept as keepdims and combined with x at its full shape, as a layer norm's backward is."""
+    # rows that the matrix-vector heuristic's blocks divide (16, 32, 64) as often as not
+    shape = (self.pick((self.dim(8), 16, 32, 64)), self.pick((3, 16, 17, 64, 128, 256, 1024)))
+    if self.chance(0.3): shape = shape[::-1]
+    axis, full = int(self.rng.integers(2)), self.chance(0.5)
+    x, y = self.input("float32", shape), self.input("float32", shape if self.chance(0.7) else (1, shape[1]))
+    if x is None or y is None: return []
+    ax = f"axis=({axis},), keepdims={full}"
+    # per term: its kc.ast and numpy templates (x is {0}, y {1}) and its operands
+    kinds = {"xy": (f"({{0}} * {{1}}).sum({ax})", f"np.sum({{0}} * {{1}}, {ax})", (x, y)),
+             "x": (f"{{0}}.sum({ax})", f"np.sum({{0}}, {ax})", (x,)),
+             "xx": (f"({{0}} * {{0}}).sum({ax})", f"np.sum({{0}} * {{0}}, {ax})", (x,)),
+             "ymax": (f"{{0}}.max({ax})", f"np.max({{0}}, {ax})", (y,))}
+    names = list(kinds)
+    terms = []
+    for i in self.rng.choice(len(names), size=int(self.rng.integers(2, 4)), replace=False):
+      kc_, np_, srcs = kinds[names[int(i)]]
+      t = self.node(f"sibling_{names[int(i)]}", kc_, np_, srcs, "reduce", reduced=True)
+      if t is not None: terms.append(t)
+    if len(terms) < 2: return terms
+    v: Optional[int] = terms[0]
+    for t in terms[1:]: v = None if v is None else self.binop("add", v, t)
+    if v is not None and full: v = self.binop("sub", x, v) or v
     return [] if v is None else [v]
 
   def family_bigindex(self) -> list[int]:
