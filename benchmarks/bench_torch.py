@@ -1,6 +1,7 @@
 """kc as a torch.compile backend: eleven everyday PyTorch models run by torch eager, torch.compile(backend="inductor")
 and torch.compile(backend="kc", options={"device": "CLANG", "opts": "hand"}) (kc-torch, integrations/torch), in
-inference (model.eval() under torch.no_grad()) and in training (forward and backward) mode, float32, on the CPU.
+inference (model.eval() under torch.no_grad()) and in training (forward and backward) mode, float32, on the CPU
+(kc's CLANG) or, with --device CUDA, on an NVIDIA GPU (kc's CUDA, kc-cuda; inductor's Triton kernels there).
 The three take turns call by call after warm-up, so that all of them see the same machine; figures are medians. Per
 model: each time, kc's speed ratios (above 1: kc is faster), kc's fallbacks (ops that ran in torch instead), the
 largest absolute difference from eager of the outputs and gradients, and the first call's time (Dynamo's capture and
@@ -9,9 +10,11 @@ A model the kc backend raises on is reported as an error with the exception, and
 Prints the CPU, ISA and threads it ran on and writes its section of benchmarks/RESULTS.md (not with --quick or
 --no-write).
 Run: python benchmarks/bench_torch.py [--quick] [--no-write] [--repeats N] [--budget S] [--threads N]
-                                     [--models mlp,softmax,...]"""
+                                     [--models mlp,softmax,...] [--modes inference,training] [--device CUDA]
+On CUDA every call is timed to the end of its GPU work (torch.cuda.synchronize before and after), and the section
+written is bench_torch_cuda (with --models too: a GPU run is often of a few models)."""
 from __future__ import annotations
-import argparse, atexit, collections, math, os, pathlib, shutil, statistics, sys, tempfile, time, traceback
+import argparse, atexit, collections, math, os, pathlib, platform, shutil, statistics, sys, tempfile, time, traceback
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 if __name__ == "__main__":  # before torch and kc are imported: both backends compile from empty caches
@@ -26,10 +29,13 @@ import torch.nn.functional as F  # noqa: E402
 import kc_torch  # noqa: E402
 from results import write_section  # noqa: E402
 
-KC_OPTIONS = {"device": "CLANG", "opts": "hand"}
+KC_OPTIONS = {"device": "CLANG", "opts": "hand"}   # main() sets "device" to CUDA with --device CUDA
+TORCH_DEVICE = torch.device("cpu")                 # and this to cuda
 BACKENDS = ("eager", "inductor", "kc")
 WARMUP_SECONDS = 3.0  # warm-up calls stop after this long (a slow backend's call can take seconds)
 MODES = ("inference", "training")
+NUMBERS = {11: "Eleven", 10: "Ten", 9: "Nine", 8: "Eight", 7: "Seven", 6: "Six", 5: "Five", 4: "Four", 3: "Three",
+           2: "Two", 1: "One"}
 
 
 @dataclass(frozen=True)
@@ -214,7 +220,8 @@ def start(backend: str, model: Model, sizes: Sizes, mode: str, warmup: int) -> S
   """A fresh copy of `model` (same seed, so the same weights and inputs) under `backend`: first call timed, `warmup`
   more calls."""
   torch.manual_seed(0)
-  module, inputs = model.build(sizes)
+  module, inputs = model.build(sizes)   # built on the CPU, then moved: the same weights and inputs on every device
+  module, inputs = module.to(TORCH_DEVICE), tuple(x.to(TORCH_DEVICE) for x in inputs)
   module.train(mode == "training")
   if mode == "training": inputs = tuple(x.requires_grad_() if x.is_floating_point() else x for x in inputs)
   torch.manual_seed(1)
@@ -226,9 +233,11 @@ def start(backend: str, model: Model, sizes: Sizes, mode: str, warmup: int) -> S
   step, run = make_step(fn, module, inputs, mode, cotangents), Run()
   kc_torch.clear_fallbacks()
   torch._dynamo.utils.counters.clear()
+  sync()
   t0 = time.perf_counter()
   try:
     first = step()
+    sync()
   except Exception as e:  # the table says "error" and the notes say what and where; the other backends still run
     traceback.print_exc()
     run.error = where_raised(e)
@@ -238,6 +247,7 @@ def start(backend: str, model: Model, sizes: Sizes, mode: str, warmup: int) -> S
   for _ in range(warmup):  # no more once they have taken a few seconds: a slow backend's call can take seconds
     t_call = time.perf_counter()
     step()
+    sync()
     run.call_s = time.perf_counter() - t_call
     if time.perf_counter() - warm_start > WARMUP_SECONDS: break
   run.step = step
@@ -269,8 +279,10 @@ def measure(model: Model, sizes: Sizes, mode: str, repeats: int, warmup: int, bu
   repeats = max(3, min(repeats, int(budget / max(1e-9, sum(r.call_s for r in live)))))
   for i in range(repeats):  # each backend follows each other in turn: none always runs after the same neighbour
     for r in live[i % len(live):] + live[:i % len(live)]:
+      sync()
       t0 = time.perf_counter()
       r.step()
+      sync()
       r.times.append(time.perf_counter() - t0)
   for r in live: r.step = None  # the compiled models and their inputs go: the report needs only the figures
   return runs
@@ -284,13 +296,19 @@ def warm_up_backends() -> dict[str, float]:
     torch._dynamo.reset()
     fn = torch.compile(lambda x: x + 1, backend=backend, options=KC_OPTIONS if backend == "kc" else None)
     t0 = time.perf_counter()
-    fn(torch.ones(8))
+    fn(torch.ones(8, device=TORCH_DEVICE))
+    sync()
     out[backend] = time.perf_counter() - t0
   kc_torch.clear_fallbacks()
   return out
 
 
 # ***** the report *****
+
+def sync() -> None:
+  """Wait for the GPU's queued work (on the CPU a call's work is done when it returns)."""
+  if TORCH_DEVICE.type == "cuda": torch.cuda.synchronize()
+
 
 def ms(r: Run) -> str: return "error" if r.error else f"{r.seconds * 1e3:.3f}"
 def sec(r: Run) -> str: return "error" if r.error else f"{r.compile_s:.2f}"
@@ -348,10 +366,17 @@ def footnotes(mode: str, results: dict[str, dict[str, Run]], models: list[Model]
 
 
 def host_lines(warm: dict[str, float], load_at_start: tuple[float, ...]) -> list[str]:
-  from bench_clang import host_line
   load = "load average {:.2f}, {:.2f}, {:.2f} at the start of the run, {:.2f}, {:.2f}, {:.2f} at the end".format(
     *load_at_start, *os.getloadavg())
   threads = os.environ.get("KC_CLANG_THREADS", f"every core ({os.cpu_count()})")
+  if TORCH_DEVICE.type == "cuda":
+    from kc_cuda import driver
+    return [f"GPU: {torch.cuda.get_device_name()} ({driver.device_props(driver.selected_ordinal())}); torch "
+            f"{torch.__version__} for CUDA {torch.version.cuda}; kc CUDA (kc-cuda). One-time start-up, kept out of the "
+            f"compile columns (the first compile of `x + 1`): inductor {warm['inductor']:.1f} s, kc {warm['kc']:.1f} s.",
+            f"host: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+            f"{platform.python_version()}; {load}"]
+  from bench_clang import host_line   # the CPU, ISA and compiler kc-clang builds with (a GPU run has no kc-clang)
   return [f"{host_line()}; {load}",
           f"torch {torch.__version__} on {torch.get_num_threads()} intra-op threads (inductor's kernels use as many); "
           f"kc CLANG threads: {threads}. One-time start-up, kept out of the compile columns (the first compile of "
@@ -379,8 +404,8 @@ def busy() -> str:
 
 
 INTRO = (
-  "Eleven PyTorch models, float32 on the CPU, run by torch eager, `torch.compile(backend=\"inductor\")` and "
-  "`torch.compile(backend=\"kc\", options={{\"device\": \"CLANG\", \"opts\": \"hand\"}})` (kc-torch, "
+  "{count} PyTorch models, float32 on {where}, run by torch eager, `torch.compile(backend=\"inductor\")` and "
+  "`torch.compile(backend=\"kc\", options={{\"device\": \"{device}\", \"opts\": \"hand\"}})` (kc-torch, "
   "integrations/torch). Inference: `model.eval()` under `torch.no_grad()`, with the fused native fast path of "
   "nn.TransformerEncoderLayer off for all three (`torch.backends.mha.set_fastpath_enabled(False)`: kc has no lowering"
   " for it); training: forward, then backward of a fixed random cotangent into the parameters and the float inputs. "
@@ -395,13 +420,16 @@ INTRO = (
 
 def report(args, sizes: Sizes, models: list[Model], results: dict, warm: dict[str, float]) -> str:
   flags = f"--repeats {args.repeats}" + (" --quick" if args.quick else "") + \
-    (f" --models {args.models}" if args.models else "") + (f" --threads {args.threads}" if args.threads else "")
+    (f" --models {args.models}" if args.models else "") + (f" --threads {args.threads}" if args.threads else "") + \
+    (f" --modes {args.modes}" if args.modes != ",".join(MODES) else "") + (" --device CUDA" if args.device == "CUDA" else "")
   lines = [f"## kc as a torch.compile backend (`python benchmarks/bench_torch.py {flags}`)", "",
-           INTRO.format(repeats=args.repeats, warmup=args.warmup, warmup_s=WARMUP_SECONDS), "",
+           INTRO.format(repeats=args.repeats, warmup=args.warmup, warmup_s=WARMUP_SECONDS, device=KC_OPTIONS["device"],
+                        count=NUMBERS.get(len(models), str(len(models))),
+                        where="an NVIDIA GPU" if args.device == "CUDA" else "the CPU"), "",
            *host_lines(warm, args.load_at_start), ""]
   lines += [f"- {m.name}: {m.what(sizes)}" for m in models] + [""]
   notes = []
-  for mode in MODES:
+  for mode in args.modes.split(","):
     lines += table(mode, results[mode], models) + [""]
     notes += footnotes(mode, results[mode], models, args.repeats)
   return "\n".join(lines + (["Notes:", ""] + [f"- {n}" for n in notes] if notes else []))
@@ -420,7 +448,17 @@ def main():
   ap.add_argument("--threads", type=int, help="threads for torch (eager and inductor's kernels) and for kc CLANG's "
                                               "kernels (KC_CLANG_THREADS); default: torch's and kc's own (every core); "
                                               "writes the section bench_torch_threads<N>")
+  ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {', '.join(MODES)}")
+  ap.add_argument("--device", default="CPU", choices=("CPU", "CUDA"),
+                  help="CPU (kc's CLANG) or CUDA (an NVIDIA GPU, kc-cuda's CUDA): writes the section bench_torch_cuda")
   args = ap.parse_args()
+  if (bad := set(args.modes.split(",")) - set(MODES)) or not args.modes:
+    raise SystemExit(f"--modes: unknown {sorted(bad)}; the modes are {list(MODES)}")
+  if args.device == "CUDA":
+    global TORCH_DEVICE
+    if not torch.cuda.is_available(): raise SystemExit("--device CUDA: torch sees no CUDA GPU here")
+    TORCH_DEVICE = torch.device("cuda")
+    KC_OPTIONS["device"] = "CUDA"
   if args.threads is not None:
     if args.threads < 1: raise SystemExit(f"--threads is a positive count, got {args.threads}")
     torch.set_num_threads(args.threads)
@@ -440,7 +478,7 @@ def main():
   warm = warm_up_backends()
   print(*host_lines(warm, args.load_at_start), sep="\n", flush=True)
   results: dict[str, dict[str, dict[str, Run]]] = {mode: {} for mode in MODES}
-  for mode in MODES:
+  for mode in args.modes.split(","):
     for m in models:
       runs = results[mode][m.name] = measure(m, sizes, mode, args.repeats, args.warmup, args.budget)
       print(f"{mode} {m.name}: " + ", ".join(f"{b} {ms(r)} ms" for b, r in runs.items()) +
@@ -448,7 +486,9 @@ def main():
             f"{len(runs['kc'].fallbacks)}", flush=True)
   body = report(args, sizes, models, results, warm)
   print(body)
-  if not (args.quick or args.no_write or args.models):
+  if args.device == "CUDA":
+    if not (args.quick or args.no_write): write_section("bench_torch_cuda", body)
+  elif not (args.quick or args.no_write or args.models or args.modes != ",".join(MODES)):
     write_section("bench_torch" if args.threads is None else f"bench_torch_threads{args.threads}", body)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA device's check on a machine with an NVIDIA GPU and driver, offline: install kc, kc-cuda and the conformance
 # suite into the machine's own Python, show what kc sees, run kc-cuda's own tests (its GPU tests included), the
-# conformance suite on CUDA (all tiers) and the CUDA benchmark. Everything lands in $OUT (default ./gpu_check_out).
+# conformance suite on CUDA (all tiers), the CUDA benchmark and kc-torch's benchmark on the GPU (torch eager, inductor
+# and torch.compile(backend="kc") with kc's CUDA device: benchmarks/bench_torch.py --device CUDA). Everything lands in $OUT (default ./gpu_check_out).
 #
 # Run from anywhere in the repository:  bash plugins/cuda/gpu_check.sh
 #
@@ -26,6 +27,8 @@
 #   KC_GPU_WORKERS       conformance processes (default 8)
 #   KC_GPU_SPECS         the conformance specs (default none,hand,random,tc: the single-opt specs are the shared
 #                        lowering, which CI certifies on EMU impersonating CUDA)
+#   KC_GPU_TORCH_MODELS  the models of bench_torch.py on the GPU (default mlp,layernorm,softmax,causal_attention;
+#                        all: every model)
 #   KC_GPU_CHECK_BUDGET  seconds for all steps together (default 540)
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -191,10 +194,18 @@ bench() {
   cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
   return $rc
 }
-export -f missing_modules preflight install_kc kc_cli show_nvrtc show_gpu cuda_available plugin_tests conformance bench
+torch_bench() {  # RESULTS.md's section bench_torch_cuda: eager, inductor and kc on the GPU, both modes
+  local rc=0 models=${KC_GPU_TORCH_MODELS:-mlp,layernorm,softmax,causal_attention}
+  [[ "$models" == all ]] && models=""
+  "$PYTHON" benchmarks/bench_torch.py --device CUDA --repeats 10 --budget 3 ${models:+--models "$models"} || rc=$?
+  cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
+  return $rc
+}
+export -f missing_modules preflight install_kc kc_cli show_nvrtc show_gpu cuda_available plugin_tests conformance bench \
+  torch_bench
 
 # the caps: they add up to at most the default budget, each step's limit is also what is left of it
-CAPS=(preflight:30 install:60 nvrtc:30 devices:30 cuda-available:20 plugin-tests:90 conformance:170 bench:100)
+CAPS=(preflight:30 install:60 nvrtc:20 devices:20 cuda-available:20 plugin-tests:70 conformance:100 bench:60 torch-bench:150)
 cap() { local c; for c in "${CAPS[@]}"; do [[ ${c%%:*} == "$1" ]] && echo "${c#*:}"; done; }
 total=0; for c in "${CAPS[@]}"; do total=$(( total + ${c#*:} )); done
 
@@ -213,4 +224,5 @@ fi
 step plugin-tests "$(cap plugin-tests)" plugin_tests
 step conformance "$(cap conformance)" conformance
 step bench "$(cap bench)" bench
+step torch-bench "$(cap torch-bench)" torch_bench
 finish 0
