@@ -119,3 +119,14 @@ def test_a_kernel_compiled_again_in_one_process_reuses_its_program(monkeypatch):
     out = np.empty(n, np.float32)
     ck(out, x)
     np.testing.assert_allclose(out, x.sum(1), rtol=1e-6)
+
+
+def test_wait_false_needs_a_framework_stream():
+  import numpy as np
+  import kc
+  from kc import ast as A, dtypes
+  k = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (8,)) + 1)), device="CLANG")
+  x, out = np.ones(8, np.float32), np.zeros(8, np.float32)
+  with pytest.raises(kc.ArgumentError, match="stream="): k(out, x, wait=False)
+  with pytest.raises(kc.ArgumentError, match="no streams"): k(out, x, stream=5, wait=False)
+  assert k(out, x) is not None and (out == 2).all()

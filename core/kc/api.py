@@ -112,11 +112,17 @@ class CompiledKernel:
 
   def __repr__(self): return f"<CompiledKernel {self.name} on {self.device}>"
 
-  def __call__(self, *args, stream=None, **var_vals) -> float:
+  def __call__(self, *args, stream=None, wait: bool = True, **var_vals) -> Optional[float]:
     """Run the kernel on `args` (numpy arrays, kc.Buffers or any DLPack producer: torch, cupy, jax arrays) with its
     Variables' values. `stream` (devices with streams: CUDA) is the stream to launch on, ordered after the work a
     framework queued there (a torch.cuda.Stream, a cupy stream, a raw handle, or "torch" for torch's current stream);
-    None: the device's own. The call returns when the kernel finished, either way."""
+    None: the device's own. The call returns when the kernel finished, with its run time in seconds; with a `stream`
+    and wait=False it returns None once the kernels are queued there, as the framework's own ops do: work queued on
+    that stream later sees the outputs, the host sees them after it synchronizes (a call that had to copy an argument
+    to and from a scratch buffer still waits). A framework's ops do not wait for each other: neither need kc's."""
+    if not wait and stream is None:
+      raise ArgumentError(f"{self.name}: wait=False queues the kernels on a framework's stream: pass stream= too "
+                          "(kc's own stream is waited for)")
     if (fast := self._fast) is not None and stream is None and not var_vals and plain_arrays(args, fast[1]):
       seconds = fast[0](args)
       if debug_level() >= 2: self._report(seconds, {})
@@ -145,7 +151,10 @@ class CompiledKernel:
       handle, back = spec.handle(arg, vals, self.device, self._allocator, not (spec.output and overlaps(i, args)))
       bufs.append(handle)
       if back is not None: copies.append(back)
-    # `args` holds every array a handle borrows until the launch returns
+    # `args` holds every array a handle borrows until the launch returns; a scratch copy is read back after the kernel ran
+    if not wait and not copies and launch_stream is not None:
+      self._launch(bufs, vals, global_size, local_size, launch_stream, wait=False)
+      return None
     seconds = self._launch(bufs, vals, global_size, local_size, launch_stream)
     for copy_back in copies: copy_back()
     if debug_level() >= 2: self._report(seconds, vals)
@@ -155,13 +164,15 @@ class CompiledKernel:
     """The program's global and local size with the Variables at `vals` (computed once where there are none)."""
     return self._dims if self._dims is not None else self.program.launch_dims(vals)
 
-  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
-    """Run the program on `bufs` (in buffer-index order) and wait for it; its run time in seconds. A `stream` (the
-    allocator's handle for one) is passed to the program only when given: runtimes without streams never see it."""
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None,
+              wait: bool = True) -> float:
+    """Run the program on `bufs` (in buffer-index order) and wait for it; its run time in seconds (0.0 where it is
+    only queued: wait=False, which a `stream` call alone passes). A `stream` (the allocator's handle for one) is passed
+    to the program only when given: runtimes without streams never see it."""
     ordered = [vals[v.arg[0]] for v in self.program.vars] if vals else []
     if self._order is not None: bufs = [bufs[g] for g in self._order]
     on = {} if stream is None else {"stream": stream}
-    return float(self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=True, **on) or 0.0)
+    return float(self._handle(*bufs, global_size=global_size, local_size=local_size, vals=ordered, wait=wait, **on) or 0.0)
 
   def _report(self, seconds: float, vals: dict[str, int]):
     ops, mem = (sym_infer(x, vals) for x in (self.program.op_estimate, self.program.mem_estimate))
@@ -245,6 +256,7 @@ class CompiledProgram(CompiledKernel):
       if plan.temps: print(f"{device:8s} schedule {plan.describe()[-1]}")
 
   _times: list[float] = []  # each kernel's time in the last call (DEBUG=2 prints them)
+  _queued_on: Optional[int] = None  # the stream of the last call that queued the kernels without waiting
 
   def _plain_program_call(self) -> Optional[tuple]:
     """The plain call's fast path of a program in host memory: where every kernel has its own (_plain_call) and the
@@ -289,11 +301,18 @@ class CompiledProgram(CompiledKernel):
 
   def launch_dims(self, vals: dict[str, int]) -> tuple[Optional[list[int]], Optional[list[int]]]: return None, None
 
-  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None) -> float:
+  def _launch(self, bufs: list, vals: dict[str, int], global_size, local_size, stream: Optional[int] = None,
+              wait: bool = True) -> float:
+    if self._temps and stream != self._queued_on:
+      # the intermediates may still be in use by kernels queued on another stream without waiting: this call's
+      # kernels, on `stream`, must not overwrite them first (calls on one stream are in order by themselves)
+      if self._queued_on is not None: Device[self.device].synchronize()
+      self._queued_on = None
     times = []
     for sk, ck in zip(self.schedule.kernels, self.kernels):
       args = [self._temps[r.index] if r.temp else bufs[r.index] for r in sk.buffers]
-      times.append(ck._launch(args, vals, *ck.launch_dims(vals), stream))
+      times.append(ck._launch(args, vals, *ck.launch_dims(vals), stream, wait))
+    self._queued_on = None if wait else stream
     self._times = times
     return sum(times)
 

@@ -295,8 +295,10 @@ class KcRegion(torch.nn.Module):
       buffers.append(x if view is None else x.contiguous() if view == "contiguous" else x.permute(view))
     if device.type == "cpu":  # numpy views of the same memory: kc's numpy path costs a fifth of a DLPack import
       plan.program(*(_host_view(b) for b in buffers))
-    else:  # on a GPU the kernels run on torch's current stream: ordered after torch's work there, no device-wide sync
-      plan.program(*buffers, stream="torch")
+    else:  # on a GPU the kernels are queued on torch's current stream, as torch's own ops are: ordered after torch's
+      # work there and before what torch queues next; the host does not wait for them (torch synchronizes where it
+      # needs the values, as it does for its own ops)
+      plan.program(*buffers, stream="torch", wait=False)
     return self._results(plan, args, outs)
 
   def _run_host(self, plan: Plan, args):

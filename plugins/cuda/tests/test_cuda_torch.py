@@ -41,3 +41,41 @@ def test_torch_reads_a_kc_buffer_in_place():
   assert t.data_ptr() == buf._buf.ptr  # torch's view is kc's memory
   wrapped = kc.from_dlpack(out, device="CUDA")  # and kc wraps torch's memory the same way
   assert wrapped._buf.ptr == out.data_ptr() and wrapped.size == 1024
+
+
+def _softmax_program(rows: int, cols: int):
+  # three kernels (the row max, the sum of exps, the division) with intermediates in the program's arena
+  x = A.arg(1, dtypes.float32, (rows, cols))
+  e = (x - x.max(1, keepdims=True)).exp()
+  return kc.compile(A.sink(A.store(0, e / e.sum(1, keepdims=True))), device="CUDA")
+
+
+def test_a_program_queued_without_waiting_is_ordered_on_torchs_stream():
+  # wait=False returns once the kernels are queued: torch's later ops on the stream see the outputs, and each call's
+  # kernels run after the previous call's, which share the intermediates
+  p = _softmax_program(64, 1024)
+  assert len(p.kernels) > 1
+  xs = [torch.randn(64, 1024, device="cuda") * (i + 1) for i in range(6)]
+  outs = [torch.empty(64, 1024, device="cuda") for _ in xs]
+  torch.cuda.synchronize()
+  for x, out in zip(xs, outs): assert p(out, x, stream="torch", wait=False) is None
+  sums = [out.sum(1) for out in outs]  # queued after the kernels on the same stream
+  torch.cuda.synchronize()
+  for x, out, s in zip(xs, outs, sums):
+    torch.testing.assert_close(out, x.softmax(1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(s, torch.ones(64, device="cuda"), rtol=1e-4, atol=1e-4)
+
+
+def test_a_program_queued_on_one_stream_then_called_on_another_waits_for_the_first():
+  # the intermediates are the program's own: a call on a second stream must not overwrite them under the first's
+  p = _softmax_program(256, 4096)
+  a, b = torch.cuda.Stream(), torch.cuda.Stream()
+  x, y = torch.randn(256, 4096, device="cuda"), torch.randn(256, 4096, device="cuda") * 3
+  out_x, out_y = torch.empty_like(x), torch.empty_like(y)
+  torch.cuda.synchronize()
+  for _ in range(3):
+    with torch.cuda.stream(a): p(out_x, x, stream="torch", wait=False)
+    with torch.cuda.stream(b): p(out_y, y, stream="torch", wait=False)
+  torch.cuda.synchronize()
+  torch.testing.assert_close(out_x, x.softmax(1), rtol=1e-5, atol=1e-6)
+  torch.testing.assert_close(out_y, y.softmax(1), rtol=1e-5, atol=1e-6)
