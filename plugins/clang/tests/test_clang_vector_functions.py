@@ -164,3 +164,26 @@ def test_vector_functions_fuse_their_steps_where_fma3_is_and_keep_their_bounds(f
   want = getattr(np, fn)(x.astype(np.float64))
   keep = want != 0
   assert _ulps(out.numpy()[keep], want[keep]).max() <= (2 if fn == "exp2" else 3)
+
+
+SPECIALS = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5], np.float32)
+
+
+@pytest.mark.parametrize("cc", [c for c in ("gcc", "clang") if shutil.which(c)])
+def test_a_max_that_updates_no_accumulator_selects_without_a_branch_as_numpy(cc, monkeypatch):
+  # a 2x2 window's max unrolled is a tree of scalar maxes: kc_selmax_float32 (a compare-and-max and a blend), which
+  # gives numpy's maximum for every pair of specials: a NaN in either operand wins, of two equal zeros the second;
+  # a reduce's running max over a row keeps kc_max_float32 (its branch predicts well)
+  monkeypatch.setenv("KC_CC", cc)
+  a, b = (v.ravel() for v in np.meshgrid(SPECIALS, SPECIALS, indexing="ij"))
+  x = np.stack([a, b], axis=1)                                    # (81, 2): every ordered pair
+  X = A.arg(1, dtypes.float32, x.shape)
+  ck = kc.compile(A.sink(A.store(0, X.max(axis=1))), "CLANG", [Opt(OptOps.UNROLL, 0, 0)])
+  assert "kc_selmax_float32(" in ck.program.src and "kc_max_float32(" not in ck.program.src, ck.program.src
+  out = np.empty(len(x), np.float32)
+  ck(out, x)
+  want = np.maximum(x[:, 0], x[:, 1])
+  np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+  np.testing.assert_array_equal(out.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+  row = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (7, 33)).max(axis=1))), "CLANG", "none")  # a scalar loop
+  assert re.search(r"kc_max_float32\(acc", row.program.src), row.program.src
