@@ -387,3 +387,50 @@ def test_an_activation_stored_and_multiplied_again_is_computed_by_one_kernel(m, 
   np.testing.assert_allclose(out[0].reshape(m, k), o, rtol=1e-4, atol=1e-5 * np.abs(o).max())
   for i, s in enumerate(stored):
     np.testing.assert_allclose(out[1 + i].reshape(wants[s].shape), wants[s], rtol=1e-5, atol=1e-5 * np.abs(wants[s]).max())
+
+
+@settings(max_examples=10, deadline=None)
+@given(rows=st.sampled_from([8, 64]), cols=st.sampled_from([16, 1024]), device=st.sampled_from(DEVICES))
+def test_an_intermediate_the_program_also_returns_is_written_into_the_callers_buffer(rows, cols, device):
+  """Rule 5: a layer norm's mean and rstd, realized (read by the output's kernel) and returned (saved for a backward),
+  are computed once into the caller's buffers, which the output's kernel then reads: no intermediate, no copy."""
+  x = A.arg(3, dtypes.float32, (rows, cols))
+  m = x.mean(1, keepdims=True).realize()
+  r = (((x - m) * (x - m)).mean(1, keepdims=True) + 1e-5).sqrt().recip().realize()
+  sink = A.sink(A.store(0, (x - m) * r), A.store(1, m), A.store(2, r))
+  plan = schedule(sink)
+  assert not plan.temps and plan.peak_bytes == 0
+  writers = {ref.index: i for i, k in enumerate(plan.kernels) for ref in k.outputs}
+  assert sorted(writers) == [0, 1, 2] and sum(len(k.outputs) for k in plan.kernels) == 3   # each written once
+  assert writers[0] > max(writers[1], writers[2])   # the output's kernel reads them after they are written
+  xs = rand((rows, cols), 7)
+  out = kc.run(sink, {3: xs}, device)
+  assert [out[i].shape for i in range(3)] == [(rows, cols), (rows, 1), (rows, 1)]   # as the program stored them
+  ms = xs.mean(1, keepdims=True)
+  rs = 1 / np.sqrt(((xs - ms) ** 2).mean(1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(out[1].reshape(rows, 1), ms, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out[2].reshape(rows, 1), rs, rtol=1e-4)
+  np.testing.assert_allclose(out[0].reshape(rows, cols), (xs - ms) * rs, rtol=1e-4, atol=1e-4)
+
+
+def test_an_intermediate_stays_one_where_the_callers_buffer_is_read_or_stored_another_way():
+  # buffer 1 is also the input: its old value must be read before any kernel writes it, so the doubled value stays an
+  # intermediate; a value stored transposed is not the intermediate's layout: copied
+  x = A.arg(1, dtypes.float32, (8, 16))
+  y = (x * 2).exp2().realize()
+  sink = A.sink(A.store(0, y.sum(1) + x.sum(1)), A.store(1, y))
+  assert len(schedule(sink).temps) == 1
+  xs = rand((8, 16), 1)
+  out, inout = np.empty(8, np.float32), xs.copy()   # buffer 1: read as x, then written as y
+  kc.compile(sink, "CLANG")(out, inout)
+  np.testing.assert_allclose(out, np.exp2(xs * 2).sum(1) + xs.sum(1), rtol=1e-5)
+  np.testing.assert_allclose(inout, np.exp2(xs * 2), rtol=1e-6)
+  s = (x * 2).sum(1, keepdims=True).reshape(2, 4).realize()
+  sink = A.sink(A.store(0, x - s.reshape(8, 1)), A.store(1, s.permute(1, 0)))
+  assert len(schedule(sink).temps) == 1
+  x2 = A.arg(2, dtypes.float32, (8, 16))
+  s = (x2 * 2).sum(1, keepdims=True).reshape(2, 4).realize()
+  sink = A.sink(A.store(0, x2 - s.reshape(8, 1)), A.store(1, s.permute(1, 0)))
+  assert len(schedule(sink).temps) == 1
+  out = kc.run(sink, {2: xs}, "CLANG")
+  np.testing.assert_allclose(out[1].reshape(4, 2), (xs * 2).sum(1).reshape(2, 4).T, rtol=1e-5)

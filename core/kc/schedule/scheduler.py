@@ -25,6 +25,12 @@ size its reduce did not loop over, ...). The scheduler decides the kernels from 
    moved into the wider shape to merge (an activation stored as (M, 1, N) and materialised for the next matmul as
    (M, 1, N, 1)).
 
+5. An intermediate that the program also stores whole into a caller's buffer (a value the program returns and reads
+   again: a layer norm's mean and rstd, saved for its backward and read by its output's kernel) lives in that buffer:
+   its kernel writes the caller's buffer, the copy of it into that buffer is dropped, and its readers load it from
+   there after its kernel ran. Only for a buffer the program writes once and never reads as an input (whose old
+   value some kernel would otherwise have to read first).
+
 Each kernel's buffers are renumbered 0..n-1 (the caller's buffers first, in index order, then the intermediates), so
 a one-kernel program's AST is the program itself (its stores moved into one shape where rule 4 merged across size-1
 axes): the same source, opts and cache keys as a single kernel. Opts for a one-kernel program apply to that AST
@@ -127,22 +133,29 @@ def _caller_reads(stores: list[_Store]) -> set[int]:
   return {u.src[0].arg for s in stores for u in kernel_nodes(s.value) if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL}
 
 
-def _number(stores: list[_Store], temp_ids: dict[UOp, int]) -> ScheduledKernel:
-  """The kernel's AST with its buffers numbered 0..n-1: the caller's in index order, then the intermediates."""
+def _number(stores: list[_Store], temp_ids: dict[UOp, int], in_place: Optional[dict[UOp, UOp]] = None) -> ScheduledKernel:
+  """The kernel's AST with its buffers numbered 0..n-1: the caller's in index order, then the intermediates. An
+  intermediate in `in_place` is the caller's buffer it maps to (its DEFINE_GLOBAL, rule 5)."""
+  in_place = in_place or {}
   nodes = [u for s in stores for u in kernel_nodes(s.value)]
-  callers = sorted({u.arg for u in nodes if u.op is Ops.DEFINE_GLOBAL} | {s.target.arg for s in stores if s.target.op is Ops.DEFINE_GLOBAL})
-  temps = sorted({u for u in nodes if u.op is Ops.BUFFER} | {s.target for s in stores if s.target.op is Ops.BUFFER},
-                 key=lambda b: temp_ids[b])
+  bufs = {u for u in nodes if u.op is Ops.BUFFER} | {s.target for s in stores if s.target.op is Ops.BUFFER}
+  callers = sorted({u.arg for u in nodes if u.op is Ops.DEFINE_GLOBAL} | {s.target.arg for s in stores if s.target.op is Ops.DEFINE_GLOBAL}
+                   | {in_place[b].arg for b in bufs if b in in_place})
+  temps = sorted((b for b in bufs if b not in in_place), key=lambda b: temp_ids[b])
   refs = [BufferRef(False, i) for i in callers] + [BufferRef(True, temp_ids[b]) for b in temps]
   new_index = {r: i for i, r in enumerate(refs)}
+
+  def buffer(b: UOp) -> UOp:  # an intermediate's DEFINE_GLOBAL in this kernel
+    if (caller := in_place.get(b)) is not None: return caller.replace(arg=new_index[BufferRef(False, caller.arg)])
+    return UOp(Ops.DEFINE_GLOBAL, b.dtype, (), new_index[BufferRef(True, temp_ids[b])])
   mapping: dict[UOp, UOp] = {}
   for u in nodes:
     if u.op is Ops.DEFINE_GLOBAL: mapping[u] = u.replace(arg=new_index[BufferRef(False, u.arg)])
-    elif u.op is Ops.BUFFER: mapping[u] = UOp(Ops.DEFINE_GLOBAL, u.dtype, (), new_index[BufferRef(True, temp_ids[u])])
+    elif u.op is Ops.BUFFER: mapping[u] = buffer(u)
 
   def target(s: _Store) -> UOp:
     if s.target.op is Ops.DEFINE_GLOBAL: return s.target.replace(arg=new_index[BufferRef(False, s.target.arg)])
-    return UOp(Ops.DEFINE_GLOBAL, s.target.dtype, (), new_index[BufferRef(True, temp_ids[s.target])])
+    return buffer(s.target)
   out = [UOp(Ops.STORE, dtypes.void, (target(s), s.view, _substitute(s.value, mapping)), s.arg) for s in stores]
   return ScheduledKernel(UOp(Ops.SINK, dtypes.void, tuple(out)), tuple(refs))
 
@@ -274,6 +287,27 @@ def _check_program(sink: UOp) -> list[_Store]:
   return [_Store(s.src[0], s.src[1], s.src[2], s.arg) for s in sink.src]
 
 
+def _stored_in_place(stores: list[_Store]) -> tuple[list[_Store], dict[UOp, _Store]]:
+  """Rule 5: (the stores without those that store an intermediate's value whole into a caller's buffer, {that
+  intermediate's BUFFER: that store, whose target is the caller's DEFINE_GLOBAL it lives in}). kc.ast stores a realized value read whole and in
+  order as the value itself, through the BUFFER's own view: such a store has the BUFFER's sources. The caller's buffer
+  qualifies where no other store writes it and no kernel reads it (its old value is nobody's input)."""
+  nodes = [u for s in stores for u in s.value.toposort]
+  read = {u.arg for u in nodes if u.op is Ops.DEFINE_GLOBAL}
+  buffers = {u.src[:2]: u for u in nodes if u.op is Ops.BUFFER}
+  writes: dict[int, int] = {}
+  for s in stores: writes[s.target.arg] = writes.get(s.target.arg, 0) + 1
+  kept, in_place = [], {}
+  for s in stores:
+    b = buffers.get((s.value, s.view))
+    if b is not None and b not in in_place and writes[s.target.arg] == 1 and s.target.arg not in read and \
+       b.dtype.base == s.target.dtype.base:
+      in_place[b] = s
+      continue
+    kept.append(s)
+  return kept, in_place
+
+
 def _shared_once(stores: list[_Store]) -> list[_Store]:
   """The stores with the transcendental values two of their loop nests would compute materialised."""
   values = recomputed_transcendentals(s.value for s in stores)
@@ -315,24 +349,26 @@ def schedule(sink: UOp, share_transcendentals: bool = False, broadcast_reduces_a
     for p in passes: stores = p(stores)
     return stores
   units: list[list[_Store]] = []
-  for group in _groups(_check_program(sink)): units.extend(_split_illegal(_legal(prepare(group))))
+  stores, in_place = _stored_in_place(_check_program(sink))
+  for group in _groups(stores): units.extend(_split_illegal(_legal(prepare(group))))
   # every BUFFER read anywhere is a kernel that stores it (found breadth-first, so a value is one kernel even when
-  # several kernels read it)
+  # several kernels read it); one that lives in a caller's buffer is such a kernel even where nothing reads it
   seen: dict[UOp, None] = {}
-  pending = [b for u in units for b in _reads(u)]
+  pending = [b for u in units for b in _reads(u)] + list(in_place)
   while pending:
     b = pending.pop(0)
     if b in seen: continue
     seen[b] = None
-    unit = _legal(prepare([_Store(b, b.src[1], b.src[0], b.arg)]))
+    # one that lives in a caller's buffer keeps the logical shape the program stored it as (kc.run's output's)
+    unit = _legal(prepare([_Store(b, b.src[1], b.src[0], in_place[b].arg if b in in_place else b.arg)]))
     units.append(unit)
     pending.extend(x for x in _reads(unit) if x not in seen)
   ordered = _order(units)
   temp_ids: dict[UOp, int] = {}
   for u in ordered:
     for s in u:
-      if s.target.op is Ops.BUFFER: temp_ids[s.target] = len(temp_ids)
-  kernels = tuple(_number(u, temp_ids) for u in ordered)
+      if s.target.op is Ops.BUFFER and s.target not in in_place: temp_ids[s.target] = len(temp_ids)
+  kernels = tuple(_number(u, temp_ids, {b: s.target for b, s in in_place.items()}) for u in ordered)
   temps, peak = plan_arena(kernels, [_temp_of(b) for b in temp_ids])
   return Schedule(sink, kernels, temps, peak)
 
