@@ -72,6 +72,20 @@ def reduces_it(reader: torch.fx.Node) -> bool:
   return reader.target in VIEWS and any(reduces_it(u) for u in reader.users)
 
 
+def _returned_and_read(node: torch.fx.Node) -> bool:
+  """Whether the region returns the node's value and another node reads it, none of them a convolution: a forward's
+  mean and rstd (saved for the backward, and read by the normalized output) are then computed once, into the
+  region's outputs (kc.schedule's rule 5), where the output's kernel computed them again. A convolution reads its
+  input padded: from a buffer, through loads masked at the border, which cost it more than computing the value again
+  into a padded intermediate (a max pool's values read by the next convolution: 111 -> 683 us)."""
+  readers = [u for u in node.users if u.op != "output"]
+  return len(readers) < len(node.users) and bool(readers) and not any(u.target is aten.convolution.default for u in readers)
+
+
+def _holds_reduce(value: A.Expr) -> bool:
+  return any(u.op is kc.Ops.REDUCE_AXIS for u in value.uop.toposort)
+
+
 def memory_order(shape, strides) -> Optional[tuple[int, ...]]:
   """The axes from outermost to innermost in memory, where the layout is a permutation of a contiguous array (dense,
   no overlap); None where it is not (expanded, sliced with a step, overlapping)."""
@@ -207,6 +221,7 @@ class KcRegion(torch.nn.Module):
         readers = [u for u in node.users if u.op != "output"]
         if isinstance(value, A.Expr) and len(readers) > 1 and any(reduces_it(u) for u in readers): value = value.realize()
         else: holds_contraction.add(node)
+      if isinstance(value, A.Expr) and _returned_and_read(node) and _holds_reduce(value): value = value.realize()
       env[node] = value
     return env
 

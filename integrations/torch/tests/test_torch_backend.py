@@ -287,3 +287,17 @@ def test_cpu_regions_pass_kc_their_tensors_addresses(monkeypatch, dtype):
   plans = list(region.KcRegion._programs.values())
   assert plans and all(p.host_nbytes is not None for p in plans)
   assert len(calls) == 2 * len(plans)
+
+
+def test_a_layer_norms_saved_mean_and_rstd_are_computed_once_and_read_by_its_output(monkeypatch):
+  # the training forward returns mean and rstd (saved for the backward) and reads them for its output: they are
+  # computed into the region's outputs (kc.schedule's rule 5) and the output's kernel loads them, reducing nothing;
+  # fused into it, the output's kernel reduced each row twice more
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  torch.manual_seed(0)
+  _gradients_match_eager(torch.nn.LayerNorm(64), torch.randn(8, 64))
+  forward = next(plan for plan in KcRegion._programs.values() if len(plan.outputs) == 3)
+  assert not forward.program.schedule.temps
+  full = [ck for ck in forward.program.kernels if math.prod(ck.kernel.full_shape) == 8 * 64 and ck.kernel.reduceop is None]
+  assert len(full) == 1, [ck.name for ck in forward.program.kernels]
