@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from hypothesis import given, settings, HealthCheck, strategies as st
+import kc
 import kc_torch
 from kc_torch.lowering import LOWERINGS, Lowering
 
@@ -350,3 +351,28 @@ def test_softmax_scales_each_row_by_its_sums_reciprocal(shape, dim, dtype):
   traced = torch.fx.experimental.proxy_tensor.make_fx(lambda x: softmax(x, -1, False))(torch.randn(3, 5))
   targets = [n.target for n in traced.graph.nodes if n.op == "call_function"]
   assert torch.ops.aten.reciprocal.default in targets and torch.ops.aten.div.Tensor not in targets
+
+
+def test_max_pool_backward_masks_its_gradient_without_a_float_select_and_keeps_special_gradients(monkeypatch):
+  # which position of a window got its gradient is a coin toss: the tiled backward (and the general one) mask the
+  # gradient's bits instead of selecting floats, which C compilers compile to branches. A gradient's NaN, infs and
+  # -0.0 reach their positions as they are, every other position gets +0.0, as eager's scatter gives
+  from kc_torch.region import KcRegion
+  monkeypatch.setattr(KcRegion, "_programs", {})
+  torch.manual_seed(0)
+  for kernel, stride in (((2, 2), (2, 2)), ((3, 3), (1, 1))):
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    g = torch.randn(2, 3, *F.max_pool2d(x, kernel, stride).shape[-2:])
+    g[0, 0, 0, 0], g[0, 1, 1, 1], g[1, 2, 0, 1], g[1, 0, 2, 2] = math.nan, math.inf, -math.inf, -0.0
+    torch._dynamo.reset()
+    torch.compile(lambda x: F.max_pool2d(x, kernel, stride), backend="kc")(x).backward(g)
+    got, x.grad = x.grad, None
+    F.max_pool2d(x, kernel, stride).backward(g)
+    assert torch.equal(torch.isnan(got), torch.isnan(x.grad))
+    exact = kernel == stride   # each input position gets one window's gradient, or sums several (in another order)
+    torch.testing.assert_close(got.nan_to_num(0.0), x.grad.nan_to_num(0.0), rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6)
+    assert torch.equal(torch.signbit(got.nan_to_num(0.0)), torch.signbit(x.grad.nan_to_num(0.0)))
+  backward = [ck for plan in KcRegion._programs.values() for ck in getattr(plan.program, "kernels", [plan.program]) if ck.kernel.ast.src[0].src[2].dtype.base == kc.dtypes.float32
+              and any(u.op is kc.Ops.LOAD and u.dtype == kc.dtypes.int64 for u in ck.kernel.ast.toposort)
+              and len(ck.kernel.ast.src) == 1]
+  assert backward and not any(u.op is kc.Ops.WHERE and kc.dtypes.is_float(u.dtype) for ck in backward for u in ck.kernel.ast.toposort)
