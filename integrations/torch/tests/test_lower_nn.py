@@ -365,14 +365,15 @@ def test_max_pool_backward_masks_its_gradient_without_a_float_select_and_keeps_s
     g = torch.randn(2, 3, *F.max_pool2d(x, kernel, stride).shape[-2:])
     g[0, 0, 0, 0], g[0, 1, 1, 1], g[1, 2, 0, 1], g[1, 0, 2, 2] = math.nan, math.inf, -math.inf, -0.0
     torch._dynamo.reset()
-    torch.compile(lambda x: F.max_pool2d(x, kernel, stride), backend="kc")(x).backward(g)
+    torch.compile(lambda x, k=kernel, s=stride: F.max_pool2d(x, k, s), backend="kc")(x).backward(g)
     got, x.grad = x.grad, None
     F.max_pool2d(x, kernel, stride).backward(g)
     assert torch.equal(torch.isnan(got), torch.isnan(x.grad))
     exact = kernel == stride   # each input position gets one window's gradient, or sums several (in another order)
     torch.testing.assert_close(got.nan_to_num(0.0), x.grad.nan_to_num(0.0), rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6)
     assert torch.equal(torch.signbit(got.nan_to_num(0.0)), torch.signbit(x.grad.nan_to_num(0.0)))
-  backward = [ck for plan in KcRegion._programs.values() for ck in getattr(plan.program, "kernels", [plan.program]) if ck.kernel.ast.src[0].src[2].dtype.base == kc.dtypes.float32
-              and any(u.op is kc.Ops.LOAD and u.dtype == kc.dtypes.int64 for u in ck.kernel.ast.toposort)
-              and len(ck.kernel.ast.src) == 1]
+  kernels = [ck for plan in KcRegion._programs.values() for ck in getattr(plan.program, "kernels", [plan.program])]
+  # the backward's kernels: one float32 output, computed from the saved int64 indices
+  backward = [ck for ck in kernels if len(ck.kernel.ast.src) == 1 and ck.kernel.ast.src[0].src[2].dtype.base == kc.dtypes.float32
+              and any(u.op is kc.Ops.LOAD and u.dtype == kc.dtypes.int64 for u in ck.kernel.ast.toposort)]
   assert backward and not any(u.op is kc.Ops.WHERE and kc.dtypes.is_float(u.dtype) for ck in backward for u in ck.kernel.ast.toposort)
