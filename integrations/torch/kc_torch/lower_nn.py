@@ -237,10 +237,7 @@ def _max_pool2d_with_indices(node, x, kernel_size, stride=(), padding=0, dilatio
   flat = _positions(out + kernel, stride, dilation, padding, width, len(values.shape)).astype(it)
   # one max finds both rules: a NaN's key (plane + index) beats every other, and the largest of them is the last NaN;
   # an element equal to the max has key plane - 1 - index, largest for the first one. Doubled, plus 1 for a -0.0
-  # -0.0 is the one float whose bits are the signed int's smallest value: one compare, where 1 / x < 0 cost a division
-  # per element (a 2x2 pool with indices of 8x16x32x32, one thread: 317 -> 205 us)
-  negative_zero = (values.bitcast(_SAME_WIDTH_INT[values.dtype.itemsize]) == -(1 << (8 * values.dtype.itemsize - 1))).astype(it) \
-    if out_dtype(node, 0).is_floating_point else 0
+  negative_zero = _is_negative_zero(values).astype(it) if out_dtype(node, 0).is_floating_point else 0
   # the key as arithmetic on 0/1 flags, not as selects: C compilers branch on selects of float compares, and which
   # element of a window is its max is a coin toss on real data (a 2x2 pool of 8x16x32x32: 585 us on random values,
   # 230 on sorted ones, one thread). A NaN never equals the max, so at most one flag is set
@@ -291,8 +288,20 @@ def _max_pool2d_backward(node, go, x, kernel_size, stride, padding, dilation, ce
   return cast(_where_else_zero(named == here, grads).sum((-2, -1)), dt)
 
 
-# the signed int of a float's width: the bits a float is masked through
-_SAME_WIDTH_INT = {2: A.dtypes.int16, 4: A.dtypes.int32, 8: A.dtypes.int64}
+def _same_width_int(dtype):
+  """The signed int dtype of a float's width: the one its bits are read as."""
+  return getattr(A.dtypes, f"int{8 * dtype.itemsize}")
+
+
+def _negative_zero_bits(dtype) -> int:
+  """-0.0's bits as the same-width signed int: its smallest value, which no other float has."""
+  return -(1 << (8 * dtype.itemsize - 1))
+
+
+def _is_negative_zero(values):
+  """Whether each float is -0.0, by one integer compare of its bits. 1 / x < 0 cost a division per element (a 2x2 pool
+  with indices of 8x16x32x32, one thread: 317 -> 205 us); x == 0 and a sign-bit test, two compares (235 us)."""
+  return values.bitcast(_same_width_int(values.dtype)) == _negative_zero_bits(values.dtype)
 
 
 def _where_else_zero(cond, value):
@@ -301,10 +310,9 @@ def _where_else_zero(cond, value):
   -0.0. C compilers branch on a select of floats, and which position of a window got its gradient is a coin toss on
   real data; integer masks and selects never branch (a 2x2 max pool's backward of 8x16x32x32 with the indices of
   random values, CLANG, one thread: 300 -> 65 us)."""
-  bits = _SAME_WIDTH_INT[value.dtype.itemsize]
+  bits = _same_width_int(value.dtype)
   masked = value.bitcast(bits) & -cond.astype(bits)
-  negative_zero = -(1 << (8 * value.dtype.itemsize - 1))
-  return A.where(masked == negative_zero, 0, masked).bitcast(value.dtype)
+  return A.where(masked == _negative_zero_bits(value.dtype), 0, masked).bitcast(value.dtype)
 
 
 def _spread(per_window, kernel, size):
