@@ -254,17 +254,17 @@ def _padded_tile(k: OptimizingKernel, vn: int, width: int) -> bool:
   columns, a matmul's N of 1000): the axis padded to a multiple (PADTO: the padding's lanes are masked, their loads
   read 0 and their stores are skipped), where that adds at most a third of the work, and tiled as any other. Scalar
   accumulators were the alternative: a second convolution's 12 output columns (of 32 channels, 16 in, 3x3, batch 8)
-  750 -> 222 us, x @ w of 2048x128x1000 35 -> 124 GFLOP/s (CLANG, one thread, AVX-512 Zen 5). Tried on a copy: a
-  padded axis that gets no tile is left as it was."""
+  750 -> 222 us, x @ w of 2048x128x1000 35 -> 124 GFLOP/s (CLANG, one thread, AVX-512 Zen 5). A padded axis that
+  gets no tile is left as it was (the kernel's state put back, as _step does)."""
   size = k.full_shape[vn]
   if not isinstance(size, int) or 3 * -(-size // width) * width > 4 * size: return False
   # the padding's mask is the tail of the axis, not a window's edge: the inputs are packed only where they were before
   packed = any(st.axis_is_masked(vn) for _, st in _rows_axes(k, vn, _loads(k))[0])
-  trial = k.copy()
-  if not _try(trial, Opt(OptOps.PADTO, vn, width)) or trial.full_shape[vn] % width or not _tile_along(trial, vn, width, packed, padded=True):
-    return False
-  for opt in trial.applied_opts[len(k.applied_opts):]: k.apply_opt(opt)
-  return True
+  saved = k.state.copy()
+  if _try(k, Opt(OptOps.PADTO, vn, width)) and k.full_shape[vn] % width == 0 and _tile_along(k, vn, width, packed, padded=True):
+    return True
+  k.state = saved
+  return False
 
 
 def _column_tile(k: OptimizingKernel, vn: int, width: int, regs: int) -> bool:
