@@ -38,7 +38,7 @@ axes): the same source, opts and cache keys as a single kernel. Opts for a one-k
 Intermediates are planned in one arena (kc.schedule.memory): allocated once per compiled program, reused by buffers
 whose lifetimes do not overlap."""
 from __future__ import annotations
-import functools, math
+import collections, functools, math
 from dataclasses import dataclass
 from typing import Optional
 from kc.codegen.verify import st_arg, verify_ast
@@ -289,14 +289,14 @@ def _check_program(sink: UOp) -> list[_Store]:
 
 def _stored_in_place(stores: list[_Store]) -> tuple[list[_Store], dict[UOp, _Store]]:
   """Rule 5: (the stores without those that store an intermediate's value whole into a caller's buffer, {that
-  intermediate's BUFFER: that store, whose target is the caller's DEFINE_GLOBAL it lives in}). kc.ast stores a realized value read whole and in
-  order as the value itself, through the BUFFER's own view: such a store has the BUFFER's sources. The caller's buffer
-  qualifies where no other store writes it and no kernel reads it (its old value is nobody's input)."""
+  intermediate's BUFFER: that store, whose target is the caller's DEFINE_GLOBAL it lives in}). kc.ast stores a
+  realized value read whole and in order as the value itself, through the BUFFER's own view: such a store has the
+  BUFFER's sources. The caller's buffer qualifies where no other store writes it and no kernel reads it (its old
+  value is nobody's input)."""
   nodes = [u for s in stores for u in s.value.toposort]
   read = {u.arg for u in nodes if u.op is Ops.DEFINE_GLOBAL}
   buffers = {u.src[:2]: u for u in nodes if u.op is Ops.BUFFER}
-  writes: dict[int, int] = {}
-  for s in stores: writes[s.target.arg] = writes.get(s.target.arg, 0) + 1
+  writes = collections.Counter(s.target.arg for s in stores)
   kept, in_place = [], {}
   for s in stores:
     b = buffers.get((s.value, s.view))
