@@ -147,7 +147,9 @@ def _vector_max(vec: str, n: int, fma: Optional[str] = None) -> list[str]:
   return [f"static inline {vec} kc_max_{n}({vec} a, {vec} b) {{ return kc_where_{n}((b < a) | (a != a), a, b); }}"]
 
 
-def _max_name(dt: DType) -> str: return "kc_max_" + re.sub(r"\W", "_", dt.name)
+def _max_name(dt: DType, kind: str = "max") -> str:
+  """The C name of a scalar max function of `dt`: kc_max_<t> (_scalar_max) or kc_selmax_<t> (_select_scalar_max)."""
+  return f"kc_{kind}_" + re.sub(r"\W", "_", dt.name)
 
 
 def _max(a: str, b: str, dt: DType) -> str:
@@ -164,16 +166,13 @@ def _scalar_max(ctype: str, dt: DType) -> str:
   return f"static inline {ctype} {_max_name(dt)}({ctype} a, {ctype} b) {{ return ({take_a}) ? a : b; }}"
 
 
-def _select_max_name(dt: DType) -> str: return "kc_selmax_" + re.sub(r"\W", "_", dt.name)
-
-
 def _select_scalar_max(ctype: str, dt: DType) -> str:
   """The C of the same max of float scalars as _scalar_max, written so that compilers select without a branch (a
   compare-and-max instruction, then a blend for a NaN first operand): for a max whose operands are not a reduce's
   running value. gcc branches on _scalar_max's test, which costs a misprediction where the larger operand is a coin
   toss (a 2x2 max pool's windows: 396 against 37 us in C alone, gcc 12, a Zen 5), and is the faster form where it is
   not: a running max over a row, whose branch is almost never taken (91 against 641 us), keeps _scalar_max."""
-  return f"static inline {ctype} {_select_max_name(dt)}({ctype} a, {ctype} b) {{ {ctype} m = (a > b) ? a : b; return (a != a) ? a : m; }}"
+  return f"static inline {ctype} {_max_name(dt, 'selmax')}({ctype} a, {ctype} b) {{ {ctype} m = (a > b) ? a : b; return (a != a) ? a : m; }}"
 
 
 def _selects_max(u: UOp) -> bool:
@@ -278,7 +277,7 @@ class ClangRenderer(CStyleLanguage):
       if u.dtype.count > 1: return _FMA_BUILTINS[u.dtype.count].format(*s)
       return f"__builtin_fma{'f' if u.dtype == dtypes.float32 else ''}({', '.join(s)})"
     if u.op is Ops.WHERE and u.dtype.count > 1: return f"kc_where_{u.dtype.count}({', '.join(s)})"
-    if _selects_max(u): return f"{_select_max_name(u.dtype)}({s[0]}, {s[1]})"
+    if _selects_max(u): return f"{_max_name(u.dtype, 'selmax')}({s[0]}, {s[1]})"
     return super()._expression(u, s)
 
   def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
