@@ -34,8 +34,6 @@ TORCH_DEVICE = torch.device("cpu")                 # and this to cuda
 BACKENDS = ("eager", "inductor", "kc")
 WARMUP_SECONDS = 3.0  # warm-up calls stop after this long (a slow backend's call can take seconds)
 MODES = ("inference", "training")
-NUMBERS = {11: "Eleven", 10: "Ten", 9: "Nine", 8: "Eight", 7: "Seven", 6: "Six", 5: "Five", 4: "Four", 3: "Three",
-           2: "Two", 1: "One"}
 
 
 @dataclass(frozen=True)
@@ -424,7 +422,7 @@ def report(args, sizes: Sizes, models: list[Model], results: dict, warm: dict[st
     (f" --modes {args.modes}" if args.modes != ",".join(MODES) else "") + (" --device CUDA" if args.device == "CUDA" else "")
   lines = [f"## kc as a torch.compile backend (`python benchmarks/bench_torch.py {flags}`)", "",
            INTRO.format(repeats=args.repeats, warmup=args.warmup, warmup_s=WARMUP_SECONDS, device=KC_OPTIONS["device"],
-                        count=NUMBERS.get(len(models), str(len(models))),
+                        count=len(models),
                         where="an NVIDIA GPU" if args.device == "CUDA" else "the CPU"), "",
            *host_lines(warm, args.load_at_start), ""]
   lines += [f"- {m.name}: {m.what(sizes)}" for m in models] + [""]
