@@ -402,7 +402,7 @@ def busy() -> str:
 
 
 INTRO = (
-  "{count} PyTorch models, float32 on {where}, run by torch eager, `torch.compile(backend=\"inductor\")` and "
+  "{count}, float32 on {where}, run by torch eager, `torch.compile(backend=\"inductor\")` and "
   "`torch.compile(backend=\"kc\", options={{\"device\": \"{device}\", \"opts\": \"hand\"}})` (kc-torch, "
   "integrations/torch). Inference: `model.eval()` under `torch.no_grad()`, with the fused native fast path of "
   "nn.TransformerEncoderLayer off for all three (`torch.backends.mha.set_fastpath_enabled(False)`: kc has no lowering"
@@ -422,7 +422,7 @@ def report(args, sizes: Sizes, models: list[Model], results: dict, warm: dict[st
     (f" --modes {args.modes}" if args.modes != ",".join(MODES) else "") + (" --device CUDA" if args.device == "CUDA" else "")
   lines = [f"## kc as a torch.compile backend (`python benchmarks/bench_torch.py {flags}`)", "",
            INTRO.format(repeats=args.repeats, warmup=args.warmup, warmup_s=WARMUP_SECONDS, device=KC_OPTIONS["device"],
-                        count=len(models),
+                        count=f"{len(models)} PyTorch model" + "s" * (len(models) != 1),
                         where="an NVIDIA GPU" if args.device == "CUDA" else "the CPU"), "",
            *host_lines(warm, args.load_at_start), ""]
   lines += [f"- {m.name}: {m.what(sizes)}" for m in models] + [""]
