@@ -33,6 +33,11 @@ def cpu() -> str:
   return f"{model}, {platform.machine()} ({isa}), {os.cpu_count()} cores"
 
 
+def gpu_line(devices: list[str], skipped: dict) -> str:
+  """The GPU a CUDA row ran on, as its device names itself."""
+  return f" GPU: {kc.Device['CUDA']!r}." if "CUDA" in devices and "CUDA" not in skipped else ""
+
+
 DEVICES = ("CLANG", "LLVM", "EMU", "OPENCL", "CUDA")
 
 
@@ -52,6 +57,9 @@ def measure(device: str, n: int, repeats: int, number: int) -> dict[str, tuple[f
   assert np.array_equal(out, x + y) and np.array_equal(bo.numpy(), x + y), f"the add is wrong on {device}: figures would mean nothing"
   allocator = kc.Device[device].allocator
   ways = {"numpy arrays": lambda: k(out, x, y), "kc.Buffers": lambda: k(bo, bx, by)}
+  if k.device_callable and not k.host_callable:  # a GPU's memory by address (call_device), as a framework holds it
+    where = [(allocator.pointer(b.allocate()._buf), b.nbytes) for b in (bo, bx, by)]
+    ways["device addresses"] = lambda: k.call_device(*where)
   runs = [*ways.items(), *([("numpy arrays, copied", ways["numpy arrays"])] if device == "CLANG" else [])]
   results = {}
   for way, call in runs:
@@ -89,14 +97,17 @@ def main() -> None:
         rows.append((device, label, way, f"{wall * 1e6:.1f} us", f"{kern * 1e6:.1f} us", f"{(wall - kern) * 1e6:.1f} us", f"{wall / base:.2f}x"))
   for r in rows: print(f"{r[0]:7s} {r[1]:14s} {r[2]:22s} call {r[3]:>11s}  kernel {r[4]:>11s}  around it {r[5]:>11s}  vs numpy {r[6]:>8s}")
   body = (f"## bench_call: the call path of a kernel on each device (`python benchmarks/bench_call.py --repeats {args.repeats}`)\n\n"
-          f"CPU: {cpu()}. CLANG and LLVM kernels on one thread. \"call\" is the median wall time of `k(...)`, \"kernel\" the median "
+          f"CPU: {cpu()}.{gpu_line(devices, skipped)} CLANG and LLVM kernels on one thread. \"call\" is the median wall time "
+          "of `k(...)`, \"kernel\" the median "
           "time the call reports for the kernel alone, \"around it\" their difference: argument checks, handles, copies, "
           "the launch. \"vs numpy\" is the call against numpy's own `np.add(x, y, out=out)` of the same size, in the same "
-          "run. On CLANG, \"copied\" forces the copy-in/copy-out path of a device-memory device.\n\n"
+          "run. On CLANG, \"copied\" forces the copy-in/copy-out path of a device-memory device; on a GPU, \"device "
+          "addresses\" are the kc.Buffers' memory given by address (`call_device`), as a framework holding device memory calls.\n\n"
           "| device | kernel | arguments | call | kernel | around it | vs numpy |\n|---|---|---|---|---|---|---|\n" +
           "\n".join(f"| {' | '.join(r)} |" for r in rows) + "\n" +
           "".join(f"\n{d} not measured: {r}\n" for d, r in skipped.items()))
-  write_section("bench_call", body)
+  # a run on a GPU machine of its devices alone (gpu_check.sh) has a section of its own beside this machine's
+  write_section("bench_call" if set(devices) != {"CUDA"} else "bench_call_cuda", body)
 
 
 if __name__ == "__main__":

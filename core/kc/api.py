@@ -5,7 +5,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 import numpy as np
-from kc.runtime.device import Buffer, Device, HostMemory, raw_buffers
+from kc.runtime.device import Allocator, Buffer, Device, HostMemory, raw_buffers
 from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError, OptsError, SymbolicError
 from kc.config import debug_level, read
 from kc.helpers import prod
@@ -49,10 +49,12 @@ class CompiledKernel:
     self._fast = self._plain_call(handle)
     self._fast_buffers = self._buffer_call()
     self._host = self._host_call(handle)
+    self._device_slots = self._device_call()
 
   _fast: Optional[tuple] = None  # (the program's launch_arrays, per buffer (numpy dtype, shape, output)); see _plain_call
   _fast_buffers: Optional[tuple] = None  # per buffer (dtype, elements, alignment); see _buffer_call
   _host: Optional[tuple] = None  # (the program's launch_addresses, per buffer a HostSlot); see _host_call
+  _device_slots: Optional[tuple] = None  # per buffer a HostSlot, where call_device runs the kernel; see _device_call
 
   def _host_call(self, handle) -> Optional[tuple]:
     """call_host's path, where there is one: a kernel without Variables on a program that takes host addresses
@@ -84,6 +86,49 @@ class CompiledKernel:
                     "keeps its own memory, its program takes no addresses, or it has Variables; call it with arrays")
     take, slots = host
     seconds = take(host_addresses(self.name, buffers, slots))
+    if debug_level() >= 2: self._report(seconds, {})
+    return seconds
+
+  def _device_call(self) -> Optional[tuple[HostSlot, ...]]:
+    """call_device's checks, where it runs the kernel: no Variables, every buffer's element count known, and a device
+    whose allocator takes memory by address (Allocator.from_pointer: CUDA's device pointers, host memory)."""
+    if not self._static or any(s.elements is None for s in self.specs): return None
+    if type(self._allocator).from_pointer is Allocator.from_pointer: return None
+    return _host_slots(self.specs)
+
+  @property
+  def device_callable(self) -> bool:
+    """Whether call_device runs this kernel: its device takes memory by address and the kernel has no Variables."""
+    return self._device_slots is not None
+
+  @property
+  def dlpack_device(self) -> Optional[tuple[int, int]]:
+    """Where the kernel's buffers live, in DLPack's (device type, id) terms, as a tensor's __dlpack_device__ says it:
+    (1, 0) host memory, (2, n) CUDA device n; None where other frameworks cannot address the device's memory. The
+    memory that call_device's addresses point into."""
+    return self._allocator.dlpack_device
+
+  def call_device(self, *buffers: tuple[int, int], stream=None, wait: bool = True) -> Optional[float]:
+    """Run the kernel on memory of its device given by address: each buffer an (address, nbytes) pair, in
+    buffer-index order, holding a C-contiguous array of that buffer's dtype and declared shape, as call_host's pairs
+    do; on CUDA the device pointers (`(t.data_ptr(), t.nbytes)` of a contiguous torch CUDA tensor). For frameworks
+    that hold device memory themselves: no DLPack import per tensor (kc-torch's GPU regions call so). `stream` and
+    `wait` as in a call. The same checks as call_host (ArgumentError); the pairs are taken as memory of this
+    kernel's device, as a DLPack producer's are. A KcError where the kernel is not device_callable. Returns the run
+    time in seconds (None with wait=False)."""
+    if (slots := self._device_slots) is None:
+      raise KcError(f"{self.name} on {self.device} cannot be called by device address (device_callable is False): its "
+                    "device takes no memory by address, or the kernel has Variables; call it with arrays or kc.Buffers")
+    if not wait and stream is None:
+      raise ArgumentError(f"{self.name}: wait=False queues the kernels on a framework's stream: pass stream= too "
+                          "(kc's own stream is waited for)")
+    addresses = host_addresses(self.name, buffers, slots)  # the same checks as call_host's: integers say as much here
+    if self._empty: return 0.0
+    from_pointer = self._allocator.from_pointer
+    handles = [from_pointer(a, pair[1], None) for a, pair in zip(addresses, buffers)]
+    launch_stream = None if stream is None else self._allocator.dlpack_stream(stream)
+    seconds = self._launch(handles, {}, *self.launch_dims({}), launch_stream, wait)
+    if not wait: return None
     if debug_level() >= 2: self._report(seconds, {})
     return seconds
 
@@ -251,6 +296,7 @@ class CompiledProgram(CompiledKernel):
     self._temps = [Buffer(device, t.size, t.dtype, base=arena, offset=t.offset).allocate() for t in plan.temps]
     self._fast = self._plain_program_call()
     self._host = self._host_program_call()
+    self._device_slots = self._device_call()
     if debug_level() >= 2:
       for line, ck in zip(plan.describe(), kernels): print(f"{device:8s} schedule {ck.name:32s} {line}")
       if plan.temps: print(f"{device:8s} schedule {plan.describe()[-1]}")

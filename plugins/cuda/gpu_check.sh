@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA device's check on a machine with an NVIDIA GPU and driver, offline: install kc, kc-cuda and the conformance
 # suite into the machine's own Python, show what kc sees, run kc-cuda's own tests (its GPU tests included), the
-# conformance suite on CUDA (all tiers), the CUDA benchmark and kc-torch's benchmark on the GPU (torch eager, inductor
+# conformance suite on CUDA (all tiers), the CUDA benchmark, the call path (bench_call) and kc-torch's benchmark on the GPU (torch eager, inductor
 # and torch.compile(backend="kc") with kc's CUDA device: benchmarks/bench_torch.py --device CUDA). Everything lands in $OUT (default ./gpu_check_out).
 #
 # Run from anywhere in the repository:  bash plugins/cuda/gpu_check.sh
@@ -191,6 +191,8 @@ conformance() {
 bench() {
   local rc=0
   "$PYTHON" benchmarks/bench_cuda.py --json "$OUT/bench_cuda.json" || rc=$?
+  # the call path on the GPU (RESULTS.md's section bench_call_cuda): numpy arrays, kc.Buffers, device addresses
+  "$PYTHON" benchmarks/bench_call.py --devices CUDA --repeats 9 || rc=$?
   cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
   return $rc
 }
@@ -205,7 +207,7 @@ export -f missing_modules preflight install_kc kc_cli show_nvrtc show_gpu cuda_a
   torch_bench
 
 # the caps: they add up to at most the default budget, each step's limit is also what is left of it
-CAPS=(preflight:30 install:60 nvrtc:20 devices:20 cuda-available:20 plugin-tests:70 conformance:100 bench:60 torch-bench:150)
+CAPS=(preflight:30 install:60 nvrtc:20 devices:20 cuda-available:20 plugin-tests:70 conformance:100 bench:75 torch-bench:135)
 cap() { local c; for c in "${CAPS[@]}"; do [[ ${c%%:*} == "$1" ]] && echo "${c#*:}"; done; }
 total=0; for c in "${CAPS[@]}"; do total=$(( total + ${c#*:} )); done
 

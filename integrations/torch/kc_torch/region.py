@@ -131,6 +131,9 @@ class Plan:
   # tensor on the CPU and a host_callable program), else None (numpy views, or torch's stream on a GPU)
   host_nbytes: Optional[tuple[int, ...]] = None
   direct: bool = False                        # the results are the program's outputs, in order: nothing to replay
+  # the same byte counts where the program runs on device addresses instead (call_device: every tensor in the memory
+  # of the program's device, a GPU's, and a device_callable program), queued on torch's current stream
+  device_nbytes: Optional[tuple[int, ...]] = None
 
 
 def _is_identity(order: tuple[int, ...]) -> bool: return order == tuple(range(len(order)))
@@ -247,14 +250,16 @@ class KcRegion(torch.nn.Module):
     out_permutes = tuple(None if _is_identity(o.order) else o.order for o in outputs)
     in_views = tuple((i, "contiguous" if inputs[i] is None else None if _is_identity(inputs[i]) else inputs[i]) for i in used)
     on_cpu = all(x.device.type == "cpu" for x in args if isinstance(x, torch.Tensor))
-    host_nbytes = None
-    if on_cpu and program.host_callable:
-      host_nbytes = tuple(math.prod(o.shape) * o.dtype.itemsize for o in outputs) + \
-                    tuple(args[i].numel() * args[i].element_size() for i in used)
+    nbytes = tuple(math.prod(o.shape) * o.dtype.itemsize for o in outputs) + tuple(args[i].numel() * args[i].element_size() for i in used)
+    host_nbytes = nbytes if on_cpu and program.host_callable else None
+    # a GPU's tensors by address only where each is in the memory kc's device addresses (the same GPU): an address
+    # means nothing on another one
+    on_device = not on_cpu and program.device_callable and program.dlpack_device is not None and all(
+      x.__dlpack_device__() == program.dlpack_device for x in args if isinstance(x, torch.Tensor))
     result_values = tuple(distinct.index(r) for r in results)
     direct = values == tuple(("out", k, ()) for k in range(len(outputs))) and result_values == tuple(range(len(outputs)))
     return Plan(program, inputs, used, tuple(outputs), result_values, values, out_permutes, in_views, on_cpu,
-                host_nbytes, direct)
+                host_nbytes=host_nbytes, direct=direct, device_nbytes=nbytes if on_device else None)
 
   def _values_of(self, distinct: list[torch.fx.Node], args) -> tuple[tuple, list[torch.fx.Node]]:
     """(Plan.values, the outputs the program computes): a result that is a view of a tensor input, or of a computed
@@ -295,7 +300,8 @@ class KcRegion(torch.nn.Module):
   # --------------------------------------------------------------------------------------------------------- run
 
   def _run(self, plan: Plan, args):
-    return self._run_host(plan, args) if plan.host_nbytes is not None else self._run_arrays(plan, args)
+    if plan.host_nbytes is not None: return self._run_host(plan, args)
+    return self._run_device(plan, args) if plan.device_nbytes is not None else self._run_arrays(plan, args)
 
   def _run_arrays(self, plan: Plan, args):
     # the signature keyed the plan on the tensors' devices: a CPU plan's tensors are all on the one CPU device
@@ -323,6 +329,21 @@ class KcRegion(torch.nn.Module):
     outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype) for o in plan.outputs]
     tensors = outs + [args[i].contiguous() if view == "contiguous" else args[i] for i, view in plan.in_views]
     try: plan.program.call_host(*((t.data_ptr(), n) for t, n in zip(tensors, plan.host_nbytes)))
+    except kc.ArgumentError:  # a view at an address the kernel cannot take as it is: the array path copies it
+      return self._run_arrays(plan, args)
+    return self._results(plan, args, outs)
+
+  def _run_device(self, plan: Plan, args):
+    """A GPU plan on a device_callable program: the tensors' device addresses straight to kc (call_device), queued
+    on torch's current stream without waiting, as the array path is (no DLPack import per tensor). The addresses are
+    the tensors' as in _run_host; a temporary (an input's contiguous copy) goes back to torch's allocator after this
+    call, which reuses its memory only for work queued after these kernels on the same stream."""
+    device = next(x.device for x in args if isinstance(x, torch.Tensor))
+    outs = [torch.empty_strided(o.shape, o.strides, dtype=o.dtype, device=device) for o in plan.outputs]
+    tensors = outs + [args[i].contiguous() if view == "contiguous" else args[i] for i, view in plan.in_views]
+    try:
+      plan.program.call_device(*((t.data_ptr(), n) for t, n in zip(tensors, plan.device_nbytes)),
+                               stream=torch.cuda.current_stream(device).cuda_stream, wait=False)
     except kc.ArgumentError:  # a view at an address the kernel cannot take as it is: the array path copies it
       return self._run_arrays(plan, args)
     return self._results(plan, args, outs)

@@ -37,3 +37,19 @@ def test_kernels_run_on_torchs_current_stream():
     got = fn(x)
   side.synchronize()
   torch.testing.assert_close(got, (x * 2).exp().sum(-1), rtol=1e-4, atol=1e-3)
+
+
+def test_regions_call_their_programs_by_device_address():
+  """A region on one GPU's tensors runs by address (call_device), not through a DLPack import per tensor; an input
+  that is a transposed view is read in place, one that is a strided slice through its contiguous copy."""
+  from kc_torch.region import KcRegion
+  fn = torch.compile(lambda x, y: (x.t() * 2 + y[:, ::2]).relu(), backend="kc", options={"device": "CUDA"})
+  x, y = torch.randn(48, 32, device="cuda"), torch.randn(32, 96, device="cuda")
+  torch._dynamo.reset()
+  kc_torch.clear_fallbacks()
+  KcRegion._programs.clear()
+  got = fn(x, y)
+  torch.testing.assert_close(got, (x.t() * 2 + y[:, ::2]).relu())
+  assert kc_torch.fallbacks() == []
+  plans = list(KcRegion._programs.values())
+  assert plans and all(p.device_nbytes is not None and p.host_nbytes is None for p in plans)

@@ -6,7 +6,7 @@ kc may call in from several threads, and a CUDA context is current per thread, s
 the device's context current first. The primary context is the one torch and cupy use too, so buffers and kernels
 can be shared with them in one process."""
 from __future__ import annotations
-import functools, sys, weakref
+import functools, sys, threading, weakref
 from typing import Hashable, Optional, Sequence
 import numpy as np
 from cuda.bindings import driver as cu
@@ -150,6 +150,7 @@ class CUDAProgram:
 
   def __init__(self, device: CUDADevice, name: str, lib: bytes):
     self.device, self.name = device, name
+    self._configs: dict[tuple, tuple] = {}  # (global_size, local_size) -> (grid, block), checked once
     meta, cubin = unpack_library(lib)
     self.dynamic_shared = dynamic_shared_bytes(meta, device.props, name)
     device.activate()
@@ -179,7 +180,10 @@ class CUDAProgram:
   def __call__(self, *bufs, global_size: Optional[Sequence[int]] = (1, 1, 1), local_size: Optional[Sequence[int]] = (1, 1, 1),
                vals: Sequence[int] = (), wait: bool = False, stream: Optional[int] = None) -> Optional[float]:
     """Launch on `stream` (a CUstream handle: a framework's, see CUDAAllocator.dlpack_stream), default the device's."""
-    grid, block = launch_config(self.name, global_size, local_size, self.device.props)
+    key = (None if global_size is None else tuple(global_size), None if local_size is None else tuple(local_size))
+    if (config := self._configs.get(key)) is None:  # a kernel launches with the same sizes call after call
+      config = self._configs[key] = launch_config(self.name, global_size, local_size, self.device.props)
+    grid, block = config
     pointers = []
     for i, b in enumerate(raw_buffers(bufs)):
       if not isinstance(b, CUDAMemory) or b.device is not self.device:
@@ -194,16 +198,12 @@ class CUDAProgram:
     if not wait:
       check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, on, params.address, 0), what)
       return None
-    start, end = dev.new_event(), dev.new_event()
-    try:
-      check(cu.cuEventRecord(start, on), "cuEventRecord")
-      check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, on, params.address, 0), what)
-      check(cu.cuEventRecord(end, on), "cuEventRecord")
-      check(cu.cuEventSynchronize(end), f"running {self.name} (cuEventSynchronize)")
-      ms = check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime")
-    finally:
-      for event in (start, end): cu.cuEventDestroy(event)
-    return float(ms) * 1e-3
+    start, end = dev.timing_events()
+    check(cu.cuEventRecord(start, on), "cuEventRecord")
+    check(cu.cuLaunchKernel(self.function, *grid, *block, self.dynamic_shared, on, params.address, 0), what)
+    check(cu.cuEventRecord(end, on), "cuEventRecord")
+    check(cu.cuEventSynchronize(end), f"running {self.name} (cuEventSynchronize)")
+    return float(check(cu.cuEventElapsedTime(start, end), "cuEventElapsedTime")) * 1e-3
 
   def __repr__(self): return f"<CUDAProgram {self.name} on {self.device.props.name}>"
 
@@ -217,6 +217,7 @@ class CUDADevice(CompiledDevice):
     self.cu_device = check(cu.cuDeviceGet(ordinal), f"cuDeviceGet({ordinal})", opening=True)
     self.context = check(cu.cuDevicePrimaryCtxRetain(self.cu_device), f"cuDevicePrimaryCtxRetain({ordinal})", opening=True)
     self._closed = False
+    self._timing = threading.local()
     self.activate()
     # a blocking stream: it orders itself with the legacy default stream, which other libraries in the process may use
     self.stream = check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_DEFAULT), "cuStreamCreate", opening=True)
@@ -231,6 +232,13 @@ class CUDADevice(CompiledDevice):
 
   def new_event(self):
     return check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate")
+
+  def timing_events(self) -> tuple:
+    """The calling thread's (start, end) events that time a launch, made on its first timed launch and kept: an
+    event's creation and destruction cost a launch as much as its recording. Per thread, as two threads' launches
+    may be timed at once; they go with the context."""
+    if (pair := getattr(self._timing, "events", None)) is None: pair = self._timing.events = (self.new_event(), self.new_event())
+    return pair
 
   def synchronize(self):
     self.activate()

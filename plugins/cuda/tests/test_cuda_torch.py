@@ -79,3 +79,24 @@ def test_a_program_queued_on_one_stream_then_called_on_another_waits_for_the_fir
   torch.cuda.synchronize()
   torch.testing.assert_close(out_x, x.softmax(1), rtol=1e-5, atol=1e-6)
   torch.testing.assert_close(out_y, y.softmax(1), rtol=1e-5, atol=1e-6)
+
+
+def test_call_device_runs_on_torchs_memory_by_address():
+  # device pointers and byte counts, no DLPack: a kernel timed on kc's stream, a program queued on torch's
+  k = kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (1000,)) * 2 + A.arg(2, dtypes.float32, (1000,)))), device="CUDA")
+  assert k.device_callable and k.dlpack_device == torch.empty(1, device="cuda").__dlpack_device__()
+  x, y, out = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda"), torch.empty(1000, device="cuda")
+  torch.cuda.synchronize()
+  assert k.call_device(*((t.data_ptr(), t.nbytes) for t in (out, x, y))) > 0
+  torch.testing.assert_close(out, x * 2 + y)
+  p = _softmax_program(64, 1024)
+  xs = [torch.randn(64, 1024, device="cuda") * (i + 1) for i in range(4)]
+  outs = [torch.empty_like(x) for x in xs]
+  for x, o in zip(xs, outs):
+    assert p.call_device((o.data_ptr(), o.nbytes), (x.data_ptr(), x.nbytes), stream="torch", wait=False) is None
+  torch.cuda.synchronize()
+  for x, o in zip(xs, outs): torch.testing.assert_close(o, x.softmax(1), rtol=1e-5, atol=1e-6)
+  with pytest.raises(kc.ArgumentError, match="needs 4000 bytes"):
+    k.call_device((out.data_ptr(), 40), (x.data_ptr(), x.nbytes), (y.data_ptr(), y.nbytes))
+  with pytest.raises(kc.ArgumentError, match="shares memory"):
+    k.call_device((x.data_ptr(), x.nbytes), (x.data_ptr(), x.nbytes), (y.data_ptr(), y.nbytes))
