@@ -6,10 +6,12 @@ Each configuration runs in a process of its own (OpenBLAS reads its thread count
 the configuration's ISA and thread count). The kc result is checked against numpy first. Timings are medians of whole
 calls, two ways: "alternating", kc's call and numpy's call taking turns (what an application that mixes kc kernels
 with BLAS calls sees: OpenBLAS's threads spin after a call and can hold the cores), and "alone", a block of kc calls
-with no BLAS call between them.
+with no BLAS call between them. The all-core configurations run again with OPENBLAS_THREAD_TIMEOUT=4, OpenBLAS's
+threads sleeping at once after a call (docs/EMBEDDING.md: kc beside a BLAS).
 Run: python benchmarks/bench_matmul.py [--repeats N] [--no-write]"""
 from __future__ import annotations
 import argparse, json, os, pathlib, subprocess, sys
+from typing import Optional
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from results import write_section  # noqa: E402
 
@@ -58,9 +60,16 @@ print(json.dumps(res))
 """
 
 
-def run_config(isa: str, threads: str, repeats: int) -> dict:
-  """One configuration in a fresh process: kc built for `isa` ("" = this CPU), kc and the BLAS on `threads` threads."""
-  env = {k: v for k, v in os.environ.items() if k not in ("KC_CLANG_ISA", "KC_CLANG_THREADS")}
+# OpenBLAS's threads poll for 2^THREAD_TIMEOUT cycles after each call before they sleep (default 2^28, about 0.1 s):
+# alternating with kc, they hold the cores kc's threads would run on. 4 (its least) makes them sleep at once.
+QUIET_BLAS = {"OPENBLAS_THREAD_TIMEOUT": "4"}
+
+
+def run_config(isa: str, threads: str, repeats: int, blas_env: Optional[dict] = None) -> dict:
+  """One configuration in a fresh process: kc built for `isa` ("" = this CPU), kc and the BLAS on `threads` threads,
+  with `blas_env` set for the BLAS (else the BLAS's defaults)."""
+  env = {k: v for k, v in os.environ.items() if k not in ("KC_CLANG_ISA", "KC_CLANG_THREADS", *QUIET_BLAS)}
+  env.update(blas_env or {})
   if isa: env["KC_CLANG_ISA"] = isa
   if threads != "all":
     env["KC_CLANG_THREADS"] = threads
@@ -77,15 +86,17 @@ def main() -> None:
   args = ap.parse_args()
   cores = os.cpu_count() or 1
   rows, blas, cpu, ratios = [], set(), "", {}
+  quiet_ratios = {}
   for isa in ("", "avx2"):
-    for threads in ("1", "all"):
-      res = run_config(isa, threads, args.repeats)
+    for threads, blas_env in (("1", None), ("all", None), ("all", QUIET_BLAS)):
+      res = run_config(isa, threads, args.repeats, blas_env)
       blas.add(res["blas"]); cpu = res["cpu"]
       for n in SIZES:
         m, gf = res[str(n)], 2 * n ** 3 / 1e9
         ratio = m["np_alt"] / m["kc_alt"]
-        ratios[(isa or "native", threads, n)] = ratio
-        rows.append(f"| {res['arch']} | {threads if threads == '1' else f'all ({cores})'} | {n} | {gf / m['kc_alt']:.1f} | "
+        (quiet_ratios if blas_env else ratios)[(isa or "native", threads, n)] = ratio
+        label = threads if threads == '1' else f"all ({cores})" + (", OPENBLAS_THREAD_TIMEOUT=4" if blas_env else "")
+        rows.append(f"| {res['arch']} | {label} | {n} | {gf / m['kc_alt']:.1f} | "
                     f"{gf / m['np_alt']:.1f} | **{ratio:.2f}** | {gf / m['kc_alone']:.1f} | {gf / m['np_alone']:.1f} | "
                     f"{m['np_alone'] / m['kc_alone']:.2f} | [{m['opts']}] |")
       print(rows[-2], rows[-1], sep="\n", flush=True)
@@ -98,7 +109,12 @@ def main() -> None:
            "kc GFLOP/s (alone) | numpy GFLOP/s (alone) | kc/numpy (alone) | kc's opts |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|", *rows, "",
            f"- kc/numpy alternating, built for this CPU: {min(native):.2f}x to {max(native):.2f}x (the target: at least 0.9x); "
-           f"built for AVX2: {min(avx2):.2f}x to {max(avx2):.2f}x (the target: at least 0.75x)"]
+           f"built for AVX2: {min(avx2):.2f}x to {max(avx2):.2f}x (the target: at least 0.75x), with OpenBLAS's defaults",
+           "- with OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's threads sleep at once after a call instead of polling for about "
+           "0.1 s): alternating, built for this CPU " + ", ".join(f"{r:.2f}x" for (i, _, _), r in quiet_ratios.items() if i == "native") +
+           "; built for AVX2 " + ", ".join(f"{r:.2f}x" for (i, _, _), r in quiet_ratios.items() if i == "avx2") +
+           ". Alternating with OpenBLAS's defaults, its polling threads hold the cores kc's threads would take (kc's chunks "
+           "then run on what is left: about one core's speed on two cores); see docs/EMBEDDING.md"]
   text = "\n".join(lines)
   print(text)
   if not args.no_write: write_section("bench_matmul", text)
