@@ -1,5 +1,6 @@
 import gc, math, pickle
 import pytest
+from hypothesis import given, settings, strategies as st
 from kc import Ops, UOp, Variable, dtypes, UOpError, SymbolicError, GroupOp
 from kc.ir.uop import _UCACHE, exec_alu
 
@@ -107,6 +108,27 @@ def test_toposort_and_parents():
   order = list(e.toposort)
   assert order[-1] is e and order.index(s) > order.index(x) and order.index(s) > order.index(y)
   assert len(order) == 4 and e not in e.parents and set(e.parents) == {x, y, s}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 10_000), min_size=1, max_size=3), min_size=1, max_size=40))
+def test_toposort_is_the_depth_first_post_order_of_the_sources(picks):
+  """On random DAGs with shared subgraphs: every node once, each after all of its sources, in the order of a
+  recursive walk that visits the sources in order (the order linearize and the passes rely on)."""
+  nodes = [Variable(f"v{i}", 0, 3) for i in range(3)]
+  for pick in picks:  # each new node adds 1-3 earlier nodes (repeats allowed): a DAG with sharing
+    terms = [nodes[p % len(nodes)] for p in pick]
+    node = terms[0]
+    for t in terms[1:]: node = node + t
+    nodes.append(node if node not in nodes else node * 2)
+  root = nodes[-1]
+  want: dict = {}
+  def walk(u):
+    if u in want: return
+    for x in u.src: walk(x)
+    want[u] = None
+  walk(root)
+  assert list(root.toposort) == list(want)
 
 
 def test_substitute():

@@ -267,13 +267,15 @@ class UOp(metaclass=UOpMetaClass):
     """Every UOp this one depends on, itself last, each after all of its sources."""
     out: dict[UOp, None] = {}
     stack: list[tuple[UOp, bool]] = [(self, False)]
+    pop, push = stack.pop, stack.append  # bound once: this loop runs per node of graphs of tens of thousands
     while stack:
-      node, expanded = stack.pop()
-      if node in out: continue
+      node, expanded = pop()
+      # a node expanded is done once its sources are: in a DAG none of them pushed it again meanwhile
       if expanded: out[node] = None
-      else:
-        stack.append((node, True))
-        stack.extend((s, False) for s in reversed(node.src) if s not in out)
+      elif node not in out:
+        push((node, True))
+        for s in reversed(node.src):
+          if s not in out: push((s, False))
     return out
 
   @property
