@@ -357,3 +357,17 @@ def test_an_opt_cache_made_without_the_level_is_made_again(tmp_path):
   assert len(cache) == 0 and cache.get(key) is None
   cache.put(key, OptEntry((Opt(OptOps.UPCAST, 0, 4),)))
   assert cache.on_disk and OptCache(str(tmp_path)).get(key) == OptEntry((Opt(OptOps.UPCAST, 0, 4),))
+
+
+def test_debug_level_follows_the_environment_and_overrides(monkeypatch):
+  """debug_level's shortcut (nothing set: the default) must give what read("DEBUG") gives in every other case."""
+  monkeypatch.delenv("DEBUG", raising=False)
+  assert config.debug_level() == 0
+  with kc.Context(DEBUG=3): assert config.debug_level() == 3
+  monkeypatch.setenv("DEBUG", "2")
+  assert config.debug_level() == 2
+  with kc.Context(DEBUG=5): assert config.debug_level() == 5
+  monkeypatch.setenv("DEBUG", "lots")
+  with pytest.raises(kc.ConfigError): config.debug_level()
+  monkeypatch.delenv("DEBUG")
+  assert config.debug_level() == 0
