@@ -106,8 +106,8 @@ def main() -> None:
           "| device | kernel | arguments | call | kernel | around it | vs numpy |\n|---|---|---|---|---|---|---|\n" +
           "\n".join(f"| {' | '.join(r)} |" for r in rows) + "\n" +
           "".join(f"\n{d} not measured: {r}\n" for d, r in skipped.items()))
-  # a run on a GPU machine of its devices alone (gpu_check.sh) has a section of its own beside this machine's
-  write_section("bench_call" if set(devices) != {"CUDA"} else "bench_call_cuda", body)
+  # a run of some devices alone (gpu_check.sh's CUDA on a GPU machine) has a section of its own beside the full run's
+  write_section("bench_call" if set(devices) == set(DEVICES) else "bench_call_" + "_".join(d.lower() for d in devices), body)
 
 
 if __name__ == "__main__":

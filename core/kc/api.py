@@ -281,6 +281,8 @@ class CompiledProgram(CompiledKernel):
   CompiledProgram must not be called from two threads at once (compile one per thread)."""
 
   def __init__(self, sink: UOp, plan, kernels: list[CompiledKernel], device: str):
+    # the intermediates are views of one arena: each must start where the device's views may (OpenCL's base alignment)
+    plan = plan.aligned_to(Device[device].allocator.view_alignment)
     self.ast, self.schedule, self.kernels, self.device = sink, plan, kernels, device
     self.kernel, self.program, self._handle = kernels[0].kernel, kernels[0].program, None
     self.programs = tuple(p for ck in kernels for p in getattr(ck, "programs", (ck.program,)))

@@ -88,6 +88,11 @@ class Allocator(ABC):
   """Where this allocator's memory lives in DLPack's terms, (DLDeviceType, device id): (1, 0) for host memory, (2, n) for
   CUDA device n. None: its memory cannot be shared (kc.Buffer.__dlpack__ refuses, from_dlpack copies or refuses)."""
 
+  view_alignment: int = 1
+  """The byte multiple at which a view of a buffer (offset) may start on this device: 1 where any offset works; an
+  OpenCL device's sub-buffers start at its CL_DEVICE_MEM_BASE_ADDR_ALIGN. A program's intermediates (views of its
+  arena) are placed at multiples of it."""
+
   def pointer(self, opaque) -> int:
     """The address of the first byte of a handle's memory, as other frameworks address it."""
     raise DLPackError(f"{type(self).__name__} memory has no address other frameworks can use")

@@ -3,7 +3,9 @@
 An intermediate lives from the kernel that writes it to the last kernel that reads it. Two intermediates whose
 lifetimes do not overlap may share bytes; a kernel never reads and writes the same bytes (an intermediate read by
 the kernel that writes another stays live through that kernel). Offsets are found first-fit in launch order, each
-aligned to ALIGNMENT bytes (what every device's sub-buffers need). A symbolic size is planned at its largest value."""
+aligned to ALIGNMENT bytes, which most devices' sub-buffers need; a device that needs more (an OpenCL device whose
+CL_DEVICE_MEM_BASE_ADDR_ALIGN is larger: 512 bytes on NVIDIA's) gets the same intermediates placed again at its
+multiple (placed_at). A symbolic size is planned at its largest value."""
 from __future__ import annotations
 from dataclasses import dataclass
 from kc.helpers import round_up
@@ -42,18 +44,23 @@ def plan_arena(kernels, temps: list[tuple[DType, object]]) -> tuple[tuple[TempBu
       written = any(kernel.buffers[s.src[0].arg] == ref for s in kernel.ast.src)
       if written: first.setdefault(ref.index, k)
       last[ref.index] = max(last.get(ref.index, k), k)
+  unplaced = [TempBuffer(t, dtype, _bound(size), 0, first.get(t, 0), last.get(t, first.get(t, 0))) for t, (dtype, size) in enumerate(temps)]
+  return placed_at(tuple(unplaced), ALIGNMENT)
+
+
+def placed_at(temps: tuple[TempBuffer, ...], alignment: int) -> tuple[tuple[TempBuffer, ...], int]:
+  """`temps` (their sizes and lifetimes) placed first-fit in launch order at offsets that are multiples of
+  `alignment`; returns them and the arena's size in bytes (the peak)."""
   live: list[tuple[int, int, int]] = []  # (offset, end, last kernel)
   out, peak = [], 0
-  for t in sorted(range(len(temps)), key=lambda i: (first.get(i, 0), i)):
-    dtype, size = temps[t]
-    n, start = _bound(size), first.get(t, 0)
-    live = [x for x in live if x[2] >= start]
-    nbytes, offset = round_up(max(n * dtype.itemsize, 1), ALIGNMENT), 0
+  for t in sorted(temps, key=lambda x: (x.first, x.index)):
+    live = [x for x in live if x[2] >= t.first]
+    nbytes, offset = round_up(max(t.nbytes, 1), alignment), 0
     for lo, hi, _ in sorted(live):
       if offset + nbytes <= lo: break
       offset = max(offset, hi)
-    live.append((offset, offset + nbytes, last.get(t, start)))
+    live.append((offset, offset + nbytes, t.last))
     peak = max(peak, offset + nbytes)
-    out.append(TempBuffer(t, dtype, n, offset, start, last.get(t, start)))
+    out.append(TempBuffer(t.index, t.dtype, t.size, offset, t.first, t.last))
   return tuple(sorted(out, key=lambda x: x.index)), peak
 

@@ -38,14 +38,14 @@ axes): the same source, opts and cache keys as a single kernel. Opts for a one-k
 Intermediates are planned in one arena (kc.schedule.memory): allocated once per compiled program, reused by buffers
 whose lifetimes do not overlap."""
 from __future__ import annotations
-import collections, functools, math
+import collections, dataclasses, functools, math
 from dataclasses import dataclass
 from typing import Optional
 from kc.codegen.verify import st_arg, verify_ast
 from kc.errors import InvalidASTError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
-from kc.schedule.memory import TempBuffer, plan_arena
+from kc.schedule.memory import ALIGNMENT, TempBuffer, placed_at, plan_arena
 from kc.schedule.movement import Move, extents, kernel_nodes, move, shape_of
 from kc.renderer import Renderer
 from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_reduces, recomputed_transcendentals
@@ -94,6 +94,14 @@ class Schedule:
   def single(self) -> bool:
     """One kernel and no intermediate: the program is that kernel (kc.compile's one-kernel path)."""
     return len(self.kernels) == 1 and not self.temps
+
+  def aligned_to(self, alignment: int) -> "Schedule":
+    """This schedule with every intermediate at a multiple of `alignment` bytes as well as of the arena's own
+    ALIGNMENT: the same kernels, the arena planned again where the device's buffer views need more (Allocator.
+    view_alignment: 512 bytes on NVIDIA's OpenCL)."""
+    if not self.temps or ALIGNMENT % alignment == 0: return self
+    temps, peak = placed_at(self.temps, math.lcm(ALIGNMENT, alignment))
+    return dataclasses.replace(self, temps=temps, peak_bytes=peak)
 
   def describe(self) -> list[str]:
     lines = [f"kernel {i}: {k.describe()}" for i, k in enumerate(self.kernels)]

@@ -121,9 +121,13 @@ class OpenCLAllocator(LRUAllocator):
     extra = self._image_region(src) if isinstance(src, cl.Image) else {}
     cl.enqueue_copy(self.device.queue, dest, src, is_blocking=True, **extra)
 
+  @property
+  def view_alignment(self) -> int:
+    """A view is an OpenCL sub-buffer, which must start on the device's base address alignment (given in bits)."""
+    return max(1, self.device.info.mem_base_addr_align // 8)
+
   def offset(self, opaque, nbytes: int, offset: int):
-    # a view is an OpenCL sub-buffer, which must start on the device's base address alignment
-    align = max(1, self.device.info.mem_base_addr_align // 8)
+    align = self.view_alignment
     if isinstance(opaque, cl.Image) or offset % align:
       raise KcError(f"an OPENCL buffer view must start at a multiple of {align} bytes on {self.device.info.name} (got byte "
                     f"{offset}{', of an image' if isinstance(opaque, cl.Image) else ''}): copy the data into a buffer of its own instead")
