@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA device's check on a machine with an NVIDIA GPU and driver, offline: install kc, kc-cuda and the conformance
 # suite into the machine's own Python, show what kc sees, run kc-cuda's own tests (its GPU tests included), the
-# conformance suite on CUDA (all tiers), the CUDA benchmark, the call path (bench_call) and kc-torch's benchmark on the GPU (torch eager, inductor
+# conformance suite on CUDA (all tiers), the CUDA benchmark, the call path (bench_call), kc's OPENCL device on the same GPU
+# through NVIDIA's OpenCL driver (conformance, all tiers) and kc-torch's benchmark on the GPU (torch eager, inductor
 # and torch.compile(backend="kc") with kc's CUDA device: benchmarks/bench_torch.py --device CUDA). Everything lands in $OUT (default ./gpu_check_out).
 #
 # Run from anywhere in the repository:  bash plugins/cuda/gpu_check.sh
@@ -35,7 +36,7 @@ cd "$(dirname "$0")/../.." || exit 2
 PYTHON=${PYTHON:-python3}
 WHEELHOUSE=${KC_WHEELHOUSE:-$([[ -d build/gpu-wheels ]] && echo build/gpu-wheels)}
 # what the run needs that a GPU image with torch, cupy, NVIDIA's CUDA wheels and pytest may lack
-CARRIED_WHEELS="jsonschema"
+CARRIED_WHEELS="jsonschema pyopencl"  # pyopencl: the opencl step (kc's OPENCL on NVIDIA's OpenCL driver, same GPU)
 
 if [[ "${1:-}" == wheels ]]; then  # with a network: CARRIED_WHEELS for Python 3.12 on x86-64 Linux
   exec "$PYTHON" -m pip download --only-binary=:all: --python-version "${KC_GPU_PYTHON_VERSION:-3.12}" \
@@ -152,7 +153,7 @@ install_kc() {
     "$PYTHON" -m pip uninstall -y -q --disable-pip-version-check kc
   fi
   "$PYTHON" -m pip install --disable-pip-version-check --no-deps --no-build-isolation --no-index \
-    -e . -e plugins/cuda -e conformance -e integrations/torch
+    -e . -e plugins/cuda -e plugins/opencl -e conformance -e integrations/torch
 }
 kc_cli() { "$PYTHON" -c 'import sys; from kc.tools.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
 show_nvrtc() {  # needs no GPU: NVRTC and the headers it compiles with, and one kernel through both
@@ -196,6 +197,27 @@ bench() {
   cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
   return $rc
 }
+opencl_on_gpu() {  # kc's OPENCL device on the same GPU through NVIDIA's OpenCL driver: every conformance tier, the call path
+  if ! "$PYTHON" -c "import pyopencl" 2>/dev/null; then
+    "$PYTHON" -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" pyopencl \
+      || { echo "pyopencl is neither installed nor carried (bash plugins/cuda/gpu_check.sh wheels): no OpenCL check"; return 1; }
+  fi
+  # the driver ships libnvidia-opencl.so.1 with CUDA's; a container image often lacks the ICD file that names it
+  if [[ -z "${OCL_ICD_VENDORS:-}" && ! -e /etc/OpenCL/vendors/nvidia.icd ]]; then
+    mkdir -p "$OUT/icd" && echo libnvidia-opencl.so.1 > "$OUT/icd/nvidia.icd"
+    cp /etc/OpenCL/vendors/*.icd "$OUT/icd/" 2>/dev/null
+    export OCL_ICD_VENDORS="$OUT/icd"
+    echo "NVIDIA's OpenCL registered for this run in $OUT/icd"
+  fi
+  local platform
+  platform=$("$PYTHON" -c "import pyopencl as cl; print(next(i for i, p in enumerate(cl.get_platforms()) if 'NVIDIA' in p.name))") \
+    || { echo "no NVIDIA OpenCL platform: the driver's OpenCL library is missing"; return 1; }
+  export KC_OPENCL_DEVICE="$platform:0"
+  kc_cli conformance --device OPENCL -n "${KC_GPU_WORKERS:-8}" --specs "${KC_GPU_SPECS:-none,hand,random,tc}" \
+    --report "$OUT/opencl_conformance.json" --junitxml "$OUT/opencl_conformance.xml" || return 1
+  # RESULTS.md's section bench_call_opencl
+  "$PYTHON" benchmarks/bench_call.py --devices OPENCL --repeats 9 && cp benchmarks/RESULTS.md "$OUT/RESULTS.md"
+}
 torch_bench() {  # RESULTS.md's section bench_torch_cuda: eager, inductor and kc on the GPU, both modes
   local rc=0 models=${KC_GPU_TORCH_MODELS:-all}
   [[ "$models" == all ]] && models=""
@@ -204,10 +226,11 @@ torch_bench() {  # RESULTS.md's section bench_torch_cuda: eager, inductor and kc
   return $rc
 }
 export -f missing_modules preflight install_kc kc_cli show_nvrtc show_gpu cuda_available plugin_tests conformance bench \
-  torch_bench
+  opencl_on_gpu torch_bench
 
 # the caps: they add up to at most the default budget, each step's limit is also what is left of it
-CAPS=(preflight:30 install:60 nvrtc:20 devices:20 cuda-available:20 plugin-tests:70 conformance:100 bench:75 torch-bench:135)
+CAPS=(preflight:30 install:40 nvrtc:20 devices:20 cuda-available:20 plugin-tests:60 conformance:70 bench:60 opencl:60
+      torch-bench:120)
 cap() { local c; for c in "${CAPS[@]}"; do [[ ${c%%:*} == "$1" ]] && echo "${c#*:}"; done; }
 total=0; for c in "${CAPS[@]}"; do total=$(( total + ${c#*:} )); done
 
@@ -226,5 +249,6 @@ fi
 step plugin-tests "$(cap plugin-tests)" plugin_tests
 step conformance "$(cap conformance)" conformance
 step bench "$(cap bench)" bench
+step opencl "$(cap opencl)" opencl_on_gpu
 step torch-bench "$(cap torch-bench)" torch_bench
 finish 0
