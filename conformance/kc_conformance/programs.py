@@ -6,9 +6,9 @@ one kernel is exactly today's single Program: nothing here touches it."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
-from kc import Buffer, Program, UOp, dtypes
+from kc import Buffer, Device, Program, UOp, dtypes
 from kc.schedule import BufferRef, Schedule, schedule
-from kc.schedule.memory import TempBuffer
+from kc.schedule.memory import TempBuffer, aligned_arena
 from .specs import Spec, optimized_kernel
 
 
@@ -64,9 +64,11 @@ def launches_with(prg: AnyProgram, bufs: dict[int, Buffer], device: str) -> list
   floats): a kernel that reads an intermediate no earlier kernel wrote gives a wrong result, not a lucky one."""
   if not isinstance(prg, ScheduledPrograms): return [(prg, bufs)]
   temps: list[Buffer] = []
-  if prg.peak_bytes:
-    arena = Buffer(device, prg.peak_bytes, dtypes.uint8).copyin(bytes([0xFF]) * prg.peak_bytes)
-    temps = [arena.view(t.size, t.dtype, t.offset).allocate() for t in prg.temps]
+  # placed where the device's views may start, as kc.CompiledProgram places them (OpenCL's base alignment)
+  placed, peak = aligned_arena(prg.temps, prg.peak_bytes, Device[device].allocator.view_alignment)
+  if peak:
+    arena = Buffer(device, peak, dtypes.uint8).copyin(bytes([0xFF]) * peak)
+    temps = [arena.view(t.size, t.dtype, t.offset).allocate() for t in placed]
   return [(x.program, {i: temps[r.index] if r.temp else bufs[r.index] for i, r in enumerate(x.buffers)})
           for x in prg.launches]
 

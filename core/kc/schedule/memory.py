@@ -7,6 +7,7 @@ aligned to ALIGNMENT bytes, which most devices' sub-buffers need; a device that 
 CL_DEVICE_MEM_BASE_ADDR_ALIGN is larger: 512 bytes on NVIDIA's) gets the same intermediates placed again at its
 multiple (placed_at). A symbolic size is planned at its largest value."""
 from __future__ import annotations
+import math
 from dataclasses import dataclass
 from kc.helpers import round_up
 from kc.ir.dtype import DType
@@ -46,6 +47,13 @@ def plan_arena(kernels, temps: list[tuple[DType, object]]) -> tuple[tuple[TempBu
       last[ref.index] = max(last.get(ref.index, k), k)
   unplaced = [TempBuffer(t, dtype, _bound(size), 0, first.get(t, 0), last.get(t, first.get(t, 0))) for t, (dtype, size) in enumerate(temps)]
   return placed_at(tuple(unplaced), ALIGNMENT)
+
+
+def aligned_arena(temps: tuple[TempBuffer, ...], peak: int, alignment: int) -> tuple[tuple[TempBuffer, ...], int]:
+  """An arena's intermediates and size as planned (at ALIGNMENT), or placed again where a device's buffer views must
+  start at a multiple of `alignment` (Allocator.view_alignment) that ALIGNMENT is not."""
+  if not temps or ALIGNMENT % alignment == 0: return temps, peak
+  return placed_at(temps, math.lcm(ALIGNMENT, alignment))
 
 
 def placed_at(temps: tuple[TempBuffer, ...], alignment: int) -> tuple[tuple[TempBuffer, ...], int]:

@@ -45,7 +45,7 @@ from kc.codegen.verify import st_arg, verify_ast
 from kc.errors import InvalidASTError
 from kc.ir.dtype import DType, dtypes
 from kc.ir.uop import Ops, UOp, sint
-from kc.schedule.memory import ALIGNMENT, TempBuffer, placed_at, plan_arena
+from kc.schedule.memory import TempBuffer, aligned_arena, plan_arena
 from kc.schedule.movement import Move, extents, kernel_nodes, move, shape_of
 from kc.renderer import Renderer
 from kc.schedule.recompute import computes_transcendentals_in_software, recomputed_reduces, recomputed_transcendentals
@@ -99,9 +99,8 @@ class Schedule:
     """This schedule with every intermediate at a multiple of `alignment` bytes as well as of the arena's own
     ALIGNMENT: the same kernels, the arena planned again where the device's buffer views need more (Allocator.
     view_alignment: 512 bytes on NVIDIA's OpenCL)."""
-    if not self.temps or ALIGNMENT % alignment == 0: return self
-    temps, peak = placed_at(self.temps, math.lcm(ALIGNMENT, alignment))
-    return dataclasses.replace(self, temps=temps, peak_bytes=peak)
+    temps, peak = aligned_arena(self.temps, self.peak_bytes, alignment)
+    return self if temps is self.temps else dataclasses.replace(self, temps=temps, peak_bytes=peak)
 
   def describe(self) -> list[str]:
     lines = [f"kernel {i}: {k.describe()}" for i, k in enumerate(self.kernels)]
