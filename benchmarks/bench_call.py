@@ -34,8 +34,8 @@ def cpu() -> str:
 
 
 def gpu_line(devices: list[str], skipped: dict) -> str:
-  """The GPU a CUDA row ran on, as its device names itself."""
-  return f" GPU: {kc.Device['CUDA']!r}." if "CUDA" in devices and "CUDA" not in skipped else ""
+  """The GPU (or OpenCL device) a CUDA or OPENCL row ran on, as its device names itself."""
+  return "".join(f" {d}: {kc.Device[d]!r}." for d in ("CUDA", "OPENCL") if d in devices and d not in skipped)
 
 
 DEVICES = ("CLANG", "LLVM", "EMU", "OPENCL", "CUDA")
