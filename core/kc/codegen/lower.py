@@ -361,6 +361,8 @@ class Lowering:
     return ret
 
   def _lower(self, u: UOp, env: Env) -> UOp:
+    # arithmetic first: most of a kernel's nodes, lowered per lane
+    if u.op in _ELEMENTWISE: return UOp(u.op, u.dtype, tuple([self.lower(s, env) for s in u.src]), u.arg)
     if u.op is Ops.SINK:
       stores = []
       for e in self.store_lanes(env, u.src): stores += [self.lower(s, e) for s in u.src]
@@ -386,8 +388,6 @@ class Lowering:
       zeroed = {a: 0 for a in self.wmma_axes(u)}
       e = self.with_axes(env, zeroed)
       return u.replace(src=tuple(self.lower(s, e) for s in u.src))
-    if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP):
-      return u.replace(src=tuple(self.lower(s, env) for s in u.src))
     raise KcError(f"cannot lower {u.op} in a kernel AST")
 
   @staticmethod
@@ -609,6 +609,10 @@ class Lowering:
         fused = UOp(Ops.WMMA, wmma.dtype, (self.lower(wmma.src[0], e), self.lower(wmma.src[1], e), fused), wmma.arg)
       assigns = self.memo[key] = [UOp(Ops.ASSIGN, acc.dtype, (acc, UOp(Ops.GEP, acc.dtype, (fused,), (i,)))) for i, acc in enumerate(accs)]
     return assigns[_lane_of(env, expand.arg)]
+
+
+_ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP}  # lowered as their sources are
+
 
 def _lane_of(env: Env, axes) -> int:
   """The lane of a vector over `axes` ((axis, size) pairs, the last fastest) that the environment selects."""

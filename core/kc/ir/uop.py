@@ -147,7 +147,9 @@ def _check(op, dtype, src, arg):
   for s in src:
     if type(s) is not UOp: raise UOpError(f"{op}: src must be a tuple of UOps, got {src!r}")
   if op in _VALUE_TYPED: return _check_typing(op, dtype, src, arg)
-  if op in _DTYPE_TYPED: signature: tuple = (op, dtype, *[s.dtype for s in src])
+  if op in _DTYPE_TYPED:
+    # most ALU ops take two sources: their signature without a list built per UOp
+    signature: tuple = (op, dtype, src[0].dtype, src[1].dtype) if len(src) == 2 else (op, dtype, *[s.dtype for s in src])
   elif op is Ops.CONST: signature = (op, dtype, type(arg), *[s.op for s in src])
   else: signature = (op, dtype)
   if signature not in _TYPED_OK:
@@ -221,7 +223,8 @@ def _less_equal(x: "UOp", y: "UOp") -> "UOp":
 
 class UOpMetaClass(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple = (), arg: Any = None):
-    key = (op, dtype, src, _arg_key(arg))
+    # most args are None, ints or strings, which are their own key: _arg_key only for floats and tuples
+    key = (op, dtype, src, _arg_key(arg) if type(arg) is float or type(arg) is tuple else arg)
     try: ref = _UCACHE.get(key)
     except TypeError as e: raise UOpError(f"{op}: arg must be hashable, got {type(arg).__name__} {arg!r}") from e
     if ref is not None and (ret := ref()) is not None: return ret
