@@ -42,6 +42,9 @@ for n in sizes:
   alt_kc, alt_np = [], []
   for _ in range(repeats):
     alt_np.append(timed(np_call)); alt_kc.append(timed(kc_call))
+  # OpenBLAS's threads poll for about 0.1 s after its last call: "alone" starts once they sleep (a 1024 matmul's
+  # whole block of kc calls fit in that window and measured the sharing, not kc alone)
+  time.sleep(0.5)
   alone = [timed(kc_call) for _ in range(repeats)]
   np_alone = [timed(np_call) for _ in range(repeats)]
   res[n] = {"kc_alt": statistics.median(alt_kc), "np_alt": statistics.median(alt_np), "kc_alone": statistics.median(alone),
