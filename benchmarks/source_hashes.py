@@ -1,7 +1,9 @@
 """sha256 (first 16 hex digits) of the generated source of the benchmark kernels: every kernel of the kc.ast.examples programs on CLANG,
 OPENCL and EMU under opts none and hand, and bench_clang.py's CLANG workloads under hand. Run it before and after a
 change that must not change code generation and diff the two outputs. (EMU's source embeds its pickled UOps, so a
-moved class changes its lines and nothing else.)
+moved class changes its lines and nothing else.) `--conformance` adds every kernel of every conformance case on
+CLANG and on bench_compile's GPU-like renderer under none and hand, and bench_compile's kernels (a few seconds; run
+it with KC_CLANG_ISA=avx2 too): what a change to the codegen passes that must keep their output is checked against.
 
   python benchmarks/source_hashes.py > before.txt; ...; python benchmarks/source_hashes.py | diff before.txt -"""
 import hashlib, os, sys, warnings
@@ -29,6 +31,23 @@ def main():
   from clang_workloads import WORKLOADS
   for name, (_, _, shapes) in WORKLOADS.items():
     print(f"CLANG/workload/{name}/hand", source_hash(optimize(kc.Kernel(kc_ast(name, shapes), kc.Device["CLANG"].renderer), "hand")))
+  if "--conformance" in sys.argv: conformance_hashes()
+
+
+def conformance_hashes():
+  from kc_conformance.corpus import CASES, setup_of
+  from bench_compile import RENDERERS, build
+  from compile_cases import CASES as COMPILE_CASES
+  for name in sorted(CASES):
+    kernels = schedule(setup_of(name).sink).kernels
+    for rname, r in RENDERERS:
+      for opts in ("none", "hand"):
+        for i, k in enumerate(kernels):
+          try: h = source_hash(optimize(kc.Kernel(k.ast, r), opts))
+          except kc.KcError as e: h = f"refused {type(e).__name__}"
+          print(f"conformance/{name}/{rname}/{opts}/{i}", h)
+  for name, case in COMPILE_CASES.items():
+    for rname, r in RENDERERS: print(f"compile/{name}/{rname}", source_hash(kc.Kernel(build(*case(3)), r).hand_coded_optimizations()))
 
 
 if __name__ == "__main__": main()
