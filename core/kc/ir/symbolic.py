@@ -296,7 +296,7 @@ symbolic = PatternMatcher([
   (UPat(Ops.MUL, src=(var("x"), UPat.const(None, 1))), lambda x: x),
   # a NaN operand makes a NaN of every float sum, product and quotient: folded here, the constant the device sees
   # is the result (an OpenCL driver computed exp2(log2(x) * NAN) as 1.0, numpy's x ** nan as x or 1)
-  (UPat((Ops.ADD, Ops.MUL, Ops.FDIV), name="x"), nan_operand),
+  (UPat((Ops.ADD, Ops.MUL, Ops.FDIV), dtype=dtypes.floats, name="x"), nan_operand),
   (UPat(Ops.WHERE, src=(var(), var("x"), var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), var("a"), var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.WHERE, src=(var("c"), var("a"), var("b"))), where_not),

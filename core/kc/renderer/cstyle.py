@@ -59,7 +59,8 @@ def _compare_in_float(held: frozenset[DType]):
 
 def _in_float(held: frozenset[DType]) -> PatternMatcher:
   return PatternMatcher([
-    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, name="x"), _arithmetic_in_float(held)),
+    # the dtype in the pattern: every float32 and int op of a kernel is turned away by the matcher, not a call
+    (UPat(GroupOp.ALU - {Ops.CMPLT, Ops.CMPNE}, dtype=tuple(held), name="x"), _arithmetic_in_float(held)),
     (UPat((Ops.CMPLT, Ops.CMPNE), name="x"), _compare_in_float(held)),
   ], memoize=True)  # pure rules: results are remembered on the UOps
 
