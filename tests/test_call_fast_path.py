@@ -13,11 +13,13 @@ from kc.api import plain_arrays, plain_buffers
 M, K = 6, 4
 
 
-@pytest.fixture(scope="module")
-def scale():
-  """out (M, K) = 2 * a (M, K) + b (K,) broadcast over rows."""
+@pytest.fixture(scope="module", params=["CLANG", "LLVM"])
+def scale(request):
+  """out (M, K) = 2 * a (M, K) + b (K,) broadcast over rows, on each device whose programs take numpy arrays (each
+  reads the arrays' addresses its own way: LLVM's differs for read-only arrays)."""
+  if (why := kc.Device.unavailable_reason(request.param)) is not None: pytest.skip(why)
   return kc.compile(A.sink(A.store(0, A.arg(1, dtypes.float32, (M, K)) * 2.0 + A.arg(2, dtypes.float32, (K,)).reshape(1, K).expand(M, K))),
-                    device="CLANG")
+                    device=request.param)
 
 
 def test_clang_kernels_without_variables_take_the_fast_path(scale):

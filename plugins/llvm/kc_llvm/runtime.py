@@ -41,6 +41,14 @@ def _signature(nbufs: int, nints: int):
   return ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nbufs + [ctypes.c_int32] * nints))
 
 
+def _array_address(a) -> int:
+  """The address of a C-contiguous numpy array's first byte. ctypes reads a writable array's buffer in a fifth of the
+  time __array_interface__ takes (0.2 against 0.9 us: a call passes three); a read-only or empty array goes through
+  __array_interface__."""
+  try: return ctypes.addressof(ctypes.c_char.from_buffer(a))
+  except (TypeError, ValueError): return a.__array_interface__["data"][0]
+
+
 class LLVMProgram:
   """One kernel in an object file, linked into this process. Kernels loop over their whole domain, so global and
   local sizes are accepted (for the common launch protocol) and ignored.
@@ -81,7 +89,7 @@ class LLVMProgram:
   def launch_arrays(self, arrays: Sequence) -> float:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
     kc call of a kernel without Variables passes. Returns the run time in seconds."""
-    return self.launch_addresses([a.__array_interface__["data"][0] for a in arrays])  # a third cheaper than a.ctypes.data
+    return self.launch_addresses([_array_address(a) for a in arrays])
 
   def launch_addresses(self, addresses: Sequence[int]) -> float:
     """The kernel on host memory at `addresses` (its buffers, in order) and no variable values: kc's call_host
