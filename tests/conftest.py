@@ -42,3 +42,17 @@ def emu():
   dev.impersonate(None)
   yield dev
   dev.impersonate(None)
+
+
+@pytest.fixture
+def views_at_4096(monkeypatch):
+  """Host memory whose buffer views must start at a multiple of 4096 bytes, refused elsewhere with a KcError, as an
+  OpenCL device refuses a sub-buffer off its base address alignment (512 bytes on NVIDIA's OpenCL)."""
+  import kc
+  from kc.runtime.device import HostAllocator
+  real_offset = HostAllocator.offset
+  def strict_offset(self, opaque, nbytes, offset):
+    if offset % 4096: raise kc.KcError(f"a view must start at a multiple of 4096 bytes (got byte {offset})")
+    return real_offset(self, opaque, nbytes, offset)
+  monkeypatch.setattr(HostAllocator, "view_alignment", 4096)
+  monkeypatch.setattr(HostAllocator, "offset", strict_offset)

@@ -399,19 +399,12 @@ def test_a_compiler_that_builds_one_source_at_a_time_is_not_asked_early(cache_di
   assert built == [target._programs[("f32_arith", "none")][1].src]  # its own kernel only: nothing built early
 
 
-def test_a_programs_intermediates_run_where_the_devices_views_may_start(monkeypatch):
+def test_a_programs_intermediates_run_where_the_devices_views_may_start(views_at_4096):
   """The run tier places a program's intermediates as kc.CompiledProgram does: at the device's view alignment (on
   NVIDIA's OpenCL 512 bytes, where 256-byte offsets failed every program with two intermediates). EMU's allocator
   here refuses a view at any offset but a multiple of 4096, as OpenCL refuses one off its base alignment."""
-  from kc.runtime.device import HostAllocator
   from kc_conformance.harness import launch
   from kc_conformance.programs import render_scheduled, several_kernels
-  real_offset = HostAllocator.offset
-  def strict_offset(self, opaque, nbytes, offset):
-    if offset % 4096: raise kc.KcError(f"a view must start at a multiple of 4096 bytes (got byte {offset})")
-    return real_offset(self, opaque, nbytes, offset)
-  monkeypatch.setattr(HostAllocator, "view_alignment", 4096)
-  monkeypatch.setattr(HostAllocator, "offset", strict_offset)
   setup = setup_of("program_chain_of_intermediates")
   plan = several_kernels(setup.sink)
   assert plan is not None and any(t.offset % 4096 for t in plan.temps)

@@ -119,9 +119,7 @@ class CompiledKernel:
     if (slots := self._device_slots) is None:
       raise KcError(f"{self.name} on {self.device} cannot be called by device address (device_callable is False): its "
                     "device takes no memory by address, or the kernel has Variables; call it with arrays or kc.Buffers")
-    if not wait and stream is None:
-      raise ArgumentError(f"{self.name}: wait=False queues the kernels on a framework's stream: pass stream= too "
-                          "(kc's own stream is waited for)")
+    self._check_wait(stream, wait)
     addresses = host_addresses(self.name, buffers, slots)  # the same checks as call_host's: integers say as much here
     if self._empty: return 0.0
     from_pointer = self._allocator.from_pointer
@@ -131,6 +129,12 @@ class CompiledKernel:
     if not wait: return None
     if debug_level() >= 2: self._report(seconds, {})
     return seconds
+
+  def _check_wait(self, stream, wait: bool) -> None:
+    """wait=False only with a framework's stream: kc's own stream is always waited for."""
+    if not wait and stream is None:
+      raise ArgumentError(f"{self.name}: wait=False queues the kernels on a framework's stream: pass stream= too "
+                          "(kc's own stream is waited for)")
 
   def _buffer_call(self) -> Optional[tuple]:
     """The kc.Buffer call's fast path: for a kernel without Variables, a call whose arguments are all kc.Buffers that
@@ -165,16 +169,15 @@ class CompiledKernel:
     and wait=False it returns None once the kernels are queued there, as the framework's own ops do: work queued on
     that stream later sees the outputs, the host sees them after it synchronizes (a call that had to copy an argument
     to and from a scratch buffer still waits). A framework's ops do not wait for each other: neither need kc's."""
-    if not wait and stream is None:
-      raise ArgumentError(f"{self.name}: wait=False queues the kernels on a framework's stream: pass stream= too "
-                          "(kc's own stream is waited for)")
+    self._check_wait(stream, wait)
     if (fast := self._fast) is not None and stream is None and not var_vals and plain_arrays(args, fast[1]):
       seconds = fast[0](args)
       if debug_level() >= 2: self._report(seconds, {})
       return seconds
     if (wants := self._fast_buffers) is not None and stream is None and not var_vals and plain_buffers(args, wants, self.device):
       # host memory by address where the program takes addresses (call_host's path): plain_buffers checked them
-      seconds = self._host[0]([a._buf.addr for a in args]) if self._host is not None else self._launch(list(args), {}, *self.launch_dims({}))
+      if self._host is not None: seconds = self._host[0]([a._buf.addr for a in args])
+      else: seconds = self._launch(list(args), {}, *self.launch_dims({}))
       if debug_level() >= 2: self._report(seconds, {})
       return seconds
     specs = self.specs

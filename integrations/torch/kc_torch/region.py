@@ -254,7 +254,7 @@ class KcRegion(torch.nn.Module):
     host_nbytes = nbytes if on_cpu and program.host_callable else None
     # a GPU's tensors by address only where each is in the memory kc's device addresses (the same GPU): an address
     # means nothing on another one
-    on_device = not on_cpu and program.device_callable and program.dlpack_device is not None and all(
+    on_device = not on_cpu and program.device_callable and all(
       x.__dlpack_device__() == program.dlpack_device for x in args if isinstance(x, torch.Tensor))
     result_values = tuple(distinct.index(r) for r in results)
     direct = values == tuple(("out", k, ()) for k in range(len(outputs))) and result_values == tuple(range(len(outputs)))

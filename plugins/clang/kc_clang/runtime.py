@@ -82,12 +82,7 @@ class ClangProgram:
     """The kernel on C-contiguous, aligned numpy arrays (its buffers, in order) and no variable values: what a plain
     kc call of a kernel without Variables passes (kc.api.plain_arrays checked them). Returns the run time in seconds."""
     from_buffer = _FFI.from_buffer
-    ptrs = [from_buffer(a) for a in arrays]
-    if self._choice is None and self._arity == (len(ptrs), 0):  # a whole kernel on this thread: _run's first branch, inline
-      start = time.perf_counter()
-      self._fn(*ptrs)
-      return time.perf_counter() - start
-    return self._launch_pointers(ptrs)
+    return self._launch_pointers([from_buffer(a) for a in arrays])
 
   def launch_addresses(self, addresses: Sequence[int]) -> float:
     """The kernel on host memory at `addresses` (its buffers, in order) and no variable values: kc's call_host
