@@ -2,8 +2,9 @@
 OPENCL and EMU under opts none and hand, and bench_clang.py's CLANG workloads under hand. Run it before and after a
 change that must not change code generation and diff the two outputs. (EMU's source embeds its pickled UOps, so a
 moved class changes its lines and nothing else.) `--conformance` adds every kernel of every conformance case on
-CLANG and on bench_compile's GPU-like renderer under none and hand, and bench_compile's kernels (a few seconds; run
-it with KC_CLANG_ISA=avx2 too): what a change to the codegen passes that must keep their output is checked against.
+CLANG and on bench_compile's GPU-like renderer under none and hand, bench_compile's kernels, and every conformance
+case's tensor-core and random-opts specs on EMU's and CUDA's renderers (a few seconds; run it with KC_CLANG_ISA=avx2
+too): what a change to the codegen passes that must keep their output is checked against.
 
   python benchmarks/source_hashes.py > before.txt; ...; python benchmarks/source_hashes.py | diff before.txt -"""
 import hashlib, os, sys, warnings
@@ -48,6 +49,23 @@ def conformance_hashes():
           print(f"conformance/{name}/{rname}/{opts}/{i}", h)
   for name, case in COMPILE_CASES.items():
     for rname, r in RENDERERS: print(f"compile/{name}/{rname}", source_hash(kc.Kernel(build(*case(3)), r).hand_coded_optimizations()))
+  # the tensor-core and random-opts specs, on renderers with tensor cores (EMU's built-in ones, CUDA's where kc-cuda
+  # is installed: its renderer needs no GPU)
+  from kc_conformance.specs import SPECS, NotApplicable, optimized_kernel
+  tc_renderers = [("EMU", kc.Device.renderer("EMU"))]
+  try:
+    from kc_cuda.renderer import CUDARenderer
+    tc_renderers.append(("CUDA", CUDARenderer("sm_90")))
+  except ImportError: pass
+  for name in sorted(CASES):
+    kernels = schedule(setup_of(name).sink).kernels
+    for rname, r in tc_renderers:
+      for sname, spec in SPECS.items():
+        if spec.kind not in ("tc", "random"): continue
+        for i, k in enumerate(kernels):
+          try: h = source_hash(optimized_kernel(k.ast, r, spec))
+          except (kc.KcError, NotApplicable) as e: h = f"refused {type(e).__name__}"
+          print(f"conformance/{name}/{rname}/{sname}/{i}", h)
 
 
 if __name__ == "__main__": main()

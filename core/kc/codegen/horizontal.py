@@ -18,7 +18,6 @@ For the tile above: 10 shuffles and 5 vector adds per store instead of 124 scala
 from __future__ import annotations
 from typing import Callable, Optional
 from kc.ir.dtype import DType
-from kc.codegen.lower import pairwise
 from kc.codegen.vectorize import VECTOR_FLOATS, passing_toposort, replaced
 from kc.ir.uop import Ops, UOp
 
@@ -39,11 +38,13 @@ def combined_vectors(u: UOp, ops: frozenset) -> Optional[tuple[tuple[UOp, ...], 
   if left.op is not Ops.GEP or right.op is not Ops.GEP or left.arg != (0,) or (width := left.src[0].dtype.count) < 2 or \
      right.arg != (width - 1,):
     return None
-  leaves, inner, stack = [], [], [u]
+  leaves, inner, stack, depths = [], [], [(u, 0)], set()
   while stack:
-    x = stack.pop()
-    if x.op is u.op and x.dtype == u.dtype: inner.append(x); stack.extend(reversed(x.src))
-    elif x.op is Ops.GEP and len(leaves) < width * width: leaves.append(x)
+    x, depth = stack.pop()
+    if x.op is u.op and x.dtype == u.dtype:
+      inner.append(x)
+      stack.extend((s, depth + 1) for s in reversed(x.src))
+    elif x.op is Ops.GEP and len(leaves) < width * width: leaves.append(x); depths.add(depth)
     else: return None
   first = leaves[0].src[0]
   if not _power_of_two(width) or first.dtype != u.dtype.vec(width) or len(leaves) % width: return None
@@ -51,7 +52,9 @@ def combined_vectors(u: UOp, ops: frozenset) -> Optional[tuple[tuple[UOp, ...], 
   if not _power_of_two(len(vectors)) or any(v.dtype != first.dtype for v in vectors) or \
      any(x.src[0] is not vectors[i // width] or x.arg != (i % width,) for i, x in enumerate(leaves)):
     return None
-  return (vectors, inner) if pairwise(u.op, leaves) is u else None
+  # pairwise over a power of two of leaves is the perfect binary tree over them in order: every leaf (found in
+  # order above) at the same depth, log2 of their number
+  return (vectors, inner) if depths == {len(leaves).bit_length() - 1} else None
 
 
 def _neighbours_combined(op: Ops, lanes: list[UOp]) -> UOp:

@@ -276,7 +276,7 @@ class Lowering:
   depth: dict = field(default_factory=dict)  # REDUCE_AXIS -> how many reduces its value depends on
   loop_kinds: dict = field(default_factory=dict)  # (depth, axes, the indices around) -> the kind of those loops
   memo: dict = field(default_factory=dict)
-  load_ignores: dict = field(default_factory=dict)  # LOAD -> the upcast axes its view neither walks nor masks
+  ignores: dict = field(default_factory=dict)  # AST node -> the upcast axes its value does not vary along
   acc_ids: dict = field(default_factory=dict)  # (op, partial value, loops) -> accumulator number
   launch_guard: Optional[UOp] = None  # false on launch indices beyond the kernel's dims (see get_grouped_dims)
   idt: DType = dtypes.int32  # the dtype of index arithmetic (index_dtype)
@@ -350,14 +350,41 @@ class Lowering:
   # ***** the lowering *****
 
   def lower(self, u: UOp, env: Env) -> UOp:
-    # a load is the same for every lane of an upcast axis its view does not walk: one key for all of them. The axes
-    # are remembered per LOAD: every lane's lowering asks, and a ShapeTracker key costs a hash of its views each time
-    if u.op is Ops.LOAD:
-      if (ignored := self.load_ignores.get(u)) is None: ignored = self.load_ignores[u] = self.view_ignores(st_arg(u))
-      if ignored: env = self.with_axes(env, {a: 0 for a in ignored if env[a].op is Ops.CONST and env[a].arg != 0})
+    # a value is the same for every lane of an upcast axis it does not vary along (a load whose view does not walk
+    # it, a row's max read by every lane of the row): one key for all of them, so it is lowered once, not per lane
+    if (ignored := self.ignores.get(u)) is None: ignored = self.ignores[u] = self.ignored_axes(u)
+    if ignored:
+      zero = _index_const(0, self.idt)  # one object: an upcast axis's index is a constant from _index_const
+      if any(env[a] is not zero for a in ignored):
+        env = list(env)
+        for a in ignored: env[a] = zero
+        env = tuple(env)
     key = (u, env)
     if (ret := self.memo.get(key)) is None:
       ret = self.memo[key] = self._lower(u, env)
+    return ret
+
+  def ignored_axes(self, u: UOp) -> tuple[int, ...]:
+    """The upcast axes `u`'s lowering does not read from its environment: its value is the same at every lane of
+    them. A view's accesses vary along the axes it walks or masks; a reduce's value does not vary along the axes it
+    reduces, nor a CONTRACT's along those it gathers into a vector, nor a WMMA's along its own; an EXPAND picks a
+    lane by its axes."""
+    upcast = range(self.first_upcast, len(self.full_shape))
+    return tuple(a for a in upcast if a not in self.varies_along(u))
+
+  def varies_along(self, u: UOp) -> frozenset[int]:
+    """The upcast axes the value of AST node `u` can vary along (see ignored_axes), once per node."""
+    if (ret := self.memo.get(("varies", u))) is not None: return ret
+    if u.op in (Ops.LOAD, Ops.STORE, Ops.VALID, Ops.POSITION):
+      ret = frozenset(range(self.first_upcast, len(self.full_shape))) - set(self.view_ignores(st_arg(u)))
+      if u.op is Ops.STORE: ret |= self.varies_along(u.src[2])
+    else:
+      ret = frozenset().union(*(self.varies_along(s) for s in u.src))
+      if u.op is Ops.REDUCE_AXIS: ret -= set(u.arg[1])
+      elif u.op is Ops.CONTRACT: ret -= {a for a, _ in u.arg}
+      elif u.op is Ops.EXPAND: ret |= {a for a, _ in u.arg}
+      elif u.op is Ops.WMMA: ret -= self.wmma_axes(u)
+    self.memo[("varies", u)] = ret
     return ret
 
   def _lower(self, u: UOp, env: Env) -> UOp:
@@ -518,26 +545,13 @@ class Lowering:
   def lower_reduce(self, u: UOp, env: Env) -> UOp:
     op, axes = u.arg
     src = u.src[0]
-    loops = [a for a in axes if a < self.first_upcast]
-    unrolled = self.upcast_axes(axes)
     # an empty reduce is its identity; its input must not be lowered (a load hoisted out of a loop that never runs
     # would still read the empty buffer)
     if any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes): return UOp.const(u.dtype, identity_element(op, u.dtype))
-    # a reduce's loops are its own: reduces share them only when they walk the same axes at the same depth of a chain
-    # under the same indices of the other axes (the lanes of an upcast axis do). A loop shared with a reduce in
-    # another place (x.sum((0,1)) + x.sum(1), or one reduce used inside two others) would tie their nestings together.
-    # (the first such set of loops at each depth has kind depth + 1, later ones kinds of their own above 1000)
     around = tuple((i, e) for i, e in enumerate(env) if i not in axes and e.op is not Ops.CONST)
-    if (kind := self.loop_kinds.get(key := (self.depth[u], axes, around))) is None and loops:
-      same_depth = sum(1 for k in self.loop_kinds if k[0] == self.depth[u])
-      kind = self.loop_kinds[key] = self.depth[u] + 1 + 1001 * same_depth
-    out_lanes = prod(self.full_shape[a] for a in range(self.first_upcast, len(self.full_shape)) if a not in axes)
-    # one accumulator chain in all (one output lane, its lanes one vector or none): the loop runs `ways` steps per
-    # iteration into as many accumulators, so it is bound by throughput, not by the latency of one op per step
-    one_chain = out_lanes < 4 and (not unrolled or self.lanes_load_as_vectors(u, unrolled, out_lanes)) and src.op is not Ops.EXPAND
-    ways = self.interleave(loops) if one_chain else 1
-    ranges = [self.late[a] if a in self.late else _loop(self.idt, self.full_shape[a] // (ways if i == len(loops) - 1 else 1), (a, kind))
-              for i, a in enumerate(loops)]
+    plan = self.memo.get(pkey := ("reduce", u, around))
+    if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
+    loops, unrolled, ways, ranges, per_lane = plan
     inner = self.with_axes(env, dict(zip(loops, ranges)))
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
@@ -547,12 +561,35 @@ class Lowering:
       return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
     if not ranges: return pairwise(op, parts)
+    if per_lane: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+    return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
+
+  def reduce_plan(self, u: UOp, around: tuple) -> tuple[list[int], list[int], int, list[UOp], bool]:
+    """How a reduce is lowered under the indices `around` of its other (not unrolled) axes, the same for each of
+    their lanes: (its loop axes, its unrolled axes, the accumulators its one chain interleaves, its loops, whether
+    each unrolled lane keeps an accumulator of its own)."""
+    op, axes = u.arg
+    loops = [a for a in axes if a < self.first_upcast]
+    unrolled = self.upcast_axes(axes)
+    # a reduce's loops are its own: reduces share them only when they walk the same axes at the same depth of a chain
+    # under the same indices of the other axes (the lanes of an upcast axis do). A loop shared with a reduce in
+    # another place (x.sum((0,1)) + x.sum(1), or one reduce used inside two others) would tie their nestings together.
+    # (the first such set of loops at each depth has kind depth + 1, later ones kinds of their own above 1000)
+    if (kind := self.loop_kinds.get(key := (self.depth[u], axes, around))) is None and loops:
+      same_depth = sum(1 for k in self.loop_kinds if k[0] == self.depth[u])
+      kind = self.loop_kinds[key] = self.depth[u] + 1 + 1001 * same_depth
+    out_lanes = prod(self.full_shape[a] for a in range(self.first_upcast, len(self.full_shape)) if a not in axes)
+    # one accumulator chain in all (one output lane, its lanes one vector or none): the loop runs `ways` steps per
+    # iteration into as many accumulators, so it is bound by throughput, not by the latency of one op per step
+    one_chain = out_lanes < 4 and (not unrolled or self.lanes_load_as_vectors(u, unrolled, out_lanes)) and u.src[0].op is not Ops.EXPAND
+    ways = self.interleave(loops) if one_chain else 1
+    ranges = [self.late[a] if a in self.late else _loop(self.idt, self.full_shape[a] // (ways if i == len(loops) - 1 else 1), (a, kind))
+              for i, a in enumerate(loops)]
     # few output lanes: an accumulator per unrolled lane too, so the loop is not bound by the latency of one add
     # chain; they are combined once, after the loop. Many output lanes are independent chains already, and more
     # accumulators would only spill registers.
-    if out_lanes < 4 or self.lanes_load_as_vectors(u, unrolled, out_lanes):
-      return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
-    return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
+    per_lane = bool(ranges) and (out_lanes < 4 or self.lanes_load_as_vectors(u, unrolled, out_lanes))
+    return loops, unrolled, ways, ranges, per_lane
 
   def interleave(self, loops: list[int]) -> int:
     """How many accumulators a reduce of one chain keeps: 4 (or 2) where its innermost loop divides into at least

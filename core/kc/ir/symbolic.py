@@ -243,11 +243,10 @@ def fold_cast(x: UOp, c: UOp) -> Optional[UOp]:
   return UOp.const(x.dtype, cast_scalar(x.dtype, c.arg)) if x.dtype.count == 1 else None
 
 
-def nan_operand(x: UOp) -> Optional[UOp]:
+def nan_operand(x: UOp, c: UOp) -> Optional[UOp]:
   """x + nan, x * nan, x / nan, nan / x: NaN, whatever x is (IEEE 754; numpy's too)."""
-  if not dtypes.is_float(x.dtype) or x.dtype.count != 1: return None
-  nan = any(s.op is Ops.CONST and isinstance(s.arg, float) and math.isnan(s.arg) for s in x.src)
-  return UOp.const(x.dtype, math.nan) if nan else None
+  if not dtypes.is_float(x.dtype) or x.dtype.count != 1 or not isinstance(c.arg, float) or not math.isnan(c.arg): return None
+  return UOp.const(x.dtype, math.nan)
 
 
 def add_zero(s: UOp, x: UOp) -> Optional[UOp]:
@@ -296,7 +295,8 @@ symbolic = PatternMatcher([
   (UPat(Ops.MUL, src=(var("x"), UPat.const(None, 1))), lambda x: x),
   # a NaN operand makes a NaN of every float sum, product and quotient: folded here, the constant the device sees
   # is the result (an OpenCL driver computed exp2(log2(x) * NAN) as 1.0, numpy's x ** nan as x or 1)
-  (UPat((Ops.ADD, Ops.MUL, Ops.FDIV), dtype=dtypes.floats, name="x"), nan_operand),
+  # (a constant operand on either side: the pattern's sources in any order, and a node without one is passed over)
+  (UPat((Ops.ADD, Ops.MUL, Ops.FDIV), dtype=dtypes.floats, src=[UPat.cvar("c"), UPat.var()], name="x"), nan_operand),
   (UPat(Ops.WHERE, src=(var(), var("x"), var("x"))), lambda x: x),
   (UPat(Ops.WHERE, src=(UPat(Ops.CONST, name="c"), var("a"), var("b"))), lambda c, a, b: a if c.arg else b),
   (UPat(Ops.WHERE, src=(var("c"), var("a"), var("b"))), where_not),
