@@ -108,3 +108,39 @@ def test_codegen_pauses_the_collector_and_restores_its_state():
   finally:
     (gc.enable if was_on else gc.disable)()
   assert seen == [False, False]
+
+
+def _lowered_both_ways(ast, renderer, monkeypatch):
+  """The lowering of `ast` as it is, and with no value shared between the lanes of an upcast axis (every value
+  lowered at every lane, as each lane's environment asks)."""
+  from kc.codegen import lower as lowering
+  fast = lowering.lower(ast, renderer)
+  with monkeypatch.context() as m:
+    m.setattr(lowering.Lowering, "ignored_axes", lambda self, u: ())
+    slow = lowering.lower(ast, renderer)
+  return fast, slow
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "variance", "matmul", "conv2d", "attention", "standardize", "argmax", "sum"])
+def test_a_value_shared_across_lanes_lowers_as_each_lane_would(name, monkeypatch):
+  # a value lowered once for the lanes of an upcast axis it does not vary along (a row's max read by every lane of a
+  # softmax row) must be exactly what each lane's own lowering gives: the same graph, node for node
+  from kc.ast.examples import EXAMPLES
+  from kc.errors import KernelOptError
+  from kc.kernel import Opt, OptOps
+  from kc.schedule import schedule
+  from target_renderers import MiniC
+  clang = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)
+  clang.float_lanes = 16
+  shared = 0
+  for kernel in schedule(EXAMPLES[name].build()[0]).kernels:
+    candidates = [Kernel(kernel.ast, r).hand_coded_optimizations() for r in (clang, MiniC())]
+    tc = Kernel(kernel.ast, MiniC(), tc_level=2)
+    try: tc.apply_opt(Opt(OptOps.TC, 0, 2))
+    except KernelOptError: pass  # no tensor core fits this kernel
+    else: candidates.append(tc)
+    for k in candidates:
+      fast, slow = _lowered_both_ways(k.get_optimized_ast(), k.renderer, monkeypatch)
+      assert fast is slow
+      shared += k.upcasted > 0
+  assert shared  # some kernel had lanes to share values between

@@ -134,6 +134,28 @@ def test_combined_vectors_reads_the_vectors_in_order():
   assert combined_vectors(combine(Ops.ADD, vs[:3]), OPS) is None  # three vectors: no balanced tree of whole vectors
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([(1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (2, 8), (8, 8)]), st.integers(0, 2**32 - 1))
+def test_combined_vectors_finds_exactly_the_pairwise_trees(n_width, seed):
+  # a tree of ADDs over the lanes of n vectors (at most a width's worth) is a combine exactly when it is pairwise's
+  # tree over them in order: random shapes and random orders of the leaves, pairwise's own tree among them
+  n, width = n_width
+  rng = np.random.default_rng(seed)
+  vectors = [vector(i, dtypes.float32, width) for i in range(n)]
+  leaves = [x for v in vectors for x in lanes(v)]
+  if rng.random() < 0.3: leaves = [leaves[i] for i in rng.permutation(len(leaves))]
+
+  def random_tree(xs: list[UOp]) -> UOp:
+    if len(xs) == 1: return xs[0]
+    cut = int(rng.integers(1, len(xs)))
+    return UOp(Ops.ADD, dtypes.float32, (random_tree(xs[:cut]), random_tree(xs[cut:])))
+  in_order = [x for v in vectors for x in lanes(v)]
+  for root in (random_tree(leaves), pairwise(Ops.ADD, leaves)):
+    found = combined_vectors(root, OPS)
+    assert (found is not None) == (leaves == in_order and pairwise(Ops.ADD, in_order) is root)
+    if found is not None: assert found[0] == tuple(vectors)
+
+
 def test_butterfly_to_one_lane_is_a_scalar():
   out = butterfly(Ops.ADD, (vector(0, dtypes.float32, 4),), 1)
   assert out.dtype == dtypes.float32 and out.op is Ops.ADD
