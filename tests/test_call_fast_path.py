@@ -238,3 +238,25 @@ def test_the_program_fast_path_answers_every_call_as_the_general_path(program, o
     except kc.KcError as e: answers.append(("error", type(e).__name__, str(e)))
     finally: program._fast = saved
   assert answers[0] == answers[1]
+
+
+def test_a_kernel_taking_its_buffers_in_another_order_gets_kc_buffers_in_index_order():
+  # a kernel of a program whose parameters come in another order than its buffer indices, called on its own with
+  # kc.Buffers on a device whose programs take device handles (EMU): the fast path reorders them as the general path
+  a, b = A.arg(2, dtypes.float32, (M, K)), A.arg(3, dtypes.float32, (K,)).reshape(1, K).expand(M, K)
+  t = (a * 2.0 + b).realize()
+  prog = kc.compile(A.sink(A.store(0, t.sum(1)), A.store(1, t.flip(0) * a)), device="EMU")
+  kernel = next(ck for ck in prog.kernels if ck._order is not None)
+  assert kernel._buffer_launch is not None and kernel._host is None
+  rng = np.random.default_rng(4)
+  hosts = [rng.standard_normal(s.elements).astype(np.float32) for s in kernel.specs]
+  answers = []
+  for fast in (True, False):
+    bufs = [kc.Buffer("EMU", h.size, dtypes.float32).allocate().copyin(memoryview(h.copy()).cast("B")) for h in hosts]
+    saved = kernel._fast_buffers
+    if not fast: kernel._fast_buffers = None
+    try: kernel(*bufs)
+    finally: kernel._fast_buffers = saved
+    answers.append([b.numpy().tolist() for b in bufs])
+  assert answers[0] == answers[1]
+  assert answers[0] != [h.tolist() for h in hosts]  # the kernel wrote something

@@ -1,9 +1,9 @@
 """kc.compile and kc.run: a program (one or more kernels, kc.schedule decides) to a callable on a device."""
 from __future__ import annotations
-import threading
+import functools, threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 import numpy as np
 from kc.runtime.device import Allocator, Buffer, Device, HostMemory, raw_buffers
 from kc.errors import ConfigError, InvalidOptError, KcError, KernelOptError, OptsError, SymbolicError
@@ -49,11 +49,13 @@ class CompiledKernel:
     self._fast = self._plain_call(handle)
     self._fast_buffers = self._buffer_call()
     self._host = self._host_call(handle)
+    self._buffer_launch = self._static_launch(handle)
     self._device_slots = self._device_call()
 
   _fast: Optional[tuple] = None  # (the program's launch_arrays, per buffer (numpy dtype, shape, output)); see _plain_call
   _fast_buffers: Optional[tuple] = None  # per buffer (dtype, elements, alignment); see _buffer_call
   _host: Optional[tuple] = None  # (the program's launch_addresses, per buffer a HostSlot); see _host_call
+  _buffer_launch: Optional[Callable] = None  # the kc.Buffer fast path's launch of device handles; see _static_launch
   _device_slots: Optional[tuple] = None  # per buffer a HostSlot, where call_device runs the kernel; see _device_call
 
   def _host_call(self, handle) -> Optional[tuple]:
@@ -66,6 +68,16 @@ class CompiledKernel:
       launch_addresses = take
       def take(addresses): return launch_addresses([addresses[g] for g in order])  # noqa: E306
     return take, _host_slots(self.specs)
+
+  def _static_launch(self, handle) -> Optional[Callable]:
+    """The kc.Buffer fast path's launch where the program does not take addresses: the program called on the
+    buffers' device handles (in its parameters' order) with the launch sizes and waiting bound once, its run time
+    returned."""
+    if self._fast_buffers is None or self._host is not None: return None
+    global_size, local_size = (None if d is None else tuple(d) for d in self._dims or (None, None))
+    run = functools.partial(handle, global_size=global_size, local_size=local_size, vals=(), wait=True)
+    if (order := self._order) is None: return lambda *handles: float(run(*handles) or 0.0)
+    return lambda *handles: float(run(*[handles[g] for g in order]) or 0.0)
 
   @property
   def host_callable(self) -> bool:
@@ -177,6 +189,7 @@ class CompiledKernel:
     if (wants := self._fast_buffers) is not None and stream is None and not var_vals and plain_buffers(args, wants, self.device):
       # host memory by address where the program takes addresses (call_host's path): plain_buffers checked them
       if self._host is not None: seconds = self._host[0]([a._buf.addr for a in args])
+      elif (launch := self._buffer_launch) is not None: seconds = launch(*[a._buf for a in args])
       else: seconds = self._launch(list(args), {}, *self.launch_dims({}))
       if debug_level() >= 2: self._report(seconds, {})
       return seconds
@@ -270,8 +283,9 @@ def plain_buffers(args: tuple, wants: tuple, device: str) -> bool:
   if len(args) != len(wants): return False
   for a, (dt, elements, alignment) in zip(args, wants):
     if type(a) is not Buffer or (a.dtype is not dt and a.dtype != dt) or a.device != device or a.size < elements: return False
-    if a.offset % alignment or getattr(a.base, "_foreign", False): return False
-  for a in args: a.allocate()  # as the general path's handle does: a Buffer not yet allocated is allocated now
+    if a.offset % alignment or (a if a._base is None else a._base)._foreign: return False
+  for a in args:  # as the general path's handle does: a Buffer not yet allocated is allocated now
+    if not hasattr(a, "_buf"): a.allocate()
   return True
 
 

@@ -202,7 +202,7 @@ class BufferSpec:
     if buf.size < (n := self.elements_at(vals)): raise ArgumentError(f"{self._name()} needs {n} elements, the Buffer has {buf.size}")
     # device allocations start aligned for any vector: a view's byte offset decides (a GPU faults on a misaligned float4);
     # memory wrapped by kc.from_dlpack starts where its producer put it
-    if getattr(buf.base, "_foreign", False) and not self.aligned(address := buf.allocator.pointer(buf.allocate()._buf)):
+    if buf.base._foreign and not self.aligned(address := buf.allocator.pointer(buf.allocate()._buf)):
       raise ArgumentError(f"{self._name()} is a Buffer over another framework's memory at address {address:#x}, but the kernel "
                           f"accesses it as {self.alignment}-byte vectors, which {device} needs at a multiple of {self.alignment} "
                           "bytes: pass the tensor itself (kc copies it), or a copy (kc.from_dlpack(x, copy=True))")

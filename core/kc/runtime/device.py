@@ -210,6 +210,7 @@ def _as_bytes(mv: memoryview) -> memoryview:
 
 class Buffer:
   """`size` elements of `dtype` on `device`. A view (`base` given) shares its base's memory from byte `offset` on."""
+  _foreign = False  # a buffer over another framework's memory (from_dlpack) sets it: a call checks its address
 
   def __init__(self, device: str, size: int, dtype: DType, base: Optional[Buffer] = None, offset: int = 0,
                options: Optional[Hashable] = None):

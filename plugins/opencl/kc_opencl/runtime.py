@@ -163,10 +163,9 @@ class OpenCLProgram:
     values = int32_values(vals, self.name) if vals else []
     with self._lock:
       # a kernel keeps its arguments between launches: only changed ones are set again (a call with the same
-      # kc.Buffers sets none); the handles bound are held, so that identity cannot be a reused id
-      bound = self._bound
-      if len(handles) != len(bound) or any(h is not b for h, b in zip(handles, bound)) or values != self._values:
-        self._set_args(handles, values)
+      # kc.Buffers sets none); the handles bound are held, so that identity cannot be a reused id (a tuple compares
+      # its items by identity first)
+      if tuple(handles) != self._bound or values != self._values: self._set_args(handles, values)
       self._allocator.unmap_for_launch(handles)
       try: event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, ndrange, local)
       except cl.Error as e:
@@ -194,6 +193,10 @@ class OpenCLProgram:
 
   def _shape(self, global_size, local_size) -> tuple[Optional[list[int]], Optional[list[int]]]:
     """The NDRange and work-group of a launch (NDRange None: empty), checked and converted once per distinct pair."""
+    # sizes given as tuples (kc's own calls) are their own key; lists are converted
+    try: hit = self._shapes.get((global_size, local_size))
+    except TypeError: hit = None
+    if hit is not None: return hit
     key = (None if global_size is None else tuple(global_size), None if local_size is None else tuple(local_size))
     if (hit := self._shapes.get(key)) is not None: return hit
     groups = [int(g) for g in (global_size or (1, 1, 1))]
