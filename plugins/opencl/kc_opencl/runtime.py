@@ -1,7 +1,7 @@
 """The OPENCL device at run time: one context and one in-order, profiling queue on the selected device; buffers
 (and images) as pyopencl memory objects; programs loaded from their binaries once; kernels launched on an NDRange."""
 from __future__ import annotations
-import functools, hashlib, threading
+import functools, hashlib, operator, threading
 from collections import OrderedDict
 from typing import Callable, Hashable, Optional, Sequence
 import numpy as np
@@ -163,9 +163,10 @@ class OpenCLProgram:
     values = int32_values(vals, self.name) if vals else []
     with self._lock:
       # a kernel keeps its arguments between launches: only changed ones are set again (a call with the same
-      # kc.Buffers sets none); the handles bound are held, so that identity cannot be a reused id (a tuple compares
-      # its items by identity first)
-      if tuple(handles) != self._bound or values != self._values: self._set_args(handles, values)
+      # kc.Buffers sets none); the handles bound are held, so that identity cannot be a reused id
+      bound = self._bound
+      if len(handles) != len(bound) or not all(map(operator.is_, handles, bound)) or values != self._values:
+        self._set_args(handles, values)
       self._allocator.unmap_for_launch(handles)
       try: event = cl.enqueue_nd_range_kernel(self.device.queue, self.kernel, ndrange, local)
       except cl.Error as e:
