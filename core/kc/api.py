@@ -283,9 +283,8 @@ def plain_buffers(args: tuple, wants: tuple, device: str) -> bool:
   if len(args) != len(wants): return False
   for a, (dt, elements, alignment) in zip(args, wants):
     if type(a) is not Buffer or (a.dtype is not dt and a.dtype != dt) or a.device != device or a.size < elements: return False
-    if a.offset % alignment or (a if a._base is None else a._base)._foreign: return False
-  for a in args:  # as the general path's handle does: a Buffer not yet allocated is allocated now
-    if not hasattr(a, "_buf"): a.allocate()
+    if a.offset % alignment or a.base._foreign: return False
+  for a in args: a.allocate()  # as the general path's handle does: a Buffer not yet allocated is allocated now
   return True
 
 

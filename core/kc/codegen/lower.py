@@ -40,6 +40,16 @@ class KernelInfo:
 _HOLDER = "lane:"  # the name prefix of lane placeholders
 
 
+@dataclass(frozen=True)
+class ReducePlan:
+  """How one reduce is lowered under the indices of its other axes (Lowering.reduce_plan)."""
+  loops: list[int]      # its axes that become loops
+  unrolled: list[int]   # its upcast axes, unrolled
+  ways: int             # the accumulators its one chain interleaves (1: none)
+  ranges: list[UOp]     # its loops' RANGEs
+  per_lane: bool        # each unrolled lane keeps an accumulator of its own
+
+
 def _as_uop(x: sint, dtype: DType = dtypes.int32) -> UOp: return sint_to_uop(x, dtype)
 
 
@@ -353,12 +363,9 @@ class Lowering:
     # a value is the same for every lane of an upcast axis it does not vary along (a load whose view does not walk
     # it, a row's max read by every lane of the row): one key for all of them, so it is lowered once, not per lane
     if (ignored := self.ignores.get(u)) is None: ignored = self.ignores[u] = self.ignored_axes(u)
-    if ignored:
-      zero = _index_const(0, self.idt)  # one object: an upcast axis's index is a constant from _index_const
-      if any(env[a] is not zero for a in ignored):
-        env = list(env)
-        for a in ignored: env[a] = zero
-        env = tuple(env)
+    # (an upcast axis's index is a constant from _index_const: lane 0 is one object)
+    if ignored and any(env[a] is not (zero := _index_const(0, self.idt)) for a in ignored):
+      env = self.with_axes(env, dict.fromkeys(ignored, zero))
     key = (u, env)
     if (ret := self.memo.get(key)) is None:
       ret = self.memo[key] = self._lower(u, env)
@@ -551,7 +558,7 @@ class Lowering:
     around = tuple((i, e) for i, e in enumerate(env) if i not in axes and e.op is not Ops.CONST)
     plan = self.memo.get(pkey := ("reduce", u, around))
     if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
-    loops, unrolled, ways, ranges, per_lane = plan
+    loops, unrolled, ways, ranges = plan.loops, plan.unrolled, plan.ways, plan.ranges
     inner = self.with_axes(env, dict(zip(loops, ranges)))
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
@@ -561,13 +568,12 @@ class Lowering:
       return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
     if not ranges: return pairwise(op, parts)
-    if per_lane: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
+    if plan.per_lane: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
 
-  def reduce_plan(self, u: UOp, around: tuple) -> tuple[list[int], list[int], int, list[UOp], bool]:
+  def reduce_plan(self, u: UOp, around: tuple) -> ReducePlan:
     """How a reduce is lowered under the indices `around` of its other (not unrolled) axes, the same for each of
-    their lanes: (its loop axes, its unrolled axes, the accumulators its one chain interleaves, its loops, whether
-    each unrolled lane keeps an accumulator of its own)."""
+    their lanes."""
     op, axes = u.arg
     loops = [a for a in axes if a < self.first_upcast]
     unrolled = self.upcast_axes(axes)
@@ -589,7 +595,7 @@ class Lowering:
     # chain; they are combined once, after the loop. Many output lanes are independent chains already, and more
     # accumulators would only spill registers.
     per_lane = bool(ranges) and (out_lanes < 4 or self.lanes_load_as_vectors(u, unrolled, out_lanes))
-    return loops, unrolled, ways, ranges, per_lane
+    return ReducePlan(loops, unrolled, ways, ranges, per_lane)
 
   def interleave(self, loops: list[int]) -> int:
     """How many accumulators a reduce of one chain keeps: 4 (or 2) where its innermost loop divides into at least

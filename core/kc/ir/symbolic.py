@@ -245,8 +245,8 @@ def fold_cast(x: UOp, c: UOp) -> Optional[UOp]:
 
 def nan_operand(x: UOp, c: UOp) -> Optional[UOp]:
   """x + nan, x * nan, x / nan, nan / x: NaN, whatever x is (IEEE 754; numpy's too)."""
-  if not dtypes.is_float(x.dtype) or x.dtype.count != 1 or not isinstance(c.arg, float) or not math.isnan(c.arg): return None
-  return UOp.const(x.dtype, math.nan)
+  # (the pattern takes float ops only; a scalar op's constant operand holds a Python float)
+  return UOp.const(x.dtype, math.nan) if x.dtype.count == 1 and math.isnan(c.arg) else None
 
 
 def add_zero(s: UOp, x: UOp) -> Optional[UOp]:

@@ -195,10 +195,8 @@ class OpenCLProgram:
   def _shape(self, global_size, local_size) -> tuple[Optional[list[int]], Optional[list[int]]]:
     """The NDRange and work-group of a launch (NDRange None: empty), checked and converted once per distinct pair."""
     # sizes given as tuples (kc's own calls) are their own key; lists are converted
-    try: hit = self._shapes.get((global_size, local_size))
-    except TypeError: hit = None
-    if hit is not None: return hit
-    key = (None if global_size is None else tuple(global_size), None if local_size is None else tuple(local_size))
+    g, loc = global_size, local_size
+    key = (g if g is None or type(g) is tuple else tuple(g), loc if loc is None or type(loc) is tuple else tuple(loc))
     if (hit := self._shapes.get(key)) is not None: return hit
     groups = [int(g) for g in (global_size or (1, 1, 1))]
     local = None if local_size is None else [int(s) for s in local_size]
