@@ -12,8 +12,9 @@ from typing import Callable, Optional
 from kc.errors import KcError
 from kc.ir.dtype import DType, PtrDType, dtypes
 from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
-from kc.ir.symbolic import root_and_offset, split_sum, symbolic
+from kc.ir.symbolic import root_and_offset, symbolic
 from kc.codegen.fma import fuse_accumulations
+from kc.codegen.lower import aligned_root
 from kc.codegen.horizontal import transpose_combines
 from kc.codegen.transcendental import transcendental_rules
 from kc.codegen.vectorize import passing_toposort, vectorize_alu
@@ -41,13 +42,6 @@ structural = PatternMatcher([
 ], memoize=True)
 
 simplify_all = symbolic + structural
-
-
-def _aligned(root: Optional[UOp], n: int) -> bool:
-  """The root of an index is a multiple of n wherever it is evaluated (so root+o with o % n == 0 is n-aligned)."""
-  if root is None: return True
-  terms, const = split_sum(root)
-  return const % n == 0 and all(k % n == 0 for k in terms.values())
 
 
 Widths = tuple[int, ...]
@@ -86,7 +80,7 @@ def _runs(by_off: dict[int, UOp], root: Optional[UOp], widths: Widths):
   taken: set[int] = set()
   for off in sorted(by_off):
     for n in widths:
-      if off % n == 0 and _aligned(root, n) and all(off + i in by_off and off + i not in taken for i in range(n)):
+      if off % n == 0 and aligned_root(root, n) and all(off + i in by_off and off + i not in taken for i in range(n)):
         taken.update(range(off, off + n))
         yield [by_off[off + i] for i in range(n)]
         break

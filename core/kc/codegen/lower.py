@@ -6,7 +6,10 @@ Every axis of the kernel's full shape gets an index:
   reduce axes   a RANGE loop per reduce; a reduce that reads another reduce's result (a fused chain) gets loops
                 of its own, so the first reduce is finished before the second starts
   upcast axes   unrolled here: each value of each upcast axis is a separate copy of the computation (the
-                backend's vector loads come back later, from groups of neighbouring scalar loads)
+                backend's vector loads come back later, from groups of neighbouring scalar loads), except the
+                vector axis (choose_vector_axis): on a dialect that computes on vectors, one upcast axis as wide as
+                its widest vector whose values are lowered as whole vectors, as the vector passes would rebuild
+                them from the lanes (a kernel with a value along it that they would not is lowered lane by lane)
 Each node of the AST is lowered under an environment (one index UOp per axis); a reduce changes the indices of
 its own axes for its source. Views become INDEX(buffer, offset, valid): masked loads read 0, masked stores are
 skipped. A reduce becomes DEFINE_ACC + ASSIGN over its loops.
@@ -16,14 +19,16 @@ or int64 where some value of it can leave int32's range."""
 from __future__ import annotations
 import functools, itertools, operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError, ShapeError
 from kc.helpers import all_int, prod, vector_registers
+from kc.codegen.combine import identity_element, pairwise
+from kc.codegen.vectorize import VECTOR_FLOATS
 from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import View, fmt_shape, sint_to_uop
-from kc.ir.symbolic import split_sum, sum_bounds
+from kc.ir.symbolic import root_and_offset, split_sum, sum_bounds
 from kc.ir.uop import GroupOp, Ops, UOp, sint
 
 Env = tuple[UOp, ...]
@@ -256,21 +261,6 @@ def _conjunction(a: UOp, b: UOp) -> UOp:
   return a if a is b else (a & b).simplify()
 
 
-def pairwise(op: Ops, values: list[UOp]) -> UOp:
-  """values combined pairwise: a balanced tree has the shortest dependency chain (and sums round better)."""
-  while len(values) > 1:
-    values = [values[i].alu(op, values[i + 1]) if i + 1 < len(values) else values[i] for i in range(0, len(values), 2)]
-  return values[0]
-
-
-def identity_element(op: Ops, dt) -> Any:
-  """The value a reduce starts from: 0 for sums, 1 for products, the dtype's minimum for max."""
-  if op is Ops.ADD: return 0
-  if op is Ops.MUL: return 1
-  if op is Ops.MAX: return dtypes.min(dt)
-  raise KcError(f"no identity for the reduce {op}")
-
-
 @dataclass
 class Lowering:
   ast: UOp
@@ -292,6 +282,11 @@ class Lowering:
   idt: DType = dtypes.int32  # the dtype of index arithmetic (index_dtype)
   # the widths of the vectors a dialect computes on (Renderer.vector_widths where vector_alu), else none
   vector_widths: Callable[[DType], tuple[int, ...]] = lambda dt: ()  # noqa: E731
+  # the upcast axis lowered as whole vectors (choose_vector_axis), its width, and the marker its index holds in an
+  # environment where a value is computed for all of its lanes at once
+  vector_axis: Optional[int] = None
+  vector_width: int = 0
+  vector_marker: Optional[UOp] = None
 
   def __post_init__(self):
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
@@ -349,6 +344,9 @@ class Lowering:
     upcast = range(self.first_upcast, len(self.full_shape))
     axes = [a for a in upcast if any(st_arg(s).shape[a] != 1 for s in stores)]
     home = self.with_axes(env, {a: 0 for a in upcast if a not in axes})
+    if self.vector_axis in axes:  # all of its lanes at once
+      axes.remove(self.vector_axis)
+      home = self.with_axes(home, {self.vector_axis: self.vector_marker})
     return [self.with_axes(home, c) for c in self.combos(axes)]
 
   def with_axes(self, env: Env, values: dict) -> Env:
@@ -395,6 +393,9 @@ class Lowering:
     return ret
 
   def _lower(self, u: UOp, env: Env) -> UOp:
+    # a value for every lane of the vector axis at once (lower() zeroed the axis for values that do not vary along it)
+    if self.vector_marker is not None and env[self.vector_axis] is self.vector_marker and u.op is not Ops.SINK:
+      return self.lower_vector(u, env)
     # arithmetic first: most of a kernel's nodes, lowered per lane
     if u.op in _ELEMENTWISE: return UOp(u.op, u.dtype, tuple([self.lower(s, env) for s in u.src]), u.arg)
     if u.op is Ops.SINK:
@@ -555,11 +556,12 @@ class Lowering:
     # an empty reduce is its identity; its input must not be lowered (a load hoisted out of a loop that never runs
     # would still read the empty buffer)
     if any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes): return UOp.const(u.dtype, identity_element(op, u.dtype))
-    around = tuple((i, e) for i, e in enumerate(env) if i not in axes and e.op is not Ops.CONST)
+    around = self.around(env, axes)
     plan = self.memo.get(pkey := ("reduce", u, around))
     if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
     loops, unrolled, ways, ranges = plan.loops, plan.unrolled, plan.ways, plan.ranges
     inner = self.with_axes(env, dict(zip(loops, ranges)))
+    if self.vector_marker is not None and unrolled == [self.vector_axis]: return self.lower_lanes_reduce(u, inner, plan)
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
     if ways > 1:  # the last loop's index i*ways + w for each way w
@@ -570,6 +572,11 @@ class Lowering:
     if not ranges: return pairwise(op, parts)
     if plan.per_lane: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
+
+  def around(self, env: Env, axes) -> tuple:
+    """The indices of a reduce's other axes that are not lanes (its loops and launch indices): what its plan depends
+    on. The vector axis's marker is a lane number too (every lane of the axis at once)."""
+    return tuple((i, e) for i, e in enumerate(env) if i not in axes and e.op is not Ops.CONST and e is not self.vector_marker)
 
   def reduce_plan(self, u: UOp, around: tuple) -> ReducePlan:
     """How a reduce is lowered under the indices `around` of its other (not unrolled) axes, the same for each of
@@ -625,6 +632,98 @@ class Lowering:
     width = max(fits)
     return out_lanes * (n // width) <= vector_registers(width * u.dtype.itemsize) * 3 // 4
 
+  # ***** the vector axis: every lane of it at once *****
+
+  def choose_vector_axis(self) -> None:
+    """On a dialect that computes on vectors, the upcast axis that the kernel's first store walks contiguously (stride
+    1, unmasked) with as many lanes as the widest vector of the stored dtype, else the one unrolled axis of a reduce
+    with as many lanes as its dtype's widest vector: its values are lowered as whole
+    vectors instead of lane by lane and regrouped afterwards (graph.fold_vector_accesses, vectorize.vectorize_alu),
+    which costs every pass a node per lane. The lowering builds what those passes would build from the lanes, so
+    the kernel's source is the same; a kernel with a value along the axis outside what lower_vector builds raises
+    ScalarLanes and is lowered lane by lane. (Not on dialects with work-groups: their local memory's stores are
+    lowered lane by lane.)"""
+    if self.has_local: return
+    store = self.ast.src[0]
+    if store.op is Ops.STORE and (dt := store.src[2].dtype) in VECTOR_FLOATS and (widths := self.vector_widths(dt)):
+      strides, masked = self.view_facts(st_arg(store))
+      for a in range(self.first_upcast, len(self.full_shape)):
+        if strides[a] == 1 and a not in masked and self.full_shape[a] == widths[0]: return self.set_vector_axis(a, widths[0])
+    # else a reduce's own unrolled axis, its lanes loaded as vectors (lanes_load_as_vectors: a row's sum)
+    for r in self.ast.toposort:
+      if r.op is Ops.REDUCE_AXIS and r.dtype in VECTOR_FLOATS and len(unrolled := self.upcast_axes(r.arg[1])) == 1 and \
+         (widths := self.vector_widths(r.dtype)) and self.full_shape[unrolled[0]] == widths[0]:
+        return self.set_vector_axis(unrolled[0], widths[0])
+
+  def set_vector_axis(self, axis: int, width: int) -> None:
+    self.vector_axis, self.vector_width = axis, width
+    self.vector_marker = UOp.variable(f"{_VECTOR}{axis}", 0, width - 1, self.idt)
+
+  def lower_vector(self, u: UOp, env: Env) -> UOp:
+    """`u`'s value at every lane of the vector axis, as one vector (its lanes the lanes' values in order)."""
+    n = self.vector_width
+    if u.op in _VECTOR_ARITHMETIC and u.dtype in VECTOR_FLOATS and all(s.dtype == u.dtype for s in u.src):
+      srcs = [self.lower(s, env) for s in u.src]
+      return UOp(u.op, u.dtype.vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
+    if u.op is Ops.VIEW: return self.lower(u.src[0], env)
+    if u.op is Ops.LOAD and len(u.src) == 2: return UOp(Ops.LOAD, u.dtype.vec(n), (self.vector_index(u, u.dtype, env),))
+    if u.op is Ops.STORE:
+      value = self.lower(u.src[2], env)
+      if value.dtype.count != n: raise ScalarLanes("a stored value the same at every lane")
+      return UOp(Ops.STORE, dtypes.void, (self.vector_index(u, u.src[2].dtype, env), value))
+    if u.op is Ops.REDUCE_AXIS: return self.lower_vector_reduce(u, env)
+    raise ScalarLanes(f"{u.op} along the vector axis")
+
+  def vector_index(self, u: UOp, dt: DType, env: Env) -> UOp:
+    """The INDEX of lane 0 of a LOAD or STORE that accesses the vector axis's lanes as one aligned vector (fold_vector_accesses'
+    run of them: stride 1, unmasked, a declared width aligned at lane 0, in global memory)."""
+    st, buf, a, n = st_arg(u), u.src[0], self.vector_axis, self.vector_width
+    strides, masked = self.view_facts(st)
+    if buf.op is not Ops.DEFINE_GLOBAL or strides[a] != 1 or a in masked or dt not in VECTOR_FLOATS or self.vector_widths(dt)[:1] != (n,):
+      raise ScalarLanes("an access that is not one vector along the vector axis")
+    idx, valid = self.indexed(st, self.with_axes(env, {a: 0}))
+    root, off = root_and_offset(idx)
+    if off % n or not aligned_root(root, n): raise ScalarLanes("an unaligned vector access")
+    if u.op is Ops.STORE:
+      for axis in self.late: valid = valid & self.base[axis].eq(0)
+      return _index(buf, idx, self.guarded(valid).simplify())
+    return _index(buf, idx, self.guarded(valid))
+
+  def lower_lanes_reduce(self, u: UOp, inner: Env, plan: ReducePlan) -> UOp:
+    """A reduce over the vector axis (and loops): the vector of its lanes' values accumulates into one vector
+    accumulator, whose lanes are combined pairwise after the loops (what vectorize_alu makes of an accumulator per
+    lane, plan.per_lane)."""
+    op = u.arg[0]
+    if op not in (Ops.ADD, Ops.MUL) or u.dtype not in VECTOR_FLOATS or not plan.per_lane or plan.ways != 1 or u.src[0].op is Ops.EXPAND:
+      raise ScalarLanes("a reduce over the vector axis that is not one vector accumulator")
+    value = self.lower(u.src[0], self.with_axes(inner, {self.vector_axis: self.vector_marker}))
+    if value.dtype.count != self.vector_width: raise ScalarLanes("a reduced value the same at every lane")
+    acc = self.vector_accumulator(op, u.dtype, value, plan.ranges)
+    return pairwise(op, [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(self.vector_width)])
+
+  def vector_accumulator(self, op: Ops, dtype: DType, value: UOp, ranges: list[UOp]) -> UOp:
+    """The ASSIGN of a vector accumulator (one accumulator number per lane) updated with the vector `value`: what
+    vectorize_alu makes of the lanes' accumulators."""
+    if (ret := self.memo.get(key := ("vacc", op, value, tuple(ranges)))) is None:
+      ids = tuple(self.acc_ids.setdefault((op, value, tuple(ranges), lane), len(self.acc_ids)) for lane in range(self.vector_width))
+      acc = UOp(Ops.DEFINE_ACC, value.dtype, (UOp.const(value.dtype, identity_element(op, dtype)), *ranges), ids)
+      ret = self.memo[key] = UOp(Ops.ASSIGN, value.dtype, (acc, acc.alu(op, value)))
+    return ret
+
+  def lower_vector_reduce(self, u: UOp, env: Env) -> UOp:
+    """A sum or product over loops only, for every lane of the vector axis: one vector accumulator (what
+    vectorize_alu makes of the lanes' accumulators, each lane its own: the output has a vector of lanes)."""
+    op, axes = u.arg
+    if op not in (Ops.ADD, Ops.MUL) or u.dtype not in VECTOR_FLOATS or self.upcast_axes(axes) or u.src[0].op is Ops.EXPAND or \
+       any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes):
+      raise ScalarLanes("a reduce along the vector axis that is not a vector accumulator")
+    plan = self.memo.get(pkey := ("reduce", u, around := self.around(env, axes)))
+    if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
+    value = self.lower(u.src[0], self.with_axes(env, dict(zip(plan.loops, plan.ranges))))
+    if not plan.ranges: return value
+    if value.dtype.count != self.vector_width: raise ScalarLanes("a reduced value the same at every lane")
+    return self.vector_accumulator(op, u.dtype, value, plan.ranges)
+
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
     of an upcast axis that reduce the same values share it."""
@@ -655,6 +754,25 @@ class Lowering:
 
 
 _ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP}  # lowered as their sources are
+# the float arithmetic lower_vector computes on whole vectors (vectorize_alu's lane ops that AST kernels hold)
+_VECTOR_ARITHMETIC = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.FDIV, Ops.RECIP})
+_VECTOR = "vector:"  # the name prefix of the vector axis's marker (no C identifier: no kernel Variable is named so)
+
+
+class ScalarLanes(Exception):
+  """A kernel with a value along its vector axis that lower_vector does not build: lowered lane by lane instead."""
+
+
+def _splat(x: UOp, n: int) -> UOp:
+  """`x` in every lane of a vector of n, as vectorize_alu writes a splat (a constant stays a constant)."""
+  return UOp.const(x.dtype.vec(n), x.arg) if x.op is Ops.CONST else UOp(Ops.VECTORIZE, x.dtype.vec(n), (x,) * n)
+
+
+def aligned_root(root: Optional[UOp], n: int) -> bool:
+  """The root of an index is a multiple of n wherever it is evaluated (so root+o with o % n == 0 is n-aligned)."""
+  if root is None: return True
+  terms, const = split_sum(root)
+  return const % n == 0 and all(k % n == 0 for k in terms.values())
 
 
 def _lane_of(env: Env, axes) -> int:
@@ -676,9 +794,17 @@ def _index(buf: UOp, idx: UOp, valid: UOp) -> UOp:
 
 def lower(ast: UOp, renderer) -> UOp:
   """The lowered SINK of an optimized kernel AST for `renderer` (its has_local, global_max, local_max)."""
-  lw = Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=index_dtype(ast),
-                **({"vector_widths": renderer.vector_widths} if renderer.vector_alu else {}))
+  def lowering() -> Lowering:
+    return Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=idt,
+                    **({"vector_widths": renderer.vector_widths} if renderer.vector_alu else {}))
+  idt = index_dtype(ast)
+  lw = lowering()
   if any(isinstance(s, int) and s == 0 for s in st_arg(ast.src[0]).shape):
     # no output elements: zero-size work: a program that takes the kernel's buffers and does nothing (no load may touch an empty buffer)
     return UOp(Ops.SINK, dtypes.void, tuple(sorted({u for u in ast.toposort if u.op is Ops.DEFINE_GLOBAL}, key=lambda u: u.arg)))
+  if renderer.vector_alu:
+    lw.choose_vector_axis()
+    if lw.vector_axis is not None:
+      try: return lw.lower(ast, lw.base)
+      except ScalarLanes: lw = lowering()  # afresh: nothing of the attempt (its loops, accumulators) is kept
   return lw.lower(ast, lw.base)

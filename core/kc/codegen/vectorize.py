@@ -33,7 +33,7 @@ only float32 and float64, whose C arithmetic on vectors is the same IEEE arithme
 from __future__ import annotations
 from typing import Callable, Iterable, Optional, Reversible
 from kc.ir.dtype import DType, dtypes
-from kc.codegen.lower import pairwise
+from kc.codegen.combine import pairwise
 from kc.ir.uop import Ops, UOp
 
 # the ops whose C operators compute lane by lane on GCC/Clang vector types with the scalar operators' results
