@@ -8,6 +8,7 @@ from kc import ast as A
 from kc.kernel import Kernel
 from kc.codegen.graph import rewrite_lowered
 from kc.codegen.lower import lower
+from kc.errors import KcError
 from kc.ir.dtype import dtypes
 from kc.ir.uop import Ops, UOp
 from kc.codegen.vectorize import _accumulator_trees, accumulators_under, passing_toposort
@@ -199,3 +200,26 @@ def test_the_vector_axis_builds_what_the_lanes_become(lanes, monkeypatch):
         with_axis, lane_by_lane = _rendered_both_ways(ast, clang, monkeypatch)
         assert with_axis == lane_by_lane, f"{name}: {k.applied_opts}"
   assert taken[0] >= 5
+
+
+@pytest.mark.parametrize("opts", [
+  # a reduce padded to 32 rows and unrolled: the padded rows' loads never happen, each lane's 0 (no vector of them)
+  [("UPCAST", 0, 0), ("PADTO", 0, 32), ("UNROLL", 0, 0)],
+  # the rows unrolled beside the vector: real vectors and lanes combined pairwise
+  [("UPCAST", 0, 0), ("UNROLL", 0, 4)],
+  # a row's window shifted by one: no aligned vector, every lane its own load
+  [("UPCAST", 0, 0)],
+])
+def test_the_vector_axis_builds_what_the_lanes_become_for_these_tiles(opts, monkeypatch):
+  from kc.kernel import Opt, OptOps
+  clang = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)
+  clang.float_lanes = 16
+  F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
+  x = F(1, 16, 17)
+  asts = {"column sums": A.sink(A.store(0, F(1, 16, 16).sum(0))),
+          "shifted rows": A.sink(A.store(0, (x[:, 1:] * 2.0 + x[:, :16]).sum(0)))}
+  for name, ast in asts.items():
+    k = Kernel(ast, clang)
+    for op, axis, amt in opts: k.apply_opt(Opt(OptOps[op], axis, amt))
+    with_axis, lane_by_lane = _rendered_both_ways(k.get_optimized_ast(), clang, monkeypatch)
+    assert with_axis == lane_by_lane, name

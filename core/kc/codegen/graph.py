@@ -61,23 +61,30 @@ def _declared_widths(renderer) -> Callable[[DType], Widths]:
   return widths
 
 
-def _accesses(topo, widths: Callable[[DType], Widths]) -> tuple[dict[tuple, dict[int, UOp]], dict[tuple, dict[int, UOp]]]:
+Group = dict[tuple, dict[int, UOp]]
+
+
+def _accesses(topo, widths: Callable[[DType], Widths]) -> tuple[Group, Group, Group]:
   """Scalar LOADs and STOREs of the dtypes the renderer has vectors of, each grouped by (buffer, index root, gate, extra
-  sources, vector widths) and keyed by constant offset."""
-  groups: dict[Ops, dict[tuple, dict[int, UOp]]] = {Ops.LOAD: defaultdict(dict), Ops.STORE: defaultdict(dict)}
+  sources, vector widths) and keyed by constant offset; and the vector LOADs of a declared width already there (the
+  lowering's vector axis builds them), grouped alike."""
+  groups: dict[Ops, Group] = {Ops.LOAD: defaultdict(dict), Ops.STORE: defaultdict(dict)}
+  vector_loads: Group = defaultdict(dict)
   for u in topo:
     if (op := u.op) is not Ops.LOAD and op is not Ops.STORE or u.src[0].op is not Ops.INDEX: continue
     index = u.src[0]
     value_dt = u.dtype if op is Ops.LOAD else u.src[1].dtype
-    if value_dt.count != 1 or not isinstance(index.src[0].dtype, PtrDType) or not (ws := widths(value_dt)): continue
+    if not isinstance(index.src[0].dtype, PtrDType) or not (ws := widths(value_dt.scalar())): continue
+    if value_dt.count != 1 and (op is not Ops.LOAD or value_dt.count not in ws): continue
     root, off = root_and_offset(index.src[1])
-    groups[op][(index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else (), ws)][off] = u
-  return groups[Ops.LOAD], groups[Ops.STORE]
+    key = (index.src[0], root, index.src[2] if len(index.src) == 3 else None, u.src[1:] if op is Ops.LOAD else (), ws)
+    (groups[op] if value_dt.count == 1 else vector_loads)[key][off] = u
+  return groups[Ops.LOAD], groups[Ops.STORE], vector_loads
 
 
-def _runs(by_off: dict[int, UOp], root: Optional[UOp], widths: Widths):
-  """Aligned runs of neighbouring offsets, of the first (widest) of `widths` that fits, each access in at most one run."""
-  taken: set[int] = set()
+def _runs(by_off: dict[int, UOp], root: Optional[UOp], widths: Widths, taken: set[int]):
+  """Aligned runs of neighbouring offsets, of the first (widest) of `widths` that fits, each access in at most one run
+  (none at the offsets `taken` already)."""
   for off in sorted(by_off):
     for n in widths:
       if off % n == 0 and aligned_root(root, n) and all(off + i in by_off and off + i not in taken for i in range(n)):
@@ -98,23 +105,35 @@ def _vector_store(run: list[UOp], memo: dict[UOp, UOp]) -> UOp:
 
 def fold_vector_accesses(sink: UOp, renderer) -> UOp:
   """Groups of scalar loads from one buffer at aligned neighbouring offsets become one vector load and lane reads,
-  in the widths renderer.vector_widths declares for their dtype (float4, else float2, by default); groups of such
-  stores become one vector store (of the loaded vector itself when the values are its lanes in order: a copy). One
-  walk over the graph rebuilds it with both."""
+  in the widths renderer.vector_widths declares for their dtype (float4, else float2, by default), and scalar loads
+  at the offsets of a vector load already there that vector's lanes; groups of such stores become one vector store
+  (of the loaded vector itself when the values are its lanes in order: a copy). One walk over the graph rebuilds it
+  with both."""
   topo = passing_toposort(sink)
-  load_groups, store_groups = _accesses(topo, _declared_widths(renderer))
+  load_groups, store_groups, vector_loads = _accesses(topo, _declared_widths(renderer))
   lane: dict[UOp, tuple[list[UOp], int]] = {}  # scalar load -> (its run, its lane)
-  for (_, root, _, _, widths), by_off in load_groups.items():
-    for run in _runs(by_off, root, widths):
+  loaded: dict[UOp, UOp] = {}  # scalar load -> its lane of a vector load already there
+  for key, by_off in load_groups.items():
+    # a vector load already there is the run its offsets would make (the widest width, aligned): the scalar loads
+    # at its offsets are its lanes, and no other run takes them
+    taken: set[int] = set()
+    for start, vec in vector_loads.get(key, {}).items():
+      for i in range(vec.dtype.count):
+        if (g := by_off.get(start + i)) is not None: loaded[g] = UOp(Ops.GEP, g.dtype, (vec,), (i,))
+      taken.update(range(start, start + vec.dtype.count))
+    for run in _runs(by_off, key[1], key[4], taken):
       for i, g in enumerate(run): lane[g] = (run, i)
   runs_of: dict[UOp, list[UOp]] = {}  # the first store of each run of stores -> the run
   for (_, root, _, _, widths), by_off in store_groups.items():
-    for run in _runs(by_off, root, widths): runs_of[run[0]] = run
-  if not lane and not runs_of: return sink
+    for run in _runs(by_off, root, widths, set()): runs_of[run[0]] = run
+  if not lane and not runs_of and not loaded: return sink
   memo: dict[UOp, UOp] = {}
   vectors: dict[int, UOp] = {}  # id of a run of loads -> its vector load
   dropped: set[UOp] = set()
   for u in topo:
+    if (lane_of_vector := loaded.get(u)) is not None:  # (an INDEX is left as it is: the vector load is final)
+      memo[u] = lane_of_vector
+      continue
     if u in lane:
       run, i = lane[u]
       if (vec := vectors.get(id(run))) is None:

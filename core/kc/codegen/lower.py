@@ -8,8 +8,9 @@ Every axis of the kernel's full shape gets an index:
   upcast axes   unrolled here: each value of each upcast axis is a separate copy of the computation (the
                 backend's vector loads come back later, from groups of neighbouring scalar loads), except the
                 vector axis (choose_vector_axis): on a dialect that computes on vectors, one upcast axis as wide as
-                its widest vector whose values are lowered as whole vectors, as the vector passes would rebuild
-                them from the lanes (a kernel with a value along it that they would not is lowered lane by lane)
+                its widest vector whose values are lowered for all of its lanes at once: real vectors where the
+                vector passes would rebuild them from the lanes (aligned accesses, arithmetic on a real vector,
+                accumulators), the lanes in a VECTORIZE elsewhere, which the passes take as they take any lanes
 Each node of the AST is lowered under an environment (one index UOp per axis); a reduce changes the indices of
 its own axes for its source. Views become INDEX(buffer, offset, valid): masked loads read 0, masked stores are
 skipped. A reduce becomes DEFINE_ACC + ASSIGN over its loops.
@@ -24,7 +25,7 @@ from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError, ShapeError
 from kc.helpers import all_int, prod, vector_registers
 from kc.codegen.combine import identity_element, pairwise
-from kc.codegen.vectorize import VECTOR_FLOATS
+from kc.codegen.vectorize import VECTOR_FLOATS, accumulator_updates
 from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
 from kc.shape.view import View, fmt_shape, sint_to_uop
@@ -284,6 +285,7 @@ class Lowering:
   vector_widths: Callable[[DType], tuple[int, ...]] = lambda dt: ()  # noqa: E731
   # the upcast axis lowered as whole vectors (choose_vector_axis), its width, and the marker its index holds in an
   # environment where a value is computed for all of its lanes at once
+  vector_functions: frozenset = frozenset()  # Renderer.vector_functions where vector_alu
   vector_axis: Optional[int] = None
   vector_width: int = 0
   vector_marker: Optional[UOp] = None
@@ -400,7 +402,8 @@ class Lowering:
     if u.op in _ELEMENTWISE: return UOp(u.op, u.dtype, tuple([self.lower(s, env) for s in u.src]), u.arg)
     if u.op is Ops.SINK:
       stores = []
-      for e in self.store_lanes(env, u.src): stores += [self.lower(s, e) for s in u.src]
+      for e in self.store_lanes(env, u.src):
+        for s in u.src: stores += self.lower_vector_stores(s, e) if self.vector_marker is not None else [self.lower(s, e)]
       return UOp(Ops.SINK, dtypes.void, tuple(dict.fromkeys(stores)))
     if u.op in (Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR): return u
     if u.op is Ops.BIND: return u.src[0]
@@ -561,7 +564,8 @@ class Lowering:
     if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
     loops, unrolled, ways, ranges = plan.loops, plan.unrolled, plan.ways, plan.ranges
     inner = self.with_axes(env, dict(zip(loops, ranges)))
-    if self.vector_marker is not None and unrolled == [self.vector_axis]: return self.lower_lanes_reduce(u, inner, plan)
+    if self.vector_marker is not None and unrolled == [self.vector_axis] and self.lanes_reducible(u, plan):
+      return self.lower_lanes_reduce(u, inner, plan)
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
     if ways > 1:  # the last loop's index i*ways + w for each way w
@@ -660,69 +664,104 @@ class Lowering:
     self.vector_marker = UOp.variable(f"{_VECTOR}{axis}", 0, width - 1, self.idt)
 
   def lower_vector(self, u: UOp, env: Env) -> UOp:
-    """`u`'s value at every lane of the vector axis, as one vector (its lanes the lanes' values in order)."""
+    """`u`'s value at every lane of the vector axis: a vector whose lanes are the lanes' values in order. A real
+    vector (a load, arithmetic, an accumulator) where vectorize_alu would build one from the lanes: an access of one
+    aligned vector, arithmetic with a real vector among its sources; else the lanes themselves, lowered one by one,
+    in a VECTORIZE (vectorize_alu decides on them as it does on a kernel lowered lane by lane)."""
     n = self.vector_width
-    if u.op in _VECTOR_ARITHMETIC and u.dtype in VECTOR_FLOATS and all(s.dtype == u.dtype for s in u.src):
-      srcs = [self.lower(s, env) for s in u.src]
-      return UOp(u.op, u.dtype.vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
     if u.op is Ops.VIEW: return self.lower(u.src[0], env)
-    if u.op is Ops.LOAD and len(u.src) == 2: return UOp(Ops.LOAD, u.dtype.vec(n), (self.vector_index(u, u.dtype, env),))
-    if u.op is Ops.STORE:
-      value = self.lower(u.src[2], env)
-      if value.dtype.count != n: raise ScalarLanes("a stored value the same at every lane")
-      return UOp(Ops.STORE, dtypes.void, (self.vector_index(u, u.src[2].dtype, env), value))
-    if u.op is Ops.REDUCE_AXIS: return self.lower_vector_reduce(u, env)
-    raise ScalarLanes(f"{u.op} along the vector axis")
+    if u.op in _ELEMENTWISE and self.vector_op(u.op, u.dtype) and all(s.dtype == u.dtype for s in u.src):
+      srcs = [self.lower(s, env) for s in u.src]
+      if any(_real(s) for s in srcs): return UOp(u.op, u.dtype.vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
+    elif u.op is Ops.LOAD and len(u.src) == 2 and (index := self.vector_index(u, u.dtype, env)) is not None:
+      return UOp(Ops.LOAD, u.dtype.vec(n), (index,))
+    elif u.op is Ops.REDUCE_AXIS and (acc := self.lower_vector_reduce(u, env)) is not None: return acc
+    if u.dtype.count != 1 or u.dtype == dtypes.void: raise ScalarLanes(f"{u.op} of {u.dtype} along the vector axis")
+    return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(self.lower(u, self.with_axes(env, {self.vector_axis: i})) for i in range(n)))
 
-  def vector_index(self, u: UOp, dt: DType, env: Env) -> UOp:
-    """The INDEX of lane 0 of a LOAD or STORE that accesses the vector axis's lanes as one aligned vector (fold_vector_accesses'
-    run of them: stride 1, unmasked, a declared width aligned at lane 0, in global memory)."""
+  def vector_op(self, op: Ops, dt: DType) -> bool:
+    """Whether vectorize_alu computes `op` on vectors of the vector axis's width of `dt` (its lane ops: float
+    arithmetic, the dialect's vector functions on float32) once a source is a real vector."""
+    return dt in VECTOR_FLOATS and self.vector_widths(dt)[:1] == (self.vector_width,) and \
+      (op in _VECTOR_ARITHMETIC or (op in self.vector_functions and dt == dtypes.float32))
+
+  def vector_alu(self, op: Ops, a: UOp, b: UOp) -> UOp:
+    """a <op> b for values of the vector axis (real vectors, lanes, or one value for every lane): a vector op where a
+    source is a real vector, else the lanes' ops (a pairwise combine of a reduce's parts)."""
+    n, dt = self.vector_width, a.dtype.scalar()
+    if (_real(a) or _real(b)) and self.vector_op(op, dt): return UOp(op, dt.vec(n), tuple(x if x.dtype.count == n else _splat(x, n) for x in (a, b)))
+    return UOp(Ops.VECTORIZE, dt.vec(n), tuple(UOp(op, dt, (_lane(a, i), _lane(b, i))) for i in range(n)))
+
+  def vector_index(self, u: UOp, dt: DType, env: Env) -> Optional[UOp]:
+    """The INDEX of lane 0 of a LOAD or STORE that accesses the vector axis's lanes as one aligned vector
+    (fold_vector_accesses' run of them: stride 1, unmasked, the widest declared width aligned at lane 0, in global
+    memory), else None."""
     st, buf, a, n = st_arg(u), u.src[0], self.vector_axis, self.vector_width
     strides, masked = self.view_facts(st)
     if buf.op is not Ops.DEFINE_GLOBAL or strides[a] != 1 or a in masked or dt not in VECTOR_FLOATS or self.vector_widths(dt)[:1] != (n,):
-      raise ScalarLanes("an access that is not one vector along the vector axis")
+      return None
     idx, valid = self.indexed(st, self.with_axes(env, {a: 0}))
     root, off = root_and_offset(idx)
-    if off % n or not aligned_root(root, n): raise ScalarLanes("an unaligned vector access")
+    if off % n or not aligned_root(root, n): return None
     if u.op is Ops.STORE:
       for axis in self.late: valid = valid & self.base[axis].eq(0)
       return _index(buf, idx, self.guarded(valid).simplify())
-    return _index(buf, idx, self.guarded(valid))
+    # a load that never happens is each lane's 0 (the rewrite folds what the lanes compute from it): no vector
+    return None if valid.op is Ops.CONST and valid.arg is False else _index(buf, idx, self.guarded(valid))
+
+  def lower_vector_stores(self, store: UOp, env: Env) -> list[UOp]:
+    """The lowered STOREs of `store` at env: one vector store where env holds the vector axis whole."""
+    if env[self.vector_axis] is not self.vector_marker: return [self.lower(store, env)]
+    # stores lane by lane would stand in the SINK in another order than the lanes' own: the kernel goes lane by lane
+    if (index := self.vector_index(store, store.src[2].dtype, env)) is None: raise ScalarLanes("a store that is not one vector")
+    value = self.lower(store.src[2], env)
+    return [UOp(Ops.STORE, dtypes.void, (index, value if value.dtype.count == self.vector_width else _splat(value, self.vector_width)))]
+
+  def lanes_reducible(self, u: UOp, plan: ReducePlan) -> bool:
+    """Whether a reduce over the vector axis keeps vector accumulators (an accumulator per lane, or per lane and way,
+    plan.per_lane or plan.ways, updated by an op vectorize_alu keeps on a vector accumulator)."""
+    return (plan.per_lane or plan.ways > 1) and bool(plan.ranges) and u.src[0].op is not Ops.EXPAND and self.vector_op(u.arg[0], u.dtype) \
+      and u.arg[0] in accumulator_updates(self.vector_functions)
 
   def lower_lanes_reduce(self, u: UOp, inner: Env, plan: ReducePlan) -> UOp:
-    """A reduce over the vector axis (and loops): the vector of its lanes' values accumulates into one vector
-    accumulator, whose lanes are combined pairwise after the loops (what vectorize_alu makes of an accumulator per
-    lane, plan.per_lane)."""
-    op = u.arg[0]
-    if op not in (Ops.ADD, Ops.MUL) or u.dtype not in VECTOR_FLOATS or not plan.per_lane or plan.ways != 1 or u.src[0].op is Ops.EXPAND:
-      raise ScalarLanes("a reduce over the vector axis that is not one vector accumulator")
-    value = self.lower(u.src[0], self.with_axes(inner, {self.vector_axis: self.vector_marker}))
-    if value.dtype.count != self.vector_width: raise ScalarLanes("a reduced value the same at every lane")
-    acc = self.vector_accumulator(op, u.dtype, value, plan.ranges)
-    return pairwise(op, [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(self.vector_width)])
+    """A reduce over the vector axis (and loops): the vector of its lanes' values accumulates into a vector
+    accumulator (one per way of an interleaved reduce), whose lanes are combined pairwise after the loops, the ways'
+    lanes one after another: what vectorize_alu makes of an accumulator per lane."""
+    op, n = u.arg[0], self.vector_width
+    steps = [inner] if plan.ways == 1 else \
+      [self.with_axes(inner, {plan.loops[-1]: plan.ranges[-1] * plan.ways + w}) for w in range(plan.ways)]
+    lanes = []
+    for step in steps:
+      acc = self.vector_accumulator(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
+      lanes += [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(n)]
+    return pairwise(op, lanes)
 
   def vector_accumulator(self, op: Ops, dtype: DType, value: UOp, ranges: list[UOp]) -> UOp:
-    """The ASSIGN of a vector accumulator (one accumulator number per lane) updated with the vector `value`: what
-    vectorize_alu makes of the lanes' accumulators."""
+    """The ASSIGN of a vector accumulator (one accumulator number per lane) updated with the vector `value` (a real
+    vector or lanes, made one if it is the same at every lane): what vectorize_alu makes of the lanes' accumulators."""
+    if value.dtype.count != self.vector_width: value = _splat(value, self.vector_width)
     if (ret := self.memo.get(key := ("vacc", op, value, tuple(ranges)))) is None:
       ids = tuple(self.acc_ids.setdefault((op, value, tuple(ranges), lane), len(self.acc_ids)) for lane in range(self.vector_width))
       acc = UOp(Ops.DEFINE_ACC, value.dtype, (UOp.const(value.dtype, identity_element(op, dtype)), *ranges), ids)
       ret = self.memo[key] = UOp(Ops.ASSIGN, value.dtype, (acc, acc.alu(op, value)))
     return ret
 
-  def lower_vector_reduce(self, u: UOp, env: Env) -> UOp:
-    """A sum or product over loops only, for every lane of the vector axis: one vector accumulator (what
-    vectorize_alu makes of the lanes' accumulators, each lane its own: the output has a vector of lanes)."""
+  def lower_vector_reduce(self, u: UOp, env: Env) -> Optional[UOp]:
+    """A reduce over loops and other unrolled axes, for every lane of the vector axis: its parts combined pairwise
+    (vector_alu) and one vector accumulator (what vectorize_alu makes of the lanes' accumulators, each lane its own),
+    else None."""
     op, axes = u.arg
-    if op not in (Ops.ADD, Ops.MUL) or u.dtype not in VECTOR_FLOATS or self.upcast_axes(axes) or u.src[0].op is Ops.EXPAND or \
+    if u.src[0].op is Ops.EXPAND or op not in accumulator_updates(self.vector_functions) or not self.vector_op(op, u.dtype) or \
        any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes):
-      raise ScalarLanes("a reduce along the vector axis that is not a vector accumulator")
+      return None
     plan = self.memo.get(pkey := ("reduce", u, around := self.around(env, axes)))
     if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
-    value = self.lower(u.src[0], self.with_axes(env, dict(zip(plan.loops, plan.ranges))))
-    if not plan.ranges: return value
-    if value.dtype.count != self.vector_width: raise ScalarLanes("a reduced value the same at every lane")
-    return self.vector_accumulator(op, u.dtype, value, plan.ranges)
+    if plan.ways > 1 or plan.per_lane: return None
+    inner = self.with_axes(env, dict(zip(plan.loops, plan.ranges)))
+    parts = [self.lower(u.src[0], self.with_axes(inner, c)) for c in self.combos(plan.unrolled)]
+    while len(parts) > 1:  # pairwise, lane by lane where no part is a real vector
+      parts = [self.vector_alu(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return self.vector_accumulator(op, u.dtype, parts[0], plan.ranges) if plan.ranges else parts[0]
 
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
@@ -763,6 +802,16 @@ class ScalarLanes(Exception):
   """A kernel with a value along its vector axis that lower_vector does not build: lowered lane by lane instead."""
 
 
+def _real(x: UOp) -> bool:
+  """A real vector of the vector axis: computed as one (not its lanes gathered, not one value splat)."""
+  return x.dtype.count > 1 and x.op is not Ops.VECTORIZE
+
+
+def _lane(x: UOp, i: int) -> UOp:
+  """Lane i of a value of the vector axis that is no real vector: its lanes' VECTORIZE, or a value for every lane."""
+  return x.src[i] if x.dtype.count > 1 else x
+
+
 def _splat(x: UOp, n: int) -> UOp:
   """`x` in every lane of a vector of n, as vectorize_alu writes a splat (a constant stays a constant)."""
   return UOp.const(x.dtype.vec(n), x.arg) if x.op is Ops.CONST else UOp(Ops.VECTORIZE, x.dtype.vec(n), (x,) * n)
@@ -794,9 +843,10 @@ def _index(buf: UOp, idx: UOp, valid: UOp) -> UOp:
 
 def lower(ast: UOp, renderer) -> UOp:
   """The lowered SINK of an optimized kernel AST for `renderer` (its has_local, global_max, local_max)."""
+  vectors = {"vector_widths": renderer.vector_widths, "vector_functions": frozenset(renderer.vector_functions)} if renderer.vector_alu else {}
+
   def lowering() -> Lowering:
-    return Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=idt,
-                    **({"vector_widths": renderer.vector_widths} if renderer.vector_alu else {}))
+    return Lowering(ast, renderer.has_local, renderer.global_max, renderer.local_max, idt=idt, **vectors)
   idt = index_dtype(ast)
   lw = lowering()
   if any(isinstance(s, int) and s == 0 for s in st_arg(ast.src[0]).shape):

@@ -46,7 +46,7 @@ _MASK_LOGIC = frozenset({Ops.AND, Ops.OR, Ops.XOR, Ops.CMPNE})  # CMPNE of bools
 _ACC_UPDATES = frozenset({Ops.ADD, Ops.MUL})
 
 
-def _acc_updates(functions: frozenset) -> frozenset: return _ACC_UPDATES | (functions & {Ops.MAX})
+def accumulator_updates(functions: frozenset) -> frozenset: return _ACC_UPDATES | (functions & {Ops.MAX})
 # the float dtypes whose C arithmetic on vectors is the same IEEE arithmetic lane by lane
 VECTOR_FLOATS = frozenset({dtypes.float32, dtypes.float64})
 _NO_ACCS: frozenset[UOp] = frozenset()
@@ -181,7 +181,7 @@ class _Vectorizer:
     if any(x.op is not Ops.ASSIGN for x in lanes): return None
     accs = tuple(x.src[0] for x in lanes)
     first, upd = accs[0], lanes[0].src[1]
-    if len(set(accs)) != len(accs) or upd.op not in _acc_updates(self.functions): return None
+    if len(set(accs)) != len(accs) or upd.op not in accumulator_updates(self.functions): return None
     for x, acc in zip(lanes, accs):
       u = x.src[1]
       if x.op is not Ops.ASSIGN or acc.op is not Ops.DEFINE_ACC or acc.dtype != first.dtype or acc.src[1:] != first.src[1:] \
@@ -252,7 +252,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   vectors with lane masks (Renderer.vector_select)."""
   topo = passing_toposort(sink)
   vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths)}  # in order, asked again below
-  combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src}, _acc_updates(functions))
+  combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src}, accumulator_updates(functions))
   if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
   vz = _Vectorizer(rebuilt, accumulators_under(topo), functions, select)
