@@ -172,7 +172,6 @@ def test_the_vector_axis_builds_what_the_lanes_become(lanes, monkeypatch):
   import random
   from kc.ast.examples import EXAMPLES
   from kc.codegen import lower as lowering
-  from kc.errors import KcError
   from kc.schedule import schedule
   from kc.search.actions import action_list
   clang = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)

@@ -289,6 +289,7 @@ class Lowering:
   vector_axis: Optional[int] = None
   vector_width: int = 0
   vector_marker: Optional[UOp] = None
+  loaded_lanes: set = field(default_factory=set)  # the VECTORIZEs of a load's distinct lanes (load_lanes)
 
   def __post_init__(self):
     info = self.ast.arg if isinstance(self.ast.arg, KernelInfo) else KernelInfo()
@@ -672,12 +673,31 @@ class Lowering:
     if u.op is Ops.VIEW: return self.lower(u.src[0], env)
     if u.op in _ELEMENTWISE and self.vector_op(u.op, u.dtype) and all(s.dtype == u.dtype for s in u.src):
       srcs = [self.lower(s, env) for s in u.src]
-      if any(_real(s) for s in srcs): return UOp(u.op, u.dtype.vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
-    elif u.op is Ops.LOAD and len(u.src) == 2 and (index := self.vector_index(u, u.dtype, env)) is not None:
-      return UOp(Ops.LOAD, u.dtype.vec(n), (index,))
+      # vectorize_alu makes a vector op of lanes with a real vector among their sources, or with at most one source
+      # gathered lane by lane (the others one value for every lane): lanes of distinct loads are such a source
+      gathered = [s for s in srcs if s.dtype.count == n and not _real(s)]
+      if any(_real(s) for s in srcs) or (len(gathered) == 1 and gathered[0] in self.loaded_lanes):
+        return UOp(u.op, u.dtype.vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
+    elif u.op is Ops.LOAD and len(u.src) == 2:
+      if (index := self.vector_index(u, u.dtype, env)) is not None: return UOp(Ops.LOAD, u.dtype.vec(n), (index,))
+      return self.load_lanes(u, env)
     elif u.op is Ops.REDUCE_AXIS and (acc := self.lower_vector_reduce(u, env)) is not None: return acc
+    return self.lanes(u, env)
+
+  def lanes(self, u: UOp, env: Env) -> UOp:
+    """`u` lowered at each lane of the vector axis, the lanes in a VECTORIZE."""
     if u.dtype.count != 1 or u.dtype == dtypes.void: raise ScalarLanes(f"{u.op} of {u.dtype} along the vector axis")
-    return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(self.lower(u, self.with_axes(env, {self.vector_axis: i})) for i in range(n)))
+    return UOp(Ops.VECTORIZE, u.dtype.vec(self.vector_width), tuple(self.lower(u, self.with_axes(env, {self.vector_axis: i}))
+                                                                    for i in range(self.vector_width)))
+
+  def load_lanes(self, u: UOp, env: Env) -> UOp:
+    """The lanes of a load that is not one aligned vector. Lanes at distinct offsets (stride 1 along the axis: a
+    convolution's row shifted by its window) that may all load stay distinct loads through the rewrite: vectorize_alu
+    takes them as one gathered source of a vector op (loaded_lanes). (A lane that never loads is a constant 0 after
+    the rewrite, which puts it after the other operand of its op: its lanes' sources no longer line up.)"""
+    lanes = self.lanes(u, env)
+    if self.view_facts(st_arg(u))[0][self.vector_axis] == 1 and not any(_never_loads(x) for x in lanes.src): self.loaded_lanes.add(lanes)
+    return lanes
 
   def vector_op(self, op: Ops, dt: DType) -> bool:
     """Whether vectorize_alu computes `op` on vectors of the vector axis's width of `dt` (its lane ops: float
@@ -800,6 +820,12 @@ _VECTOR = "vector:"  # the name prefix of the vector axis's marker (no C identif
 
 class ScalarLanes(Exception):
   """A kernel with a value along its vector axis that lower_vector does not build: lowered lane by lane instead."""
+
+
+def _never_loads(load: UOp) -> bool:
+  """A LOAD whose gate is false (the rewrite makes it 0)."""
+  index = load.src[0]
+  return len(index.src) == 3 and index.src[2].op is Ops.CONST and index.src[2].arg is False
 
 
 def _real(x: UOp) -> bool:
