@@ -33,13 +33,14 @@ def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[
   return need
 
 
-def _nesting(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+def _nesting(sink: UOp) -> tuple[dict[UOp, frozenset[UOp]], dict[UOp, frozenset[UOp]]]:
   """For each RANGE, the loops it nests in (all of them, not only the next one out), derived from the data:
   - a reduce's own loops (its DEFINE_ACC's ranges) nest inside every loop its ASSIGN's value needs that are not its
     own: the loops of an enclosing reduce, the output's loops. Among its own loops, axis order.
   - any other two loops that are ever open together nest in _nesting_key order (an inner loop's body is inside
     every loop around it, so nothing is hoisted into a second copy of an outer loop).
-  Each new nesting can make more loops open together, so this repeats until nothing changes."""
+  Each new nesting can make more loops open together, so this repeats until nothing changes. Returns the nesting
+  and each UOp's loops under it (_loops)."""
   assigns = [u for u in sink.toposort if u.op is Ops.ASSIGN and u.src[0].op is Ops.DEFINE_ACC]
   around: dict[UOp, frozenset[UOp]] = {}
   while True:
@@ -54,7 +55,7 @@ def _nesting(sink: UOp) -> dict[UOp, frozenset[UOp]]:
       for p, q in itertools.combinations(sorted(loops, key=_nesting_key), 2):
         if p not in inside.get(q, ()) and q not in inside.get(p, ()): inside.setdefault(q, set()).add(p)
     new = {r: frozenset(a) for r, a in _closure(inside).items()}
-    if new == around: return around
+    if new == around: return around, need
     around = new
 
 
@@ -90,8 +91,7 @@ def linearize(sink: UOp) -> list[UOp]:
   """The UOps of `sink` in execution order, with ENDRANGE after each loop body and IF/ENDIF around gated stores.
   The SINK itself is not included."""
   if sink.op is not Ops.SINK: raise KcError(f"linearize takes a SINK, got {sink.op}")
-  around = _nesting(sink)
-  need = _loops(sink, around)
+  around, need = _nesting(sink)
   # each UOp's loops from the outermost in: a block `depth` loops deep opens the next loop of its nodes' chains
   chains: dict[frozenset, tuple] = {}
   depth = {r: len(a) for r, a in around.items()}  # every two loops open together nest: the outer one is inside fewer
@@ -129,10 +129,16 @@ def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: lis
     return
   deps: dict[UOp, set] = {item: set() for item in item_of.values()}
   for u in nodes:
-    me = item_of[u]
-    # a node reads its sources, and every loop it sits in (this one and deeper ones) reads its bounds on entry
-    for x in itertools.chain(u.src, *(r.src for r in chain[u][depth:])):
-      if (it := item_of.get(x)) is not None and it is not me: deps[me].add(it)
+    me, d = item_of[u], None
+    for x in u.src:  # a node reads its sources
+      if (it := item_of.get(x)) is not None and it is not me: (d := d if d is not None else deps[me]).add(it)
+  # and every loop a node sits in (this one and deeper ones) reads its bounds on entry: once per chain of loops, for
+  # the block of its loop at this depth
+  for loops in dict.fromkeys(chain[u] for u in nodes if len(chain[u]) > depth):
+    me = loops[depth]
+    for r in loops[depth:]:
+      for x in r.src:
+        if (it := item_of.get(x)) is not None and it is not me: deps[me].add(it)
   first = {item: order[item] for item in deps if item not in blocks}
   for r, members in blocks.items(): first[r] = order[members[0]]  # members keep the toposort order
   # (first is unique per item: each node belongs to one item, so the heap never compares two UOps)
