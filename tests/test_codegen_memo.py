@@ -8,7 +8,6 @@ from kc import ast as A
 from kc.kernel import Kernel
 from kc.codegen.graph import rewrite_lowered
 from kc.codegen.lower import lower
-from kc.errors import KcError
 from kc.ir.dtype import dtypes
 from kc.ir.uop import Ops, UOp
 from kc.codegen.vectorize import _accumulator_trees, accumulators_under, passing_toposort
@@ -149,76 +148,3 @@ def test_a_value_shared_across_lanes_lowers_as_each_lane_would(name, monkeypatch
       shared += k.upcasted > 0
   assert shared  # some kernel had lanes to share values between
 
-
-def _rendered_both_ways(ast, renderer, monkeypatch):
-  """The source of `ast` as it is lowered, and lowered lane by lane with no vector axis. (Sources, not graphs: a
-  vector accumulator holds its lanes' accumulator numbers, which the lane-by-lane lowering hands out in the order it
-  meets the lanes; the source names accumulators by where they are declared.)"""
-  from kc.codegen import lower as lowering
-  from kc.codegen.linearize import linearize
-  render = lambda: renderer.render("k", linearize(rewrite_lowered(lowering.lower(ast, renderer), renderer)))  # noqa: E731
-  with_axis = render()
-  with monkeypatch.context() as m:
-    m.setattr(lowering.Lowering, "choose_vector_axis", lambda self: None)
-    lane_by_lane = render()
-  return with_axis, lane_by_lane
-
-
-@pytest.mark.parametrize("lanes", [16, 8])
-def test_the_vector_axis_builds_what_the_lanes_become(lanes, monkeypatch):
-  # a vector axis lowered as whole vectors must give exactly the kernel the lane-by-lane lowering becomes after the
-  # vector passes (fold_vector_accesses, vectorize_alu): every example kernel, hand-coded and random opts, on CLANG's
-  # dialect at two vector widths; and the axis must be taken somewhere (else the test would test nothing)
-  import random
-  from kc.ast.examples import EXAMPLES
-  from kc.codegen import lower as lowering
-  from kc.schedule import schedule
-  from kc.search.actions import action_list
-  clang = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)
-  clang.float_lanes = lanes
-  taken, rng, actions = [0], random.Random(lanes), action_list(clang)
-  choose = lowering.Lowering.choose_vector_axis
-
-  def counted(self):
-    choose(self)
-    taken[0] += self.vector_axis is not None
-  monkeypatch.setattr(lowering.Lowering, "choose_vector_axis", counted)
-  for name, example in EXAMPLES.items():
-    for kernel in schedule(example.build()[0]).kernels:
-      candidates = [Kernel(kernel.ast, clang).hand_coded_optimizations()]
-      for _ in range(4):  # random tiles: up to three of the search's actions that apply, in a random order
-        k = Kernel(kernel.ast, clang)
-        for opt in rng.sample(actions, 12):
-          try: k.apply_opt(opt)
-          except KcError: pass
-          if len(k.applied_opts) == 3: break
-        candidates.append(k)
-      for k in candidates:
-        try: ast = k.get_optimized_ast()
-        except KcError: continue
-        with_axis, lane_by_lane = _rendered_both_ways(ast, clang, monkeypatch)
-        assert with_axis == lane_by_lane, f"{name}: {k.applied_opts}"
-  assert taken[0] >= 5
-
-
-@pytest.mark.parametrize("opts", [
-  # a reduce padded to 32 rows and unrolled: the padded rows' loads never happen, each lane's 0 (no vector of them)
-  [("UPCAST", 0, 0), ("PADTO", 0, 32), ("UNROLL", 0, 0)],
-  # the rows unrolled beside the vector: real vectors and lanes combined pairwise
-  [("UPCAST", 0, 0), ("UNROLL", 0, 4)],
-  # a row's window shifted by one: no aligned vector, every lane its own load
-  [("UPCAST", 0, 0)],
-])
-def test_the_vector_axis_builds_what_the_lanes_become_for_these_tiles(opts, monkeypatch):
-  from kc.kernel import Opt, OptOps
-  clang = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)
-  clang.float_lanes = 16
-  F = lambda i, *s: A.arg(i, dtypes.float32, s)  # noqa: E731
-  x = F(1, 16, 17)
-  asts = {"column sums": A.sink(A.store(0, F(1, 16, 16).sum(0))),
-          "shifted rows": A.sink(A.store(0, (x[:, 1:] * 2.0 + x[:, :16]).sum(0)))}
-  for name, ast in asts.items():
-    k = Kernel(ast, clang)
-    for op, axis, amt in opts: k.apply_opt(Opt(OptOps[op], axis, amt))
-    with_axis, lane_by_lane = _rendered_both_ways(k.get_optimized_ast(), clang, monkeypatch)
-    assert with_axis == lane_by_lane, name

@@ -642,12 +642,15 @@ class Lowering:
   def choose_vector_axis(self) -> None:
     """On a dialect that computes on vectors, the upcast axis that the kernel's first store walks contiguously (stride
     1, unmasked) with as many lanes as the widest vector of the stored dtype, else the one unrolled axis of a reduce
-    with as many lanes as its dtype's widest vector: its values are lowered as whole
-    vectors instead of lane by lane and regrouped afterwards (graph.fold_vector_accesses, vectorize.vectorize_alu),
-    which costs every pass a node per lane. The lowering builds what those passes would build from the lanes, so
-    the kernel's source is the same; a kernel with a value along the axis outside what lower_vector builds raises
-    ScalarLanes and is lowered lane by lane. (Not on dialects with work-groups: their local memory's stores are
-    lowered lane by lane.)"""
+    with as many lanes as its dtype's widest vector: its values are lowered for all of its lanes at once instead of
+    lane by lane and regrouped afterwards (graph.fold_vector_accesses, vectorize.vectorize_alu), which costs every
+    pass a node per lane. The lowering builds the vectors those passes would build from the lanes and leaves them
+    the lanes elsewhere (lower_vector), so the kernel is the lane-by-lane one: for every conformance and benchmark
+    kernel (benchmarks/source_hashes.py). One difference is kept: where the lanes' accumulators of two reduces that
+    are added up afterwards look to vectorize_alu like the lanes of one combine (a float2 accumulator per output
+    lane), each reduce keeps its own vector accumulator here. A store along the axis that is not one vector raises
+    ScalarLanes: the kernel is lowered lane by lane. (Not on dialects with work-groups: their local memory's stores
+    are lowered lane by lane.)"""
     if self.has_local: return
     store = self.ast.src[0]
     if store.op is Ops.STORE and (dt := store.src[2].dtype) in VECTOR_FLOATS and (widths := self.vector_widths(dt)):
@@ -672,12 +675,7 @@ class Lowering:
     n = self.vector_width
     if u.op is Ops.VIEW: return self.lower(u.src[0], env)
     if u.op in _ELEMENTWISE and self.vector_op(u.op, u.dtype) and all(s.dtype == u.dtype for s in u.src):
-      srcs = [self.lower(s, env) for s in u.src]
-      # vectorize_alu makes a vector op of lanes with a real vector among their sources, or with at most one source
-      # gathered lane by lane (the others one value for every lane): lanes of distinct loads are such a source
-      gathered = [s for s in srcs if s.dtype.count == n and not _real(s)]
-      if any(_real(s) for s in srcs) or (len(gathered) == 1 and gathered[0] in self.loaded_lanes):
-        return UOp(u.op, u.dtype.vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
+      if (vector := self.vector_alu(u.op, [self.lower(s, env) for s in u.src])) is not None: return vector
     elif u.op is Ops.LOAD and len(u.src) == 2:
       if (index := self.vector_index(u, u.dtype, env)) is not None: return UOp(Ops.LOAD, u.dtype.vec(n), (index,))
       return self.load_lanes(u, env)
@@ -705,12 +703,28 @@ class Lowering:
     return dt in VECTOR_FLOATS and self.vector_widths(dt)[:1] == (self.vector_width,) and \
       (op in _VECTOR_ARITHMETIC or (op in self.vector_functions and dt == dtypes.float32))
 
-  def vector_alu(self, op: Ops, a: UOp, b: UOp) -> UOp:
-    """a <op> b for values of the vector axis (real vectors, lanes, or one value for every lane): a vector op where a
-    source is a real vector, else the lanes' ops (a pairwise combine of a reduce's parts)."""
-    n, dt = self.vector_width, a.dtype.scalar()
-    if (_real(a) or _real(b)) and self.vector_op(op, dt): return UOp(op, dt.vec(n), tuple(x if x.dtype.count == n else _splat(x, n) for x in (a, b)))
-    return UOp(Ops.VECTORIZE, dt.vec(n), tuple(UOp(op, dt, (_lane(a, i), _lane(b, i))) for i in range(n)))
+  def vector_alu(self, op: Ops, srcs: list[UOp]) -> Optional[UOp]:
+    """`op` on values of the vector axis (real vectors, lanes in a VECTORIZE, or one value for every lane) as the
+    vector op vectorize_alu would make of its lanes, else None. It makes one where a source is a real vector, or
+    where one source is gathered lane by lane and the others are one value for every lane; lanes that the rewrite
+    before it changes one by one (a constant lane moved to the right of a commutative op) do not line up, so the
+    gathered sources here are only a load's lanes that all may load (loaded_lanes)."""
+    n = self.vector_width
+    gathered = [s for s in srcs if s.dtype.count == n and not _real(s)]
+    if not self.vector_op(op, srcs[0].dtype.scalar()) or any(s not in self.loaded_lanes for s in gathered) or \
+       not (any(_real(s) for s in srcs) or len(gathered) == 1):
+      return None
+    # as the rewrite does to each lane: a constant operand of a commutative op on the right (a float max keeps its order)
+    if op in GroupOp.Commutative and srcs[0].op is Ops.CONST and srcs[1].op is not Ops.CONST and op is not Ops.MAX: srcs = srcs[::-1]
+    return UOp(op, srcs[0].dtype.scalar().vec(n), tuple(s if s.dtype.count == n else _splat(s, n) for s in srcs))
+
+  def combine(self, op: Ops, a: "Part", b: "Part") -> "Part":
+    """a <op> b for two parts of a reduce (a pairwise combine of them, as lower_reduce builds lane by lane): the
+    vector op where vectorize_alu would make one, else the lanes' ops in a VECTORIZE."""
+    dt, n = a.value.dtype.scalar(), self.vector_width
+    lanes = lambda: tuple(UOp(op, dt, (x, y)) for x, y in zip(a.lanes(), b.lanes()))  # noqa: E731
+    if (vector := self.vector_alu(op, [a.value, b.value])) is not None: return Part(vector, lanes)
+    return Part(UOp(Ops.VECTORIZE, dt.vec(n), built := lanes()), lambda: built)
 
   def vector_index(self, u: UOp, dt: DType, env: Env) -> Optional[UOp]:
     """The INDEX of lane 0 of a LOAD or STORE that accesses the vector axis's lanes as one aligned vector
@@ -778,10 +792,17 @@ class Lowering:
     if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
     if plan.ways > 1 or plan.per_lane: return None
     inner = self.with_axes(env, dict(zip(plan.loops, plan.ranges)))
-    parts = [self.lower(u.src[0], self.with_axes(inner, c)) for c in self.combos(plan.unrolled)]
-    while len(parts) > 1:  # pairwise, lane by lane where no part is a real vector
-      parts = [self.vector_alu(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-    return self.vector_accumulator(op, u.dtype, parts[0], plan.ranges) if plan.ranges else parts[0]
+    parts = [self.part(u.src[0], self.with_axes(inner, c)) for c in self.combos(plan.unrolled)]
+    while len(parts) > 1:  # pairwise
+      parts = [self.combine(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+    return self.vector_accumulator(op, u.dtype, parts[0].value, plan.ranges) if plan.ranges else parts[0].value
+
+  def part(self, u: UOp, env: Env) -> "Part":
+    """`u` at env for every lane of the vector axis, with its lanes (as each lane's own lowering gives them)."""
+    value = self.lower(u, env)
+    if value.op is Ops.VECTORIZE and value.dtype.count == self.vector_width: return Part(value, lambda: value.src)
+    if value.dtype.count == 1: return Part(value, lambda: (value,) * self.vector_width)
+    return Part(value, lambda: tuple(self.lower(u, self.with_axes(env, {self.vector_axis: i})) for i in range(self.vector_width)))
 
   def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
@@ -833,9 +854,12 @@ def _real(x: UOp) -> bool:
   return x.dtype.count > 1 and x.op is not Ops.VECTORIZE
 
 
-def _lane(x: UOp, i: int) -> UOp:
-  """Lane i of a value of the vector axis that is no real vector: its lanes' VECTORIZE, or a value for every lane."""
-  return x.src[i] if x.dtype.count > 1 else x
+@dataclass(frozen=True)
+class Part:
+  """A value of the vector axis (a real vector, its lanes in a VECTORIZE, or one value for every lane) and its lanes
+  as the lane-by-lane lowering builds them (for the lanes' ops, where no vector op is made of it)."""
+  value: UOp
+  lanes: Callable[[], tuple[UOp, ...]]
 
 
 def _splat(x: UOp, n: int) -> UOp:
