@@ -457,7 +457,9 @@ class Lowering:
   def holder(self, axis: int) -> UOp:
     """The placeholder of an upcast axis's lane number in expressions shared by every lane. Its name is no C
     identifier, so no Variable of a kernel (which is rendered as one) can be mistaken for it."""
-    return UOp.variable(f"{_HOLDER}{axis}", 0, self.full_shape[axis] - 1, self.idt)
+    if (ret := self.memo.get(key := ("holder", axis))) is None:
+      ret = self.memo[key] = UOp.variable(f"{_HOLDER}{axis}", 0, self.full_shape[axis] - 1, self.idt)
+    return ret
 
   def holder_axis(self, u: UOp) -> Optional[int]:
     """The upcast axis whose placeholder `u` is, else None."""
