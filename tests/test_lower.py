@@ -26,6 +26,17 @@ def check_bijection(dims, max_sizes, reverse):
   if guard is None: assert __import__("math").prod(sizes) == max(1, __import__("math").prod(dims)), "and exactly once"
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 3, 7, 16, 100, 70000]), min_size=1, max_size=5),
+       st.sampled_from([(16, 16, 16), (1024, 1024, 64), (65535, 65535, 65535), (2**31 - 1, 65535, 65535), (32, 16, 8)]), st.booleans())
+def test_grouped_dims_are_simplified(dims, max_sizes, reverse):
+  # the indices come out in the form simplify gives them (a dim alone on its axis is that axis's index, one of size
+  # 1 is 0): the lowering builds on them without simplifying them again
+  try: idxs, _, guard = get_grouped_dims("g", tuple(dims), max_sizes, reverse)
+  except KernelOptError: return
+  assert all((x * 1 + 0).simplify() is x for x in idxs) and (guard is None or guard is guard.simplify())
+
+
 @pytest.mark.parametrize("dims,max_sizes,reverse,sizes", [
   ((4, 5, 6), (16, 16, 16), True, [6, 5, 4]),        # globals: the last dim goes to x
   ((4, 5, 6), (16, 16, 16), False, [4, 5, 6]),

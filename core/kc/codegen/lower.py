@@ -228,13 +228,18 @@ def get_grouped_dims(prefix: str, dims: tuple[sint, ...], max_sizes: Optional[tu
   for s, m in zip(sizes, max_sizes):
     if _max_of(s) > m: raise KernelOptError(f"{prefix}: dims {fmt_shape(dims)} do not fit the launch limits {fmt_shape(max_sizes)}")
   idxs: list[UOp] = [_index_const(0, dtype)] * len(dims)
+  whole = [d for d in range(len(dims)) if sum(p[0] == d for parts in axes for p in parts) == 1]  # dims on one axis alone
   for a, parts in enumerate(axes):
     rest = UOp(Ops.SPECIAL, dtype, (), (f"{prefix}{a}", sizes[a]))
+    # a dim alone on its axis is the axis's index, as simplify gives it (one of size 1 simplifies to 0)
+    if len(parts) == 1 and parts[0][0] in whole and parts[0][2] == 1 and _max_of(sizes[a]) > 1:
+      idxs[parts[0][0]] = rest
+      continue
     for n, (d, size, stride) in enumerate(parts):
       last = n == len(parts) - 1
       idxs[d] = idxs[d] + (rest if last else rest % _as_uop(size, dtype)) * stride
       if not last: rest = rest // _as_uop(size, dtype)
-  idxs = [x.simplify() for x in idxs]
+  idxs = [x if x.op is Ops.SPECIAL else x.simplify() for x in idxs]
   guard = functools.reduce(lambda a, b: a & b, [idxs[d] < n for d, n in guards]).simplify() if guards else None
   return idxs, sizes + [1] * (len(max_sizes) - len(sizes)), guard
 
