@@ -129,6 +129,19 @@ def test_toposort_is_the_depth_first_post_order_of_the_sources(picks):
     want[u] = None
   walk(root)
   assert list(root.toposort) == list(want)
+  # the walk for graphs deeper than Python's stack gives the same order
+  from kc.ir.uop import _toposort_iterative
+  assert list(_toposort_iterative(root)) == list(want)
+
+
+def test_toposort_of_a_graph_deeper_than_the_stack():
+  import sys
+  x = Variable("x", 0, 3)
+  e = x
+  for i in range(sys.getrecursionlimit() + 500): e = UOp(Ops.ADD, dtypes.int32, (e, UOp.const(dtypes.int32, i % 5)))
+  order = list(e.toposort)
+  assert order[0] is x and order[-1] is e and len(order) == len(set(order)) == sys.getrecursionlimit() + 500 + 6
+  assert all(order.index(s) < order.index(u) for u in order[-50:] for s in u.src)
 
 
 def test_substitute():

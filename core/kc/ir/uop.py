@@ -236,6 +236,23 @@ class UOpMetaClass(type):
     return ret
 
 
+def _toposort_iterative(root: "UOp") -> dict["UOp", None]:
+  """UOp.toposort for graphs deeper than Python's stack: the same walk, each open node with an iterator over its
+  sources."""
+  out: dict[UOp, None] = {}
+  open_nodes = [(root, iter(root.src))]
+  while open_nodes:
+    node, sources = open_nodes[-1]
+    for s in sources:
+      if s not in out:
+        open_nodes.append((s, iter(s.src)))
+        break
+    else:
+      open_nodes.pop()
+      out[node] = None
+  return out
+
+
 def _as_uop(x, like: "UOp") -> "UOp":
   return x if isinstance(x, UOp) else UOp.const(like.dtype, x)
 
@@ -267,18 +284,17 @@ class UOp(metaclass=UOpMetaClass):
 
   @functools.cached_property
   def toposort(self) -> dict["UOp", None]:
-    """Every UOp this one depends on, itself last, each after all of its sources."""
+    """Every UOp this one depends on, itself last, each after all of its sources (a depth-first walk, sources in
+    order). Recursion is the fast path (half the time of a loop over an explicit stack); a graph too deep for
+    Python's stack is walked again with one, in the same order."""
     out: dict[UOp, None] = {}
-    stack: list[tuple[UOp, bool]] = [(self, False)]
-    pop, push = stack.pop, stack.append  # bound once: this loop runs per node of graphs of tens of thousands
-    while stack:
-      node, expanded = pop()
-      # a node expanded is done once its sources are: in a DAG none of them pushed it again meanwhile
-      if expanded: out[node] = None
-      elif node not in out:
-        push((node, True))
-        for s in reversed(node.src):
-          if s not in out: push((s, False))
+
+    def visit(u: UOp) -> None:
+      for s in u.src:
+        if s not in out: visit(s)
+      out[u] = None
+    try: visit(self)
+    except RecursionError: return _toposort_iterative(self)
     return out
 
   @property
