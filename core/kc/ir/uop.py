@@ -236,6 +236,15 @@ class UOpMetaClass(type):
     return ret
 
 
+def _visit(u: "UOp", out: dict) -> None:
+  """UOp.toposort's walk: `u`'s sources not in `out` yet, in order, then `u`. (A function of its own, not a closure
+  over `out`: a closure that calls itself is a reference cycle, which would keep every UOp it walked alive until the
+  cyclic collector runs.)"""
+  for s in u.src:
+    if s not in out: _visit(s, out)
+  out[u] = None
+
+
 def _toposort_iterative(root: "UOp") -> dict["UOp", None]:
   """UOp.toposort for graphs deeper than Python's stack: the same walk, each open node with an iterator over its
   sources."""
@@ -288,12 +297,7 @@ class UOp(metaclass=UOpMetaClass):
     order). Recursion is the fast path (half the time of a loop over an explicit stack); a graph too deep for
     Python's stack is walked again with one, in the same order."""
     out: dict[UOp, None] = {}
-
-    def visit(u: UOp) -> None:
-      for s in u.src:
-        if s not in out: visit(s)
-      out[u] = None
-    try: visit(self)
+    try: _visit(self, out)
     except RecursionError: return _toposort_iterative(self)
     return out
 
