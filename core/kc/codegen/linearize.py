@@ -129,9 +129,9 @@ def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: lis
     return
   deps: dict[UOp, set] = {item: set() for item in item_of.values()}
   for u in nodes:
-    me, d = item_of[u], None
+    me = item_of[u]
     for x in u.src:  # a node reads its sources
-      if (it := item_of.get(x)) is not None and it is not me: (d := d if d is not None else deps[me]).add(it)
+      if (it := item_of.get(x)) is not None and it is not me: deps[me].add(it)
   # and every loop a node sits in (this one and deeper ones) reads its bounds on entry: once per chain of loops, for
   # the block of its loop at this depth
   for loops in dict.fromkeys(chain[u] for u in nodes if len(chain[u]) > depth):

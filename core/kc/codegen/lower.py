@@ -402,14 +402,14 @@ class Lowering:
 
   def _lower(self, u: UOp, env: Env) -> UOp:
     # a value for every lane of the vector axis at once (lower() zeroed the axis for values that do not vary along it)
-    if self.vector_marker is not None and env[self.vector_axis] is self.vector_marker and u.op is not Ops.SINK:
+    if self.vector_marker is not None and env[self.vector_axis] is self.vector_marker:
       return self.lower_vector(u, env)
     # arithmetic first: most of a kernel's nodes, lowered per lane
     if u.op in _ELEMENTWISE: return UOp(u.op, u.dtype, tuple([self.lower(s, env) for s in u.src]), u.arg)
     if u.op is Ops.SINK:
       stores = []
       for e in self.store_lanes(env, u.src):
-        for s in u.src: stores += self.lower_vector_stores(s, e) if self.vector_marker is not None else [self.lower(s, e)]
+        for s in u.src: stores += self.lower_stores(s, e)
       return UOp(Ops.SINK, dtypes.void, tuple(dict.fromkeys(stores)))
     if u.op in (Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_VAR): return u
     if u.op is Ops.BIND: return u.src[0]
@@ -567,28 +567,34 @@ class Lowering:
     # an empty reduce is its identity; its input must not be lowered (a load hoisted out of a loop that never runs
     # would still read the empty buffer)
     if any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes): return UOp.const(u.dtype, identity_element(op, u.dtype))
-    around = self.around(env, axes)
-    plan = self.memo.get(pkey := ("reduce", u, around))
-    if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
-    loops, unrolled, ways, ranges = plan.loops, plan.unrolled, plan.ways, plan.ranges
-    inner = self.with_axes(env, dict(zip(loops, ranges)))
+    plan = self.plan_of(u, env)
+    unrolled, ranges = plan.unrolled, plan.ranges
+    inner = self.with_axes(env, dict(zip(plan.loops, ranges)))
     if self.vector_marker is not None and unrolled == [self.vector_axis] and self.lanes_reducible(u, plan):
       return self.lower_lanes_reduce(u, inner, plan)
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
-    if ways > 1:  # the last loop's index i*ways + w for each way w
-      steps = [self.with_axes(inner, {loops[-1]: ranges[-1] * ways + w}) for w in range(ways)]
-      parts = [self.lower(src, self.with_axes(step, c)) for step in steps for c in self.combos(unrolled)]
+    if plan.ways > 1:
+      parts = [self.lower(src, self.with_axes(step, c)) for step in self.steps(inner, plan) for c in self.combos(unrolled)]
       return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     parts = [self.lower(src, self.with_axes(inner, c)) for c in self.combos(unrolled)]
     if not ranges: return pairwise(op, parts)
     if plan.per_lane: return pairwise(op, [self.accumulate(op, u.dtype, part, ranges) for part in parts])
     return self.accumulate(op, u.dtype, pairwise(op, parts), ranges)
 
-  def around(self, env: Env, axes) -> tuple:
-    """The indices of a reduce's other axes that are not lanes (its loops and launch indices): what its plan depends
-    on. The vector axis's marker is a lane number too (every lane of the axis at once)."""
-    return tuple((i, e) for i, e in enumerate(env) if i not in axes and e.op is not Ops.CONST and e is not self.vector_marker)
+  def plan_of(self, u: UOp, env: Env) -> ReducePlan:
+    """The plan of reduce `u` at env: one per the indices of its other axes that are not lanes (its loops and launch
+    indices; the vector axis's marker is a lane number too, every lane of the axis at once)."""
+    around = tuple((i, e) for i, e in enumerate(env) if i not in u.arg[1] and e.op is not Ops.CONST and e is not self.vector_marker)
+    if (plan := self.memo.get(key := ("reduce", u, around))) is None: plan = self.memo[key] = self.reduce_plan(u, around)
+    return plan
+
+  def steps(self, inner: Env, plan: ReducePlan) -> list[Env]:
+    """The environments of a reduce's steps per loop iteration: the last loop's index i*ways + w for each way w of an
+    interleaved reduce, else the loop's index itself."""
+    if plan.ways == 1: return [inner]
+    last, ways = plan.loops[-1], plan.ways
+    return [self.with_axes(inner, {last: plan.ranges[-1] * ways + w}) for w in range(ways)]
 
   def reduce_plan(self, u: UOp, around: tuple) -> ReducePlan:
     """How a reduce is lowered under the indices `around` of its other (not unrolled) axes, the same for each of
@@ -704,11 +710,14 @@ class Lowering:
     if self.view_facts(st_arg(u))[0][self.vector_axis] == 1 and not any(_never_loads(x) for x in lanes.src): self.loaded_lanes.add(lanes)
     return lanes
 
+  def vector_dtype(self, dt: DType) -> bool:
+    """Whether `dt`'s widest vector is the vector axis's lanes (the width the vector passes fold it to)."""
+    return dt in VECTOR_FLOATS and self.vector_widths(dt)[:1] == (self.vector_width,)
+
   def vector_op(self, op: Ops, dt: DType) -> bool:
     """Whether vectorize_alu computes `op` on vectors of the vector axis's width of `dt` (its lane ops: float
     arithmetic, the dialect's vector functions on float32) once a source is a real vector."""
-    return dt in VECTOR_FLOATS and self.vector_widths(dt)[:1] == (self.vector_width,) and \
-      (op in _VECTOR_ARITHMETIC or (op in self.vector_functions and dt == dtypes.float32))
+    return self.vector_dtype(dt) and (op in _VECTOR_ARITHMETIC or (op in self.vector_functions and dt == dtypes.float32))
 
   def vector_alu(self, op: Ops, srcs: list[UOp]) -> Optional[UOp]:
     """`op` on values of the vector axis (real vectors, lanes in a VECTORIZE, or one value for every lane) as the
@@ -739,8 +748,7 @@ class Lowering:
     memory), else None."""
     st, buf, a, n = st_arg(u), u.src[0], self.vector_axis, self.vector_width
     strides, masked = self.view_facts(st)
-    if buf.op is not Ops.DEFINE_GLOBAL or strides[a] != 1 or a in masked or dt not in VECTOR_FLOATS or self.vector_widths(dt)[:1] != (n,):
-      return None
+    if buf.op is not Ops.DEFINE_GLOBAL or strides[a] != 1 or a in masked or not self.vector_dtype(dt): return None
     idx, valid = self.indexed(st, self.with_axes(env, {a: 0}))
     root, off = root_and_offset(idx)
     if off % n or not aligned_root(root, n): return None
@@ -750,9 +758,9 @@ class Lowering:
     # a load that never happens is each lane's 0 (the rewrite folds what the lanes compute from it): no vector
     return None if valid.op is Ops.CONST and valid.arg is False else _index(buf, idx, self.guarded(valid))
 
-  def lower_vector_stores(self, store: UOp, env: Env) -> list[UOp]:
+  def lower_stores(self, store: UOp, env: Env) -> list[UOp]:
     """The lowered STOREs of `store` at env: one vector store where env holds the vector axis whole."""
-    if env[self.vector_axis] is not self.vector_marker: return [self.lower(store, env)]
+    if self.vector_marker is None or env[self.vector_axis] is not self.vector_marker: return [self.lower(store, env)]
     # stores lane by lane would stand in the SINK in another order than the lanes' own: the kernel goes lane by lane
     if (index := self.vector_index(store, store.src[2].dtype, env)) is None: raise ScalarLanes("a store that is not one vector")
     value = self.lower(store.src[2], env)
@@ -761,31 +769,19 @@ class Lowering:
   def lanes_reducible(self, u: UOp, plan: ReducePlan) -> bool:
     """Whether a reduce over the vector axis keeps vector accumulators (an accumulator per lane, or per lane and way,
     plan.per_lane or plan.ways, updated by an op vectorize_alu keeps on a vector accumulator)."""
+    # (a value the same at every lane of the axis is one accumulator, which the lanes share: lowered lane by lane)
     return (plan.per_lane or plan.ways > 1) and bool(plan.ranges) and u.src[0].op is not Ops.EXPAND and self.vector_op(u.arg[0], u.dtype) \
-      and u.arg[0] in accumulator_updates(self.vector_functions)
+      and u.arg[0] in accumulator_updates(self.vector_functions) and self.vector_axis in self.varies_along(u.src[0])
 
   def lower_lanes_reduce(self, u: UOp, inner: Env, plan: ReducePlan) -> UOp:
     """A reduce over the vector axis (and loops): the vector of its lanes' values accumulates into a vector
     accumulator (one per way of an interleaved reduce), whose lanes are combined pairwise after the loops, the ways'
     lanes one after another: what vectorize_alu makes of an accumulator per lane."""
-    op, n = u.arg[0], self.vector_width
-    steps = [inner] if plan.ways == 1 else \
-      [self.with_axes(inner, {plan.loops[-1]: plan.ranges[-1] * plan.ways + w}) for w in range(plan.ways)]
-    lanes = []
-    for step in steps:
-      acc = self.vector_accumulator(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
-      lanes += [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(n)]
+    op, lanes = u.arg[0], []
+    for step in self.steps(inner, plan):
+      acc = self.accumulate(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
+      lanes += [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(self.vector_width)]
     return pairwise(op, lanes)
-
-  def vector_accumulator(self, op: Ops, dtype: DType, value: UOp, ranges: list[UOp]) -> UOp:
-    """The ASSIGN of a vector accumulator (one accumulator number per lane) updated with the vector `value` (a real
-    vector or lanes, made one if it is the same at every lane): what vectorize_alu makes of the lanes' accumulators."""
-    if value.dtype.count != self.vector_width: value = _splat(value, self.vector_width)
-    if (ret := self.memo.get(key := ("vacc", op, value, tuple(ranges)))) is None:
-      ids = tuple(self.acc_ids.setdefault((op, value, tuple(ranges), lane), len(self.acc_ids)) for lane in range(self.vector_width))
-      acc = UOp(Ops.DEFINE_ACC, value.dtype, (UOp.const(value.dtype, identity_element(op, dtype)), *ranges), ids)
-      ret = self.memo[key] = UOp(Ops.ASSIGN, value.dtype, (acc, acc.alu(op, value)))
-    return ret
 
   def lower_vector_reduce(self, u: UOp, env: Env) -> Optional[UOp]:
     """A reduce over loops and other unrolled axes, for every lane of the vector axis: its parts combined pairwise
@@ -795,14 +791,12 @@ class Lowering:
     if u.src[0].op is Ops.EXPAND or op not in accumulator_updates(self.vector_functions) or not self.vector_op(op, u.dtype) or \
        any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in axes):
       return None
-    plan = self.memo.get(pkey := ("reduce", u, around := self.around(env, axes)))
-    if plan is None: plan = self.memo[pkey] = self.reduce_plan(u, around)
-    if plan.ways > 1 or plan.per_lane: return None
+    if (plan := self.plan_of(u, env)).ways > 1 or plan.per_lane: return None
     inner = self.with_axes(env, dict(zip(plan.loops, plan.ranges)))
     parts = [self.part(u.src[0], self.with_axes(inner, c)) for c in self.combos(plan.unrolled)]
     while len(parts) > 1:  # pairwise
       parts = [self.combine(op, parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-    return self.vector_accumulator(op, u.dtype, parts[0].value, plan.ranges) if plan.ranges else parts[0].value
+    return self.accumulate(op, u.dtype, parts[0].value, plan.ranges) if plan.ranges else parts[0].value
 
   def part(self, u: UOp, env: Env) -> "Part":
     """`u` at env for every lane of the vector axis, with its lanes (as each lane's own lowering gives them)."""
@@ -811,15 +805,17 @@ class Lowering:
     if value.dtype.count == 1: return Part(value, lambda: (value,) * self.vector_width)
     return Part(value, lambda: tuple(self.lower(u, self.with_axes(env, {self.vector_axis: i})) for i in range(self.vector_width)))
 
-  def accumulate(self, op: Ops, dtype, value: UOp, ranges: list[UOp]) -> UOp:
+  def accumulate(self, op: Ops, dtype: DType, value: UOp, ranges: list[UOp]) -> UOp:
     """acc = identity before the loops; acc = acc <op> value in them. One accumulator per distinct value: lanes
-    of an upcast axis that reduce the same values share it."""
+    of an upcast axis that reduce the same values share it. A vector value of the vector axis (a real vector or its
+    lanes) gets a vector accumulator, an accumulator number per lane: what vectorize_alu makes of the lanes' own."""
     # the same value is accumulated once per lane that reduces it (a row's max, read by every lane of the row): the
     # update is built once, since a float identity constant alone costs its conversion each time it is made
     if (ret := self.memo.get(key := ("acc", op, dtype, value, tuple(ranges)))) is None:
-      acc_id = self.acc_ids.setdefault((op, value, tuple(ranges)), len(self.acc_ids))
-      acc = UOp(Ops.DEFINE_ACC, dtype, (UOp.const(dtype, identity_element(op, dtype)), *ranges), (acc_id,))
-      ret = self.memo[key] = UOp(Ops.ASSIGN, dtype, (acc, acc.alu(op, value)))
+      lanes = (None,) if value.dtype.count == 1 else range(value.dtype.count)
+      ids = tuple(self.acc_ids.setdefault((op, value, tuple(ranges), lane), len(self.acc_ids)) for lane in lanes)
+      acc = UOp(Ops.DEFINE_ACC, value.dtype, (UOp.const(value.dtype, identity_element(op, dtype)), *ranges), ids)
+      ret = self.memo[key] = UOp(Ops.ASSIGN, value.dtype, (acc, acc.alu(op, value)))
     return ret
 
   def lower_wmma_reduce(self, u: UOp, expand: UOp, inners: list[Env], env: Env, ranges: list[UOp]) -> UOp:
