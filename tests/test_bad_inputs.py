@@ -124,6 +124,10 @@ def _symbolic():
 DEVICES = [
   ("an unknown device", lambda: kc.Device["NOPE"], UnknownDeviceError, "unknown device 'NOPE'.*CLANG"),
   ("compile for an unknown device", lambda: kc.compile(A.sink(A.store(0, X(4))), device="NOPE"), UnknownDeviceError, "NOPE"),
+  # a device given as a non-str (an array, as when arguments are passed where the AST goes) is refused by its type,
+  # never tested for truth
+  ("compile for a device that is an array", lambda: kc.compile(A.sink(A.store(0, X(4))), np.zeros(3)), KcError, "device name is a str"),
+  ("beam_opts for a device that is an array", lambda: kc.api.beam_opts(A.sink(A.store(0, X(4))), np.zeros(3)), KcError, "device name is a str"),
   ("C the compiler refuses", lambda: kc.Device["CLANG"].compiler.compile("this is not C"), CompileError, "failed to compile"),
 ]
 

@@ -514,7 +514,7 @@ def beam_opts(sink: UOp, device: Optional[str] = None, width: Optional[int] = No
   opts applied at `tc_level` (default KC_TC). With `cache` a stored choice is used when its opts still apply (then
   nothing is searched); every search's result is stored. `executor` defaults to KC_BEAM_CLUSTER's (else the search's
   local process pool); `progress` receives the search's kc.search.SearchEvents."""
-  dev = Device[device or Device.DEFAULT]
+  dev = Device[Device.DEFAULT if device is None else device]
   if width is None: width = beam_width_from_env() or DEFAULT_BEAM_WIDTH
   if not isinstance(width, int) or isinstance(width, bool) or width < 1:
     raise ConfigError(f"the beam width (kernels kept per round) must be an int >= 1, got {width!r}")
@@ -549,7 +549,7 @@ def compile(sink: UOp, device: Optional[str] = None, opts: OptsArg = None, split
   or compute unit (a SplitCompiledKernel, see kc.schedule.split_reduce), and on a host CPU a large matmul becomes a
   kernel that packs its second operand into panels and the product (kc.schedule.pack_operand); `split_reduce=False` or
   KC_SPLIT_REDUCE=0 keeps each one kernel. Explicit and searched opts always compile the one kernel they were chosen for."""
-  dev = Device[device or Device.DEFAULT]
+  dev = Device[Device.DEFAULT if device is None else device]
   if not (isinstance(sink, UOp) and sink.op is Ops.SINK): return _compile_one(sink, dev, resolve_opts(opts), read("KC_TC"))
   # the rule of kc.schedule.recompute for one choice of opts for every kernel; a list of opts was given per kernel of
   # the plain schedule (kc.schedule.schedule(sink).kernels)
