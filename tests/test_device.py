@@ -188,8 +188,21 @@ def test_oom_frees_the_cache_and_retries_once():
   for h in [a.alloc(100), a.alloc(100)]: a.free(h, 100)   # 200 bytes sit in the cache
   h = a.alloc(250)                                          # fits only once the cache is freed
   assert h is not None and len(a.freed) == 2 and a.used == 250
-  with pytest.raises(MemoryError):                          # nothing cached left to free: the error goes to the caller
+  with pytest.raises(kc.AllocationError, match="out of memory.*100 bytes") as info:  # nothing cached left to free
     a.alloc(100)
+  assert isinstance(info.value, MemoryError) and "out of device memory" in str(info.value.__cause__)
+
+
+def test_oom_after_freeing_the_cache_is_an_allocation_error():
+  a = FakeDeviceMemory(300)
+  a.free(a.alloc(100), 100)
+  with pytest.raises(kc.AllocationError, match="400 bytes"): a.alloc(400)
+  assert a.used == 0 and not a.cache  # the cache was given back before the second try
+
+
+@pytest.mark.parametrize("size", [2 ** 61, 2 ** 70])
+def test_a_host_buffer_larger_than_memory_is_an_allocation_error(size):
+  with pytest.raises(kc.AllocationError, match="cannot allocate"): kc.Buffer("CLANG", size, kc.dtypes.float32).allocate()
 
 
 def test_backend_oom_errors_are_declared_by_the_allocator():

@@ -59,10 +59,18 @@ def _value(x):
   return x.item() if isinstance(x, (np.generic, np.ndarray)) else x
 
 
+def _sequence(x, what: str) -> tuple:
+  """x as a tuple, where numpy takes any sequence (a shape, axes, a pad's pairs), numpy's integers as ints; anything
+  else (None, a float, a 2-d array) is refused here rather than by tuple() or a truth test deeper in."""
+  if isinstance(x, np.ndarray) and x.ndim == 1: x = x.tolist()
+  if not isinstance(x, (tuple, list, range)): raise InvalidASTError(f"{what} is a tuple, got {type(x).__name__} {x!r:.60}")
+  return tuple(int(v) if isinstance(v, np.integer) else v for v in x)
+
+
 def _shape(shape) -> tuple[sint, ...]:
+  if isinstance(shape, np.integer): shape = int(shape)
   if isinstance(shape, (int, UOp)): shape = (shape,)
-  try: shape = tuple(shape)
-  except TypeError: raise InvalidASTError(f"a shape is a tuple of ints or Variables, got {shape!r}") from None
+  shape = _sequence(shape, "a shape")
   for s in shape:
     if isinstance(s, bool) or not isinstance(s, (int, UOp)) or (isinstance(s, int) and s < 0):
       raise InvalidASTError(f"a shape is a tuple of non-negative ints or Variables, got {shape!r}")
@@ -83,7 +91,8 @@ def _size(shape) -> sint:
 
 
 def _axes(axis, ndim: int, what: str) -> tuple[int, ...]:
-  axes = tuple(range(ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+  if isinstance(axis, np.integer): axis = int(axis)
+  axes = tuple(range(ndim)) if axis is None else (axis,) if isinstance(axis, int) else _sequence(axis, f"a {what} axis or axes")
   norm = []
   for a in axes:
     if isinstance(a, bool) or not isinstance(a, int) or not -ndim <= a < ndim:
@@ -181,8 +190,8 @@ class Expr:
   # ***** movement: pushed to the leaves *****
 
   def reshape(self, *shape) -> "Expr":
-    shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, UOp)) else shape
-    shape = self._infer(tuple(shape))
+    shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer, UOp)) else shape
+    shape = self._infer(_sequence(shape, "reshape's shape"))
     if shape == self.shape: return self
     if self.size is not None and _size(shape) != self.size:
       raise ShapeError(f"reshape: cannot reshape {fmt_shape(self.shape)} ({self.size} elements) to {fmt_shape(shape)}")
@@ -222,8 +231,9 @@ class Expr:
     return self._with(Move("insert", tuple(entries)), hidden)
 
   def permute(self, *order) -> "Expr":
-    order = tuple(order[0]) if len(order) == 1 and not isinstance(order[0], int) else order
-    if sorted(a % self.ndim if isinstance(a, int) and -self.ndim <= a < self.ndim else a for a in order) != list(range(self.ndim)):
+    order = _sequence(order[0] if len(order) == 1 and not isinstance(order[0], (int, np.integer)) else order, "permute's order")
+    if any(isinstance(a, bool) or not isinstance(a, int) for a in order) or \
+       sorted(a % self.ndim if -self.ndim <= a < self.ndim else a for a in order) != list(range(self.ndim)):
       raise ShapeError(f"permute: {order} is not an order of the {self.ndim} axes of {fmt_shape(self.shape)}")
     lg, korder = self._logical, list(range(len(self.kshape)))
     for j, a in enumerate(order): korder[lg[j]] = lg[a % self.ndim]
@@ -234,7 +244,7 @@ class Expr:
   def transpose(self, *order) -> "Expr": return self.permute(*order) if order else self.T
 
   def _per_axis(self, arg, hidden_value, what: str) -> tuple:
-    arg = tuple(arg)
+    arg = _sequence(arg, f"{what}'s (before, after) pairs")
     if len(arg) != self.ndim: raise InvalidASTError(f"{what}: {arg!r} has {len(arg)} entries for the {self.ndim} axes of {fmt_shape(self.shape)}")
     out, lg = [hidden_value] * len(self.kshape), self._logical
     for j, a in enumerate(arg): out[lg[j]] = tuple(a) if isinstance(a, (tuple, list)) else a
@@ -270,6 +280,8 @@ class Expr:
   def windows(self, axis: int, size: int) -> "Expr":
     """numpy's sliding_window_view(x, size, axis): `axis` (length n) becomes the n - size + 1 window starts and a new
     last axis of `size` walks each window: out[..., i, ..., j] = self[..., i + j, ...]."""
+    if isinstance(axis, np.integer): axis = int(axis)
+    if isinstance(axis, bool) or not isinstance(axis, int): raise ShapeError(f"windows: the axis is an int, got {axis!r:.60}")
     k = self._logical[_axes(axis, self.ndim, "windows")[0]]
     # the window axis is the last kernel axis, so it is the last logical one too; the hidden axes keep their places
     try: return self._with(Move("windows", (k, size)))
@@ -417,7 +429,8 @@ class Expr:
       raise InvalidASTError(f"round of {self.dtype.name} to decimals={decimals}: kc.ast rounds ints to >= 0 decimals "
                             "only (they are unchanged); cast to a float dtype to round to tens")
     if decimals == 0: return self.rint()
-    scale = 10.0 ** builtins.abs(decimals)
+    # numpy's 10**decimals overflows to inf past float64's range (its answer is then nan); Python's raises instead
+    scale = 10.0 ** builtins.abs(decimals) if builtins.abs(decimals) <= 308 else math.inf
     return (self * scale).rint() / scale if decimals > 0 else (self / scale).rint() * scale
 
   __round__ = round
@@ -474,6 +487,7 @@ class Expr:
   # ***** reduces: numpy's axis and keepdims (default False) *****
 
   def _reduce(self, op: Ops, axis, keepdims: bool, acc: Optional[DType] = None) -> "Expr":
+    if not isinstance(keepdims, (bool, np.bool_, int, np.integer)): raise InvalidASTError(f"keepdims is a bool, got {keepdims!r:.60}")
     me = self
     axes = _axes(axis, me.ndim, "reduce")
     kaxes = tuple(sorted(me._logical[a] for a in axes))
@@ -1190,7 +1204,7 @@ def _np_reshape(x, shape=None, order="C", *, newshape=None, copy=None) -> Expr:
   return x.reshape(newshape if shape is None else shape)
 
 
-def _np_transpose(x, axes=None) -> Expr: return x.T if axes is None else x.permute(tuple(axes))
+def _np_transpose(x, axes=None) -> Expr: return x.T if axes is None else x.permute(axes)
 
 
 def _np_where(cond, *xy) -> Expr:

@@ -131,10 +131,14 @@ class LRUAllocator(Allocator):
     if len(cached := self.cache.get((nbytes, options), ())): return cached.pop()
     try: return super().alloc(nbytes, options)
     except AllocationError: raise  # over the device's cap: freeing the cache cannot help
-    except self.oom_errors:
-      if not self.cache: raise
+    except self.oom_errors as e: error: BaseException = e
+    if self.cache:
       self.free_cache()
-      return super().alloc(nbytes, options)
+      try: return super().alloc(nbytes, options)
+      except self.oom_errors as e: error = e
+    # still out of memory with nothing cached: the caller gets kc's error (a MemoryError too), the backend's as its cause
+    raise AllocationError(f"out of memory: cannot allocate a buffer of {nbytes} bytes on {type(self).__name__} "
+                          f"({type(error).__name__}: {error}). Free buffers, or split the data into smaller ones") from error
 
   def free(self, opaque, nbytes: int, options: Optional[Hashable] = None):
     self.cache[(nbytes, options)].append(opaque)
@@ -179,7 +183,9 @@ class HostAllocator(LRUAllocator):
   alignment = 64  # a cache line, and enough for any vector load
 
   def _alloc(self, nbytes: int, options: Optional[Hashable]) -> HostMemory:
-    raw = np.empty(nbytes + self.alignment, dtype=np.uint8)
+    try: raw = np.empty(nbytes + self.alignment, dtype=np.uint8)
+    except ValueError as e:  # more bytes than numpy can index: no memory could ever hold it
+      raise AllocationError(f"cannot allocate a buffer of {nbytes} bytes on the host: {e}") from e
     start = -raw.ctypes.data % self.alignment
     arr = raw[start:start + nbytes]
     return HostMemory(arr, raw.ctypes.data + start)
@@ -217,7 +223,7 @@ class Buffer:
     if not isinstance(dtype, DType) or isinstance(dtype, PtrDType):
       raise DTypeError(f"a Buffer holds values of a DType like kc.dtypes.float32, got {dtype!r}")
     if not isinstance(size, int) or size < 0: raise InvalidBufferError(f"a Buffer's size is an element count >= 0, got {size!r}")
-    self.device, self.size, self.dtype, self.options = device.upper(), size, dtype, options
+    self.device, self.size, self.dtype, self.options = DeviceRegistry.canonical(device), size, dtype, options
     if not isinstance(offset, int): raise InvalidBufferError(f"a view's offset is a byte count, got {offset!r}")
     self.offset = offset
     if base is not None:

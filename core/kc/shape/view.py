@@ -53,7 +53,8 @@ def _as_sint(x, op: str, what: str) -> sint:
     return ssimplify(x)
   if isinstance(x, bool) or not hasattr(x, "__index__"):
     raise ShapeError(f"{op}: {what} {x!r} is neither an int nor a kc.Variable expression")
-  return operator.index(x)
+  try: return operator.index(x)
+  except TypeError: raise ShapeError(f"{op}: {what} {x!r:.60} is neither an int nor a kc.Variable expression") from None
 
 
 def _as_dim(x, op: str, shape) -> sint:
