@@ -70,7 +70,10 @@ class KernelState:
 
   def copy(self) -> "KernelState":
     """A copy that shares nothing mutable with this one (trackers, opts and UOps are immutable values)."""
-    return KernelState(**{f.name: _unshared(getattr(self, f.name)) for f in dataclasses.fields(self)})
+    return KernelState(**{name: _unshared(getattr(self, name)) for name in _STATE_FIELDS})
+
+
+_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(KernelState))  # copied on every opt and heuristic step
 
 
 def _unshared(value: Any) -> Any:
@@ -202,8 +205,13 @@ class Kernel:
 
   @property
   def first_reduce(self) -> int:
-    pairs = zip(self.sts[0].shape[:self.first_upcast] + (0,), self.full_shape[:self.first_upcast] + (1,))
-    return [resolve(x != y) for x, y in pairs].index(True)
+    """The first axis before the upcast ones where the output's shape differs from the full shape (a reduce), else
+    first_upcast."""
+    out, full, upcast = self.sts[0].shape, self.full_shape, self.first_upcast
+    for i in range(upcast):
+      if out[i] is not full[i] and (out[i] != full[i] if type(out[i]) is int and type(full[i]) is int else resolve(out[i] != full[i])):
+        return i
+    return upcast
 
   @property
   def reduceop(self) -> Optional[UOp]: return self.reduceops[0] if self.reduceops else None
