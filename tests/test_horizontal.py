@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes
-from kc.codegen.horizontal import butterfly, combined_vectors, transpose_combines
+from kc.codegen.horizontal import butterfly, combined_vectors, combines_of_many_vectors, transpose_combines
+from kc.codegen.vectorize import vectorize_alu
 from kc.codegen.lower import pairwise
 from kc.emu import DEVICE, impersonating
 from kc.emu.renderer import EmuRenderer
@@ -157,6 +158,32 @@ def test_combined_vectors_finds_exactly_the_pairwise_trees(n_width, seed):
     found = combined_vectors(root, OPS)
     assert (found is not None) == (whole_vectors and pairwise(Ops.ADD, leaves) is root)
     if found is not None: assert found[0] == tuple(run[0].src[0] for run in runs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(OPS, key=str)), powers(1, 4), powers(0, 2), st.integers(1, 12), st.integers(0, 2 ** 32 - 1))
+def test_vectorize_alu_leaves_the_combines_of_many_vectors_as_they_are(op, n, m, pool, seed):
+  # what lets vectorize_alu skip them (rewrite_lowered passes combines_of_many_vectors as `left`): walked, such a
+  # VECTORIZE comes back unchanged. Lanes are combines of m vectors drawn from a pool, so lanes share vectors,
+  # repeat, or all read one (a splat)
+  rng = np.random.default_rng(seed)
+  width = 4
+  vectors = [vector(i, dtypes.float32, width) for i in range(pool)]
+  lanes_ = [combine(op, [vectors[int(j)] for j in rng.integers(0, pool, m)]) for _ in range(n)]
+  v = UOp(Ops.VECTORIZE, dtypes.float32.vec(n), tuple(lanes_))
+  sink = UOp(Ops.SINK, dtypes.void, (v,))
+  if combines_of_many_vectors(v, OPS): assert vectorize_alu(sink, every_width, frozenset({Ops.MAX})) is sink
+
+
+def test_combines_of_many_vectors_needs_more_than_two_vectors_at_each_place():
+  vs = [vector(i, dtypes.float32, 4) for i in range(8)]
+  def vec(*combines): return UOp(Ops.VECTORIZE, dtypes.float32.vec(len(combines)), combines)
+  assert combines_of_many_vectors(vec(*(combine(Ops.ADD, [v]) for v in vs[:4])), OPS)
+  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [v]) for v in vs[:2])), OPS)  # two: one permute
+  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [vs[0]]) for _ in range(4))), OPS)  # a splat
+  # the first vectors of the four lanes are only two different ones
+  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [vs[i % 2], vs[4 + i]]) for i in range(4))), OPS)
+  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [v]) for v in vs[:3]), combine(Ops.MUL, [vs[3]])), OPS)
 
 
 def test_butterfly_to_one_lane_is_a_scalar():

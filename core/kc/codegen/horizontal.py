@@ -57,6 +57,23 @@ def combined_vectors(u: UOp, ops: frozenset) -> Optional[tuple[tuple[UOp, ...], 
   return (vectors, inner) if depths == {len(leaves).bit_length() - 1} else None
 
 
+def vector_ops(functions: frozenset) -> frozenset:
+  """The ops whose combines are transposed: ADD and MUL, and MAX where the dialect computes it on float vectors."""
+  return frozenset({Ops.ADD, Ops.MUL}) | (functions & {Ops.MAX})
+
+
+def combines_of_many_vectors(v: UOp, ops: frozenset) -> bool:
+  """Whether a VECTORIZE's lanes are combines of one op (combined_vectors) over the same number of vectors, and the
+  lanes' j-th vectors are more than two different vectors for every j: then each level of the lanes' trees gathers
+  lanes of more than two vectors (no one permute), so vectorize_alu leaves the VECTORIZE as it is and only
+  transpose_combines can build it; vectorize_alu need not walk its trees."""
+  # (a splat, a softmax's row max in every lane, has one vector per j: never more than two)
+  if v.op is not Ops.VECTORIZE or len(set(v.src)) < 3 or len({x.op for x in v.src}) != 1: return False
+  trees = [combined_vectors(x, ops) for x in v.src]
+  if any(t is None for t in trees) or len({len(t[0]) for t in trees if t is not None}) != 1: return False
+  return all(len(set(js)) > 2 for js in zip(*(t[0] for t in trees if t is not None)))
+
+
 def _neighbours_combined(op: Ops, lanes: list[UOp]) -> UOp:
   """lanes[0::2] <op> lanes[1::2]: neighbouring lanes combined into a vector half as wide (a scalar from two lanes)."""
   w, dt = len(lanes) // 2, lanes[0].dtype
@@ -83,10 +100,16 @@ def transpose_combines(sink: UOp, widths: Callable[[DType], tuple[int, ...]], fu
   width's worth) and each scalar combine of vectors not inside such a VECTORIZE built as one butterfly (module
   docstring), where every vector width on the way is one the renderer declares (`widths`). `functions`: the ops the
   dialect computes on float vectors beside ADD and MUL (Renderer.vector_functions: MAX)."""
-  ops = frozenset({Ops.ADD, Ops.MUL}) | (functions & {Ops.MAX})
+  ops = vector_ops(functions)
   topo = passing_toposort(sink)
   found: dict[UOp, UOp] = {}
   inside: set[UOp] = set()
+  walked: dict[UOp, Optional[tuple[tuple[UOp, ...], list[UOp]]]] = {}
+
+  def combined(x: UOp) -> Optional[tuple[tuple[UOp, ...], list[UOp]]]:
+    # once per node: a combine is a lane of many VECTORIZEs where every lane reads it (a softmax's row max, splat)
+    if x not in walked: walked[x] = combined_vectors(x, ops)
+    return walked[x]
 
   def declared(dt: DType, width: int, out: int) -> bool:
     ws = widths(dt)
@@ -95,14 +118,14 @@ def transpose_combines(sink: UOp, widths: Callable[[DType], tuple[int, ...]], fu
   for u in reversed(topo):  # roots before the trees under them: the largest combine wins
     if u in inside: continue
     if u.op is Ops.VECTORIZE and u.dtype.scalar() in VECTOR_FLOATS and _power_of_two(n := u.dtype.count) and n >= 2:
-      lanes = [c for x in u.src if (c := combined_vectors(x, ops)) is not None]
+      lanes = [c for x in u.src if (c := combined(x)) is not None]
       if len(lanes) != n or len({x.op for x in u.src}) != 1 or len({len(vs) for vs, _ in lanes}) != 1: continue
       vectors = tuple(v for vs, _ in lanes for v in vs)
       width = vectors[0].dtype.count
       if len(vectors) > width or any(v.dtype != vectors[0].dtype for v in vectors) or not declared(u.dtype.scalar(), width, n): continue
       found[u] = butterfly(u.src[0].op, vectors, n)
       for _, inner in lanes: inside.update(inner)
-    elif u.dtype.count == 1 and (c := combined_vectors(u, ops)) is not None:
+    elif u.dtype.count == 1 and (c := combined(u)) is not None:
       vectors, inner = c
       if len(vectors) > (width := vectors[0].dtype.count) or not declared(u.dtype, width, 1): continue
       found[u] = butterfly(u.op, vectors, 1)

@@ -245,13 +245,14 @@ def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
 
 
 def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functions: frozenset = frozenset(),
-                  select: bool = False) -> UOp:
+                  select: bool = False, left: Callable[[UOp], bool] = lambda v: False) -> UOp:
   """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
   lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
   dialect also computes on float32 vectors (Renderer.vector_functions); `select`: comparisons and WHERE on float32
-  vectors with lane masks (Renderer.vector_select)."""
+  vectors with lane masks (Renderer.vector_select). `left`: VECTORIZEs the caller knows would stay as they are
+  (kc.codegen.horizontal.combines_of_many_vectors), not walked."""
   topo = passing_toposort(sink)
-  vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths)}  # in order, asked again below
+  vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths) and not left(u)}  # in order, asked again below
   combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src}, accumulator_updates(functions))
   if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
