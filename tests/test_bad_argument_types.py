@@ -13,9 +13,13 @@ WRONG = [None, np.zeros(3), np.zeros((2, 2), np.float32), -1, 0, 2 ** 70, float(
          [1, 2], [[1]], (None,), ("a",), (1.5,), object(), F, np.float32(2), np.int64(3)]
 X = A.arg(1, F, (4, 4))
 SINK = A.sink(A.store(0, X * 2.0))
+N = kc.Variable("n", 1, 8)
+SYMBOLIC = A.sink(A.store(0, A.arg(1, F, (N,)) * 2.0))
 
 
-def _kernel(): return kc.compile(SINK, "CLANG")
+def _kernel(sink=SINK): return kc.compile(sink, "CLANG")
+def _buffer(): return kc.Buffer("CLANG", 16, F).allocate()
+def _clang_kernel(): return kc.Kernel(SINK, kc.Device["CLANG"].renderer)
 
 
 ENTRIES = {
@@ -58,12 +62,24 @@ ENTRIES = {
   "compile": (lambda s, d, o: kc.compile(s, d, o), [SINK, "CLANG", "hand"]),
   "run": (lambda s, i, d: kc.run(s, i, device=d), [SINK, {1: np.ones((4, 4), np.float32)}, "CLANG"]),
   "call": (lambda o, i: _kernel()(o, i), [np.empty((4, 4), np.float32), np.ones((4, 4), np.float32)]),
+  "call with a Variable": (lambda o, i, v: _kernel(SYMBOLIC)(o, i, n=v), [np.empty(4, np.float32), np.ones(4, np.float32), 4]),
+  "run with a Variable": (lambda i, v: kc.run(SYMBOLIC, {1: i}, device="CLANG", n=v), [np.ones(4, np.float32), 4]),
+  "Buffer.copyin": (lambda d: _buffer().copyin(d), [np.ones(16, np.float32)]),
+  "Buffer.copyout": (lambda d: _buffer().copyout(d), [memoryview(bytearray(64))]),
+  "Buffer.__dlpack__": (lambda s: _buffer().__dlpack__(stream=s), [None]),
+  "Buffer view": (lambda b, off: kc.Buffer("CLANG", 4, F, base=b, offset=off), [_buffer(), 0]),
   "Buffer": (lambda d, n, t: kc.Buffer(d, n, t).allocate(), ["CLANG", 16, F]),
   "from_dlpack": (lambda o, d: kc.from_dlpack(o, d), [np.ones(4, np.float32), "CLANG"]),
   "Device": (lambda d: kc.Device[d], ["CLANG"]),
-  "Opt": (lambda o, a, m: kc.Kernel(SINK, kc.Device["CLANG"].renderer).apply_opt(kc.Opt(o, a, m)), [kc.OptOps.UPCAST, 0, 4]),
+  "Opt": (lambda o, a, m: _clang_kernel().apply_opt(kc.Opt(o, a, m)), [kc.OptOps.UPCAST, 0, 4]),
+  "Kernel": (lambda s, r: kc.Kernel(s, r), [SINK, kc.Device["CLANG"].renderer]),
+  "colored_shape": (lambda p: _clang_kernel().colored_shape(p), [10]),
   # symbols and shapes
   "Variable": (kc.Variable, ["n", 1, 8]),
+  "sym_infer": (kc.sym_infer, [N * 2, {N: 3}]),
+  "sym_infer's value": (lambda v: kc.sym_infer(N * 2, {N: v}), [3]),
+  "bind": (lambda v: N.bind(v), [3]),
+  "substitute": (lambda d: (N * 2).substitute(d), [{N: kc.Variable("m", 1, 4)}]),
   "ShapeTracker": (lambda s: kc.ShapeTracker.from_shape(s), [(4, 4)]),
   "offset_of": (lambda c: kc.ShapeTracker.from_shape((4, 4)).offset_of(c), [(1, 2)]),
   "from_numpy": (dtypes.from_numpy, [np.dtype(np.float32)]),

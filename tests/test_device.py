@@ -193,6 +193,15 @@ def test_oom_frees_the_cache_and_retries_once():
   assert isinstance(info.value, MemoryError) and "out of device memory" in str(info.value.__cause__)
 
 
+def test_a_backends_own_typed_oom_error_reaches_the_caller_as_it_is():
+  class DeviceOOM(KcError, MemoryError): pass
+  class Typed(FakeDeviceMemory):
+    def _alloc(self, nbytes, options):
+      try: return super()._alloc(nbytes, options)
+      except MemoryError as e: raise DeviceOOM(str(e)) from None
+  with pytest.raises(DeviceOOM): Typed(100).alloc(200)
+
+
 def test_oom_after_freeing_the_cache_is_an_allocation_error():
   a = FakeDeviceMemory(300)
   a.free(a.alloc(100), 100)

@@ -5,7 +5,8 @@ exact under those semantics (the property tests check this against direct evalua
 hold for non-negative values check `vmin >= 0` first. Wrap-around is assumed not to happen in index math,
 as every backend does; range analysis widens to the dtype's range wherever it could."""
 from __future__ import annotations
-import math
+import math, numbers
+from collections.abc import Mapping
 from typing import Optional, Union
 from kc.ir.dtype import DType, cast_scalar, dtypes
 from kc.errors import SymbolicError
@@ -379,6 +380,7 @@ def sym_infer(expr: Union[int, UOp], var_vals: dict) -> Union[int, float, bool]:
   """The value of `expr` with its variables set by `var_vals` (keys are Variables or their names). Bound
   variables not in `var_vals` take their bound value."""
   if not isinstance(expr, UOp): return expr
+  if not isinstance(var_vals, Mapping): raise SymbolicError(f"var_vals maps Variables (or their names) to ints, got {type(var_vals).__name__}")
   by_name = {(k.expr if isinstance(k, UOp) else k): v for k, v in var_vals.items()}
   for u in expr.toposort:
     if u.op is Ops.BIND: by_name.setdefault(u.src[0].arg[0], u.src[1].arg)
@@ -388,6 +390,8 @@ def sym_infer(expr: Union[int, UOp], var_vals: dict) -> Union[int, float, bool]:
     elif u.op is Ops.DEFINE_VAR:
       if u.arg[0] not in by_name: raise SymbolicError(f"no value for Variable {u.arg[0]!r}; give it in var_vals")
       v = by_name[u.arg[0]]
+      if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise SymbolicError(f"the value of Variable {u.arg[0]!r} is an int, got {v!r:.60}")
       if not u.arg[1] <= v <= u.arg[2]: raise SymbolicError(f"value {v} is outside the range [{u.arg[1]}, {u.arg[2]}] of Variable {u.arg[0]!r}")
       vals[u] = v
     elif u.op is Ops.BIND: vals[u] = vals[u.src[0]]

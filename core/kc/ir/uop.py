@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools, math, weakref
 from enum import IntEnum, auto
 from fractions import Fraction
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 import numpy as np
 from kc.ir.dtype import FLOAT_MAX, DType, dtypes, next_float, truncate
@@ -316,6 +317,8 @@ class UOp(metaclass=UOpMetaClass):
 
   def substitute(self, mapping: dict["UOp", "UOp"]) -> "UOp":
     """This graph with each key UOp replaced by its value (keys are matched by identity, outermost wins)."""
+    if not isinstance(mapping, Mapping) or not all(isinstance(k, UOp) and isinstance(v, UOp) for k, v in mapping.items()):
+      raise UOpError(f"substitute takes a dict of UOps to UOps, got {mapping!r:.80}")
     memo: dict[UOp, UOp] = dict(mapping)
     for node in self.toposort:
       if node in memo: continue

@@ -242,6 +242,8 @@ class Kernel:
     return colors
 
   def colored_shape(self, pad: Optional[int] = None, dense: bool = False) -> str:
+    if pad is not None and (isinstance(pad, bool) or not isinstance(pad, int) or not 0 <= pad <= 1 << 16):
+      raise KcError(f"colored_shape pads to a width in columns (an int, 0 to 65536), got {pad!r:.60}")
     strs = [(str(s) if dense else f"{s:4d}") if isinstance(s, int) else s.render() for s in self.full_shape]
     ret = " ".join(colored(s, c) for s, c in zip(strs, self.colors()))
     return ret + " " * (pad - ansilen(ret)) if pad else ret

@@ -136,7 +136,9 @@ class LRUAllocator(Allocator):
       self.free_cache()
       try: return super().alloc(nbytes, options)
       except self.oom_errors as e: error = e
-    # still out of memory with nothing cached: the caller gets kc's error (a MemoryError too), the backend's as its cause
+    # still out of memory with nothing cached: a backend's own typed error as it is (kc_cuda's CUDAOutOfMemory), else
+    # kc's (a MemoryError too) with the backend's as its cause
+    if isinstance(error, KcError): raise error
     raise AllocationError(f"out of memory: cannot allocate a buffer of {nbytes} bytes on {type(self).__name__} "
                           f"({type(error).__name__}: {error}). Free buffers, or split the data into smaller ones") from error
 
@@ -225,6 +227,7 @@ class Buffer:
     if not isinstance(size, int) or size < 0: raise InvalidBufferError(f"a Buffer's size is an element count >= 0, got {size!r}")
     self.device, self.size, self.dtype, self.options = DeviceRegistry.canonical(device), size, dtype, options
     if not isinstance(offset, int): raise InvalidBufferError(f"a view's offset is a byte count, got {offset!r}")
+    if base is not None and not isinstance(base, Buffer): raise InvalidBufferError(f"a view's base is a kc.Buffer, got {type(base).__name__}")
     self.offset = offset
     if base is not None:
       if base.device != self.device: raise InvalidBufferError(f"a view on {self.device} of a buffer on {base.device}")
@@ -294,7 +297,8 @@ class Buffer:
 
   def copyout(self, mv: memoryview) -> memoryview:
     """Copy the buffer's bytes into `mv`, a writable memoryview of exactly nbytes bytes."""
-    mv = memoryview(mv)
+    try: mv = memoryview(mv)
+    except TypeError: raise InvalidBufferError(f"copyout copies into a writable memoryview (or bytearray, array), got {type(mv).__name__}") from None
     if mv.readonly: raise InvalidBufferError("copyout needs a writable memoryview")
     if not mv.c_contiguous: raise InvalidBufferError("copyout needs a contiguous memoryview")
     if (raw := _as_bytes(mv)).nbytes != self.nbytes:
@@ -325,6 +329,8 @@ class Buffer:
     legacy one. The consumer shares the memory (copy=True: a copy of it; dl_device=(1, 0) for a device buffer: a host
     copy), and the capsule keeps this Buffer, so its memory, alive until the consumer lets go. `stream` is the
     consumer's (CUDA): kc's pending work is made visible on it."""
+    if stream is not None and (isinstance(stream, bool) or not isinstance(stream, (int, np.integer))):
+      raise DLPackError(f"stream={stream!r:.60}: a DLPack stream is an int (a CUDA stream handle, or -1) or None")
     where = self.__dlpack_device__()
     versioned = max_version is not None and tuple(max_version)[0] >= 1
     version = DLPACK_VERSION if versioned and tuple(max_version) >= DLPACK_VERSION else (1, 0)
