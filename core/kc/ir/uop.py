@@ -317,7 +317,7 @@ class UOp(metaclass=UOpMetaClass):
 
   def substitute(self, mapping: dict["UOp", "UOp"]) -> "UOp":
     """This graph with each key UOp replaced by its value (keys are matched by identity, outermost wins)."""
-    if not isinstance(mapping, Mapping) or not all(isinstance(k, UOp) and isinstance(v, UOp) for k, v in mapping.items()):
+    if (type(mapping) is not dict and not isinstance(mapping, Mapping)) or not all(type(k) is UOp and type(v) is UOp for k, v in mapping.items()):
       raise UOpError(f"substitute takes a dict of UOps to UOps, got {mapping!r:.80}")
     memo: dict[UOp, UOp] = dict(mapping)
     for node in self.toposort:
