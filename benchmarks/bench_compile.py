@@ -55,14 +55,15 @@ def measure(repeats: int) -> dict:
   out = {}
   for rname, ren in RENDERERS:
     for name, case in CASES.items():
-      times = []
+      times, uops = [], 0
       for i in range(repeats):
         kind, shape = case(i)
         sink = build(kind, shape)
         t0 = time.perf_counter()
-        kc.Kernel(sink, ren).hand_coded_optimizations().to_program()
+        prg = kc.Kernel(sink, ren).hand_coded_optimizations().to_program()
         times.append(time.perf_counter() - t0)
-      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": 1}
+        uops = len(prg.uops)
+      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": 1, "uops": uops}
   return out
 
 
@@ -157,13 +158,19 @@ def main():
   if args.warm_process: return print("\n".join(warm_process_times(args.repeats)))
   ours = measure(args.repeats)
   theirs, why = run_tinygrad("tinygrad_compile.py", args.repeats)
-  rows = ["| renderer / kernel | kc ms | tinygrad ms | tinygrad kernels | tg/kc |", "|---|---:|---:|---:|---:|"]
-  ratios = []
+  rows = ["| renderer / kernel | kc ms | tinygrad ms | tinygrad kernels | tg/kc | kc linear UOps | tinygrad linear UOps | "
+          "kc us/UOp | tinygrad us/UOp | per UOp tg/kc |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  ratios, per_uop = [], []
   for key, k in ours.items():
     t = theirs.get(key) if theirs else None
-    if t: ratios.append(t["median_s"] / k["median_s"])
-    rows.append(f"| {key} | {k['median_s'] * 1e3:.1f} | {t['median_s'] * 1e3:.1f} | {t['kernels']} | {ratios[-1]:.2f}x |" if t else
-                f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - |")
+    ours_per = k["median_s"] / max(k["uops"], 1) * 1e6
+    if t:
+      ratios.append(t["median_s"] / k["median_s"])
+      theirs_per = t["median_s"] / max(t["uops"], 1) * 1e6
+      per_uop.append(theirs_per / ours_per)
+    rows.append(f"| {key} | {k['median_s'] * 1e3:.1f} | {t['median_s'] * 1e3:.1f} | {t['kernels']} | {ratios[-1]:.2f}x | {k['uops']} | "
+                f"{t['uops']} | {ours_per:.1f} | {theirs_per:.1f} | {per_uop[-1]:.2f}x |" if t else
+                f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - | {k['uops']} | - | {ours_per:.1f} | - | - |")
   lines = [f"## Compile speed: AST to rendered source (`python benchmarks/bench_compile.py --repeats {args.repeats}`)", "",
            f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides); "
            f"hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
@@ -174,6 +181,9 @@ def main():
     lines.append(f"- geometric mean tinygrad/kc ratio: {geo:.2f}x (above 1: kc compiles faster; the target: each case at "
                  f"least 2x, the geometric mean at least 2.86x, that is kc's time at most 0.5x and 0.35x of tinygrad's); "
                  f"{below} of {len(ratios)} cases below 2x")
+    lines.append(f"- per linear UOp rendered (the kernels differ in size: kc's register tiles and vector combines are larger), "
+                 f"tinygrad/kc time per UOp: geometric mean {statistics.geometric_mean(per_uop):.2f}x, "
+                 f"{min(per_uop):.2f}x to {max(per_uop):.2f}x")
   else: lines.append(f"- tinygrad anchor unavailable: {why}")
   stages = stage_times(args.repeats)
   lines += ["", "Where kc's time goes: the steps `to_program` runs, timed one by one on other fresh sizes (median ms; opts is "

@@ -31,15 +31,17 @@ def main(repeats):
         if si.ast.op is Ops.SINK: k = Kernel(si.ast, opts=ren); k.hand_coded_optimizations(); k.to_program()
   for rname, ren in renderers:
     for name, case in CASES.items():
-      times = []
+      times, uops = [], 0
       for i in range(repeats):
         kind, shape = case(i)
         asts = [si.ast for si in create_schedule([build(kind, shape).lazydata]) if si.ast.op is Ops.SINK]
         t0 = time.perf_counter()
+        programs = []
         for ast in asts:
-          k = Kernel(ast, opts=ren); k.hand_coded_optimizations(); k.to_program()
+          k = Kernel(ast, opts=ren); k.hand_coded_optimizations(); programs.append(k.to_program())
         times.append(time.perf_counter() - t0)
-      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": len(asts)}
+        uops = sum(len(p.uops) for p in programs)  # the linear UOps rendered, every kernel together
+      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": len(asts), "uops": uops}
   print(json.dumps(out))
 
 
