@@ -23,9 +23,16 @@ def _negated_comparison(rendered: str) -> str:
 _PARENS = re.compile(r"[()]")
 
 
+# the ops the walk renders as expressions (inline where used once, else a named value)
+_VALUES = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.WMMA})
+
+
 def _strip_parens(s: str) -> str:
   """`(a+b)` -> `a+b` when the outer parentheses enclose the whole expression."""
   if not (s.startswith("(") and s.endswith(")")): return s
+  # most are one pair "(a+b)", or two groups "(a)*(b)": told by where the first inner parenthesis of each kind is
+  first_close, first_open = s.find(")", 1), s.find("(", 1)
+  if first_open == -1 or first_close < first_open: return s[1:-1] if first_close == len(s) - 1 else s
   depth, last = 0, len(s) - 1
   for m in _PARENS.finditer(s):  # only the parentheses: expressions are long, and most of their characters are not
     depth += 1 if m.group() == "(" else -1
@@ -350,7 +357,15 @@ class CStyleLanguage(Renderer):
     for u in uops:
       s = [names.get(x, "") for x in u.src]
       op = u.op
-      if op is Ops.DEFINE_GLOBAL:
+      if op in _VALUES and (op is not Ops.BITCAST or u.src[0] in named):  # most of a kernel: checked first
+        expr = self._expression(u, s)
+        if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op is not Ops.WMMA):
+          names[u] = expr
+        else:
+          names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE) else "alu")
+          emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(expr)};")
+          named.add(u)
+      elif op is Ops.DEFINE_GLOBAL:
         names[u] = f"data{u.arg}"
         params[u] = [names[u], u.dtype, False]
       elif op is Ops.DEFINE_VAR:
@@ -449,6 +464,7 @@ class CStyleLanguage(Renderer):
 
   def _expression(self, u: UOp, s: list[str]) -> str:
     op = u.op
+    if op is Ops.GEP: return self.render_lane(s[0], u.src[0].dtype, u.arg[0])
     if op is Ops.CMPNE and u.src[1].op is Ops.CONST and u.src[1].arg is True:  # kc spells logical not as x != true
       inner = u.src[0]
       if inner.op is Ops.CMPNE: return f"({_negated_comparison(s[0])})"
