@@ -360,7 +360,7 @@ class Lowering:
   def with_axes(self, env: Env, values: dict) -> Env:
     if not values: return env
     out = list(env)
-    for i, v in values.items(): out[i] = v if isinstance(v, UOp) else _index_const(v, self.idt)
+    for i, v in values.items(): out[i] = v if type(v) is UOp else _index_const(v, self.idt)
     return tuple(out)
 
   # ***** the lowering *****
@@ -484,7 +484,7 @@ class Lowering:
     uses, and a conjunction clause by clause: a clause depends on fewer lanes than the whole, so most lane
     combinations share it."""
     used = self.lanes_in(expr)
-    key = ("at", expr, tuple(values.get(a, 0) for a in used))
+    key = ("at", expr, tuple([values.get(a, 0) for a in used]))
     if (ret := self.memo.get(key)) is None:
       if not used: ret = expr
       elif expr.op is Ops.AND and expr.dtype == dtypes.bool: ret = _conjunction(self.at(expr.src[0], values), self.at(expr.src[1], values))
@@ -712,7 +712,9 @@ class Lowering:
 
   def vector_dtype(self, dt: DType) -> bool:
     """Whether `dt`'s widest vector is the vector axis's lanes (the width the vector passes fold it to)."""
-    return dt in VECTOR_FLOATS and self.vector_widths(dt)[:1] == (self.vector_width,)
+    if (ret := self.memo.get(key := ("vector dtype", dt))) is None:
+      ret = self.memo[key] = dt in VECTOR_FLOATS and self.vector_widths(dt)[:1] == (self.vector_width,)
+    return ret
 
   def vector_op(self, op: Ops, dt: DType) -> bool:
     """Whether vectorize_alu computes `op` on vectors of the vector axis's width of `dt` (its lane ops: float

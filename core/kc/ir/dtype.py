@@ -8,6 +8,7 @@ import numpy as np
 from kc.errors import DTypeError
 
 _INTERNED: dict[tuple, "DType"] = {}
+_VECTORS: dict[tuple["DType", int], "DType"] = {}  # DType.vec's answers
 
 
 def _intern(cls, *args):
@@ -36,10 +37,13 @@ class DType:
   def scalar(self) -> "DType": return self if self._scalar is None else self._scalar
 
   def vec(self, n: int) -> "DType":
+    # asked for on every vector UOp the codegen builds: the answer once per (dtype, width)
+    if type(n) is int and (ret := _VECTORS.get((self, n))) is not None: return ret
     if not isinstance(n, int) or n < 1: raise DTypeError(f"vector width must be a positive int, got {n!r}")
     if self.count != 1: raise DTypeError(f"cannot make a vector of the vector type {self}")
-    if n == 1 or self == dtypes.void: return self
-    return _intern(DType, self.priority, self.itemsize * n, f"{self.name}x{n}", None, n, self)
+    ret = self if n == 1 or self == dtypes.void else _intern(DType, self.priority, self.itemsize * n, f"{self.name}x{n}", None, n, self)
+    if type(n) is int: _VECTORS[(self, n)] = ret
+    return ret
 
   def ptr(self, local: bool = False, size: int = -1) -> "PtrDType":
     return _intern(PtrDType, self.priority, 8, f"{'l' if local else ''}ptr.{self.name}", None, 1, None, self, local, 1, size)
