@@ -244,6 +244,14 @@ def _vectorizable(u: UOp, widths: Callable[[DType], tuple[int, ...]]) -> bool:
   return u.op is Ops.VECTORIZE and dt in VECTOR_FLOATS and all(s.dtype == dt for s in u.src) and u.dtype.count in widths(dt)
 
 
+def _may_change(v: UOp) -> bool:
+  """Whether _Vectorizer._build can give a VECTORIZE other than its rebuilt lanes: lanes of one op that are not all
+  one value, or a splat of a constant that is not already what the splat of it builds."""
+  first = v.src[0]
+  if all(x is first for x in v.src): return first.op is Ops.CONST and UOp.const(v.dtype, first.arg) is not v
+  return all(x.op is first.op for x in v.src)
+
+
 def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functions: frozenset = frozenset(),
                   select: bool = False, left: Callable[[UOp], bool] = lambda v: False) -> UOp:
   """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
@@ -252,8 +260,11 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   vectors with lane masks (Renderer.vector_select). `left`: VECTORIZEs the caller knows would stay as they are
   (kc.codegen.horizontal.combines_of_many_vectors), not walked."""
   topo = passing_toposort(sink)
-  vectors = {u: None for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths) and not left(u)}  # in order, asked again below
-  combines = _accumulator_combines(topo, widths, {x for v in vectors for x in v.src}, accumulator_updates(functions))
+  candidates = [u for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths) and not left(u)]
+  combines = _accumulator_combines(topo, widths, {x for v in candidates for x in v.src}, accumulator_updates(functions))
+  # walked: the VECTORIZEs _build can change. A splat and lanes of different ops (no vector, no accumulator, no one
+  # op) come back as their rebuilt lanes, which the rebuild of every other node gives them too
+  vectors = {u: None for u in candidates if _may_change(u)}  # in order, asked again below
   if not vectors and not combines: return sink
   rebuilt: dict[UOp, UOp] = {}
   vz = _Vectorizer(rebuilt, accumulators_under(topo), functions, select)
