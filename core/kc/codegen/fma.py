@@ -9,7 +9,7 @@ nothing else changes."""
 from __future__ import annotations
 from typing import Callable
 from kc.ir.dtype import DType, dtypes
-from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
+from kc.codegen.vectorize import passing_toposort, replaced
 from kc.ir.uop import Ops, UOp
 
 
@@ -35,6 +35,9 @@ def _fused_update(fuses: Callable[[DType], bool]):
 def fuse_accumulations(sink: UOp, fuses: Callable[[DType], bool]) -> UOp:
   """`sink` with every float sum's update whose terms include products of its dtype fused (module docstring), where
   `fuses(dtype)` says the renderer's MULACC of that dtype is one fused multiply-add."""
-  rules = PatternMatcher([(UPat(Ops.ASSIGN, src=(UPat(Ops.DEFINE_ACC, name="acc"), UPat(Ops.ADD, name="v")), name="u"),
-                           _fused_update(fuses))])
-  return graph_rewrite(sink, rules)
+  # one walk: the updates are found in the graph as it is (a fused update is an ASSIGN of no ADD, so nothing fused is
+  # fused again) and replaced, the graph above each rebuilt on it
+  rule, topo = _fused_update(fuses), passing_toposort(sink)
+  found = {u: new for u in topo if u.op is Ops.ASSIGN and len(u.src) == 2 and u.src[0].op is Ops.DEFINE_ACC and u.src[1].op is Ops.ADD
+           and (new := rule(u, u.src[0], u.src[1])) is not None}
+  return replaced(topo, found) if found else sink
