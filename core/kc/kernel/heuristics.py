@@ -115,8 +115,9 @@ def _upcast_mid_reduce_for_images(k: OptimizingKernel) -> None:
 
 def _upcast_image_inputs(k: OptimizingKernel) -> None:
   for i, buf in enumerate(k.bufs):
+    if not isinstance(buf.src[0].dtype, ImageDType): continue  # (the stride analysis only for images)
     axes = [a for a in k.sts[i].unit_stride_axes(ignore_valid=True) if k.sts[i].shape[a] % 4 == 0]
-    if isinstance(buf.src[0].dtype, ImageDType) and axes and all(x < k.first_upcast for x in axes) and axes[0] not in k.upcast_in_mid_reduce_axes:
+    if axes and all(x < k.first_upcast for x in axes) and axes[0] not in k.upcast_in_mid_reduce_axes:
       if axes[0] < k.first_reduce: k.apply_opt(Opt(OptOps.UPCAST, axes[0], 4))
       else: k.apply_opt(Opt(OptOps.UNROLL, axes[0] - k.first_reduce, 4))
 
@@ -384,10 +385,18 @@ def _unroll_window(k: OptimizingKernel) -> None:
     if not _try(k, Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 0)): return
 
 
+def _upcast_reduces(k: OptimizingKernel) -> list[bool]:
+  """Whether each upcast axis is a reduce axis: upcasted_axis's third field, without the strides it reads (a padded
+  view's stride analysis unravels its index: a millisecond for a convolution's input)."""
+  shape = k.full_shape[k.first_upcast:]
+  if not all_int(shape): raise KernelOptError(f"cannot upcast a symbolic amount {shape}")
+  return [x != y for x, y in zip(k.sts[0].shape[k.first_upcast:], shape)]
+
+
 def _unroll_reduce(k: OptimizingKernel) -> None:
   """Unroll a small last reduce axis entirely (and a second one if both are tiny), else by 4."""
   if not (k.first_reduce < k.first_upcast
-          and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(r for _, _, r in k.upcasted_axis(k.full_buf_index)))
+          and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(_upcast_reduces(k)))
           and (k.upcasted == 0 or prod(k.full_shape[-k.upcasted:]) < 64)):
     return
   if isinstance(s := k.full_unupcasted_shape[-1], int) and s <= 32:
