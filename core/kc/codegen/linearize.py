@@ -15,21 +15,23 @@ from kc.ir.uop import Ops, UOp
 def _loops(sink: UOp, around: dict[UOp, frozenset[UOp]]) -> dict[UOp, frozenset[UOp]]:
   """For each UOp, the RANGEs that must be open where it is computed. `around[r]` are the loops r nests in."""
   need: dict[UOp, frozenset[UOp]] = {}
+  # what a user of an ASSIGN or a DEFINE_ACC reads of its loops, once per node: a finished accumulator is outside its
+  # loops; a read of an accumulator's running value (and the update, an ASSIGN) happens inside them
+  read: dict[UOp, frozenset[UOp]] = {}
   none: frozenset[UOp] = frozenset()
   for u in sink.toposort:
     if u.op is Ops.RANGE:
       need[u] = none.union(*(need[s] for s in u.src)) | {u} | around.get(u, none)
     elif u.op is Ops.DEFINE_ACC:  # declared (and reset) inside the loops around its own, before they start
       need[u] = none.union(*(need[s] for s in u.src)) - frozenset(u.src[1:])
+      read[u] = need[u].union(*(need[r] for r in u.src[1:]))
     else:
       loops = none
       for s in u.src:
-        inner = need[s]
-        if s.op is Ops.ASSIGN: inner = inner - _closed_by(s)
-        # a read of an accumulator's running value (and the update, an ASSIGN) happens inside the accumulator's loops
-        elif s.op is Ops.DEFINE_ACC: inner = inner.union(*(need[r] for r in s.src[1:]))
+        inner = read.get(s, need[s])
         if not inner <= loops: loops = loops | inner if loops else inner
       need[u] = loops
+      if u.op is Ops.ASSIGN: read[u] = loops - _closed_by(u)
   return need
 
 
