@@ -327,7 +327,8 @@ class Lowering:
     else:
       idxs = [_loop(self.idt, s, (i, 0)) for i, s in enumerate(shape[:self.first_reduce])]
     # reduce axes get their loops from the reduce that walks them; upcast axes are unrolled
-    idxs += [_index_const(0, self.idt)] * (n - len(idxs))
+    self.zero = _index_const(0, self.idt)  # lane 0 of an upcast axis (lower() compares environments against it)
+    idxs += [self.zero] * (n - len(idxs))
     for i in range(self.first_upcast, n):
       if not isinstance(shape[i], int): raise KcError(f"axis {i} of size {shape[i].render()} is symbolic and cannot be upcast")
     self.base = tuple(idxs)
@@ -370,8 +371,7 @@ class Lowering:
     # it, a row's max read by every lane of the row): one key for all of them, so it is lowered once, not per lane
     if (ignored := self.ignores.get(u)) is None: ignored = self.ignores[u] = self.ignored_axes(u)
     # (an upcast axis's index is a constant from _index_const: lane 0 is one object)
-    if ignored and any(env[a] is not (zero := _index_const(0, self.idt)) for a in ignored):
-      env = self.with_axes(env, dict.fromkeys(ignored, zero))
+    if ignored and any(env[a] is not self.zero for a in ignored): env = self.with_axes(env, dict.fromkeys(ignored, self.zero))
     key = (u, env)
     if (ret := self.memo.get(key)) is None:
       ret = self.memo[key] = self._lower(u, env)
