@@ -355,3 +355,44 @@ def test_a_replacement_built_on_a_node_above_another_replacement_is_built_on_its
   nodes = set(out.toposort)
   assert a not in nodes and b not in nodes  # every node above the old a is rebuilt
   assert out.src[1] == new_a * 2.0 and out.src[0] == (new_a * 2.0) * 5.0
+
+
+def test_the_vectorizes_left_unwalked_come_back_as_walked(monkeypatch):
+  # vectorize_alu skips the VECTORIZEs it cannot change (splats, lanes of different ops): walking every one of them
+  # must give the same graph. Every example kernel, hand-coded and random tiles, on CLANG's dialect, lowered with its
+  # vector axis (splats and a shifted row's mixed lanes are left) and lane by lane (where vectorize_alu builds vectors)
+  import random
+  from kc.ast.examples import EXAMPLES
+  from kc.codegen import graph, lower as lowering, vectorize
+  from kc.ir.rewrite import graph_rewrite
+  from kc.schedule import schedule
+  from kc.search.actions import action_list
+  clang = kc_clang_renderer.ClangRenderer(native=False)
+  rng, actions = random.Random(7), action_list(clang)
+  widths, functions = graph._declared_widths(clang), frozenset(clang.vector_functions)
+  rules = graph.lowered_rules(frozenset(clang.code_for_op or {}), clang.extra_matcher)
+  choose = lowering.Lowering.choose_vector_axis
+  skipped = changed = 0
+  for example in EXAMPLES.values():
+    for kernel in schedule(example.build()[0]).kernels:
+      candidates = [Kernel(kernel.ast, clang).hand_coded_optimizations()]
+      for _ in range(3):
+        k = Kernel(kernel.ast, clang)
+        for opt in rng.sample(actions, 12):
+          try: k.apply_opt(opt)
+          except kc.KcError: pass
+          if len(k.applied_opts) == 3: break
+        candidates.append(k)
+      for k in candidates:
+        try: ast = k.get_optimized_ast()
+        except kc.KcError: continue
+        for vector_axis in (choose, lambda self: None):
+          monkeypatch.setattr(lowering.Lowering, "choose_vector_axis", vector_axis)
+          sink = graph_rewrite(graph.fold_vector_accesses(lowering.lower(ast, clang), clang), rules)
+          fast = vectorize.vectorize_alu(sink, widths, functions, clang.vector_select)
+          skipped += sum(1 for u in sink.toposort if u.op is Ops.VECTORIZE and not vectorize._may_change(u))
+          with monkeypatch.context() as m:
+            m.setattr(vectorize, "_may_change", lambda v: True)
+            assert vectorize.vectorize_alu(sink, widths, functions, clang.vector_select) is fast, k.applied_opts
+          changed += fast is not sink
+  assert skipped > 50 and changed > 5  # the rule skipped VECTORIZEs, and the pass still changed kernels
