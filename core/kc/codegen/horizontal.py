@@ -118,6 +118,7 @@ def transpose_combines(sink: UOp, widths: Callable[[DType], tuple[int, ...]], fu
   for u in reversed(topo):  # roots before the trees under them: the largest combine wins
     if u in inside: continue
     if u.op is Ops.VECTORIZE and u.dtype.scalar() in VECTOR_FLOATS and _power_of_two(n := u.dtype.count) and n >= 2:
+      if combined(u.src[0]) is None: continue  # every lane must be a combine (most VECTORIZEs are splats of a load)
       lanes = [c for x in u.src if (c := combined(x)) is not None]
       if len(lanes) != n or len({x.op for x in u.src}) != 1 or len({len(vs) for vs, _ in lanes}) != 1: continue
       vectors = tuple(v for vs, _ in lanes for v in vs)
