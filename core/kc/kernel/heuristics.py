@@ -385,18 +385,10 @@ def _unroll_window(k: OptimizingKernel) -> None:
     if not _try(k, Opt(OptOps.UNROLL, len(k.full_unupcasted_shape) - 1 - k.first_reduce, 0)): return
 
 
-def _upcast_reduces(k: OptimizingKernel) -> list[bool]:
-  """Whether each upcast axis is a reduce axis: upcasted_axis's third field, without the strides it reads (a padded
-  view's stride analysis unravels its index: a millisecond for a convolution's input)."""
-  shape = k.full_shape[k.first_upcast:]
-  if not all_int(shape): raise KernelOptError(f"cannot upcast a symbolic amount {shape}")
-  return [x != y for x, y in zip(k.sts[0].shape[k.first_upcast:], shape)]
-
-
 def _unroll_reduce(k: OptimizingKernel) -> None:
   """Unroll a small last reduce axis entirely (and a second one if both are tiny), else by 4."""
   if not (k.first_reduce < k.first_upcast
-          and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(_upcast_reduces(k)))
+          and (prod(k.full_shape[k.first_upcast:]) <= 4 or not any(k.upcast_reduces()))
           and (k.upcasted == 0 or prod(k.full_shape[-k.upcasted:]) < 64)):
     return
   if isinstance(s := k.full_unupcasted_shape[-1], int) and s <= 32:

@@ -231,7 +231,12 @@ class Kernel:
     """(size, stride in buffer i, is a reduce axis) of each upcast axis."""
     shape, strides = self.sts[i].shape[self.first_upcast:], self.sts[i].real_strides()[self.first_upcast:]
     if not all_int(shape): raise KernelOptError(f"cannot upcast a symbolic amount {shape}")
-    return list(zip(shape, strides, [x != y for x, y in zip(self.sts[0].shape[self.first_upcast:], self.full_shape[self.first_upcast:])]))
+    return list(zip(shape, strides, self.upcast_reduces()))
+
+  def upcast_reduces(self) -> list[bool]:
+    """Whether each upcast axis is a reduce axis (the output keeps size 1 there): upcasted_axis's third field, without
+    the stride analysis (which unravels a padded view's index)."""
+    return [x != y for x, y in zip(self.sts[0].shape[self.first_upcast:], self.full_shape[self.first_upcast:])]
 
   def colors(self) -> list[str]:
     colors = ["BLUE" if self.dont_use_locals else "blue"] * self.global_dims + ["cyan"] * self.local_dims

@@ -23,8 +23,11 @@ def _negated_comparison(rendered: str) -> str:
 _PARENS = re.compile(r"[()]")
 
 
-# the ops the walk renders as expressions (inline where used once, else a named value)
-_VALUES = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.WMMA})
+# the ops the walk renders as statements and names of their own; every other op is a value (_expression)
+_STRUCTURE = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.CONST, Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.RANGE, Ops.ENDRANGE,
+                        Ops.ENDIF, Ops.IF, Ops.BARRIER, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE})
+# the values written inline into the one expression that uses them (a lane is always inline)
+_INLINED = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE})
 
 
 def _strip_parens(s: str) -> str:
@@ -357,9 +360,13 @@ class CStyleLanguage(Renderer):
     for u in uops:
       s = [names.get(x, "") for x in u.src]
       op = u.op
-      if op in _VALUES and (op is not Ops.BITCAST or u.src[0] in named):  # most of a kernel: checked first
+      if op not in _STRUCTURE:  # values (arithmetic, casts, vectors, lanes): most of a kernel, tested first
+        if op is Ops.BITCAST and u.src[0] not in named:  # reinterpreting bits needs an lvalue to take the address of
+          tmp = fresh("cast")
+          emit(f"{self.render_dtype(u.src[0].dtype)} {tmp} = {_strip_parens(s[0])};")
+          s = [tmp]
         expr = self._expression(u, s)
-        if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op is not Ops.WMMA):
+        if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op in _INLINED):
           names[u] = expr
         else:
           names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE) else "alu")
@@ -412,18 +419,6 @@ class CStyleLanguage(Renderer):
         line = self.render_store(u.src[1].dtype, index, names[index.src[0]], names[index.src[1]], s[1])
         gated = len(u.src[0].src) == 3 and u.src[0].src[2] not in gates  # inside an IF on its gate it needs no test of its own
         emit(f"if ({_strip_parens(names[u.src[0].src[2]])}) {line}" if gated else line)
-      else:
-        if op is Ops.BITCAST and u.src[0] not in named:  # reinterpreting bits needs an lvalue to take the address of
-          tmp = fresh("cast")
-          emit(f"{self.render_dtype(u.src[0].dtype)} {tmp} = {_strip_parens(s[0])};")
-          s = [tmp]
-        expr = self._expression(u, s)
-        if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op in (*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE)):
-          names[u] = expr
-        else:
-          names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE) else "alu")
-          emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(expr)};")
-          named.add(u)
     # buffers in the order they appear, then Variables by name: the order Program.globals and Program.vars give them
     ordered = [p for p in params if p.op is Ops.DEFINE_GLOBAL] + sorted((p for p in params if p.op is Ops.DEFINE_VAR), key=lambda v: v.arg)
     return self.render_kernel(name, body, [tuple(params[p]) for p in ordered], uops)
