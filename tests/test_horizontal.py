@@ -42,6 +42,7 @@ def evaluate(u: UOp, values: dict, memo=None):
   if u.op is Ops.DEFINE_ACC: ret = values[u]
   elif u.op is Ops.GEP: ret = evaluate(u.src[0], values, memo)[u.arg[0]]
   elif u.op is Ops.VECTORIZE: ret = np.array([evaluate(s, values, memo) for s in u.src], dtype=np_dt)
+  elif u.op is Ops.SHUFFLE: ret = np.concatenate([evaluate(s, values, memo) for s in u.src])[list(u.arg)]
   elif u.op is Ops.SINK: ret = tuple(evaluate(s, values, memo) for s in u.src)
   else: ret = NP_OP[u.op](*(evaluate(s, values, memo) for s in u.src)).astype(np_dt)
   memo[u] = ret
@@ -90,8 +91,10 @@ def test_a_register_tiles_four_stores_take_five_vector_adds_each():
   adds = [u for u in after.toposort if u.op is Ops.ADD]
   # two levels over pairs of vectors (2 + 1 adds of 16 lanes), then 16 -> 8 -> 4 lanes inside one vector
   assert sorted(u.dtype.count for u in adds) == [4, 8, 16, 16, 16]
-  shuffles = [u for u in after.toposort if u.op is Ops.VECTORIZE and all(x.op is Ops.GEP for x in u.src)]
+  shuffles = [u for u in after.toposort if u.op is Ops.SHUFFLE]
   assert len(shuffles) == 10  # an even and an odd shuffle per add
+  assert sorted(len(u.src) for u in shuffles) == [1] * 4 + [2] * 6  # over pairs of vectors, then inside one
+  assert not any(u.op is Ops.GEP for u in after.toposort)  # no lane by lane
 
 
 def test_a_combine_of_a_vector_read_elsewhere_too_keeps_that_read():
@@ -216,8 +219,7 @@ def test_kernels_with_combined_lanes_run_as_numpy_computes_them(emu, shape, kind
   else: sink, inputs, want = A.sink(A.store(0, F(1, M, K).max(axis=1))), {1: x}, x.max(axis=1)
   k = Kernel(sink, VectorEmu())
   hand_coded_optimizations(k)
-  assert any(u.op is Ops.VECTORIZE and u.src[0].op is Ops.GEP and u.src[0].arg == (0,) and len(u.src) > 1 and u.src[1].arg == (2,)
-             for u in k.linearize()), "no even-lane shuffle: the pass did not run on this kernel"
+  assert any(u.op is Ops.SHUFFLE and u.arg[:2] == (0, 2) for u in k.linearize()), "no even-lane shuffle: the pass did not run on this kernel"
   emu.renderer = impersonating(VectorEmu())
   got = kc.run(sink, inputs, device=DEVICE, opts="hand")[0].reshape(want.shape)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -74,24 +74,23 @@ def combines_of_many_vectors(v: UOp, ops: frozenset) -> bool:
   return all(len(set(js)) > 2 for js in zip(*(t[0] for t in trees if t is not None)))
 
 
-def _neighbours_combined(op: Ops, lanes: list[UOp]) -> UOp:
-  """lanes[0::2] <op> lanes[1::2]: neighbouring lanes combined into a vector half as wide (a scalar from two lanes)."""
-  w, dt = len(lanes) // 2, lanes[0].dtype
-  if w == 1: return UOp(op, dt, (lanes[0], lanes[1]))
-  return UOp(op, dt.vec(w), (UOp(Ops.VECTORIZE, dt.vec(w), tuple(lanes[0::2])), UOp(Ops.VECTORIZE, dt.vec(w), tuple(lanes[1::2]))))
-
-
-def _lanes(v: UOp) -> list[UOp]: return [UOp(Ops.GEP, v.dtype.scalar(), (v,), (i,)) for i in range(v.dtype.count)]
+def _neighbours_combined(op: Ops, vectors: tuple[UOp, ...]) -> UOp:
+  """The lanes of one or two vectors (of one dtype) taken in order, neighbours combined: lanes[0::2] <op> lanes[1::2],
+  a vector half as wide as all their lanes (a scalar from the two lanes of one vector)."""
+  dt, n = vectors[0].dtype, sum(v.dtype.count for v in vectors)
+  if n == 2: return UOp(op, dt.scalar(), (UOp(Ops.GEP, dt.scalar(), vectors, (0,)), UOp(Ops.GEP, dt.scalar(), vectors, (1,))))
+  half = dt.scalar().vec(n // 2)
+  return UOp(op, half, (UOp(Ops.SHUFFLE, half, vectors, tuple(range(0, n, 2))), UOp(Ops.SHUFFLE, half, vectors, tuple(range(1, n, 2)))))
 
 
 def butterfly(op: Ops, vectors: tuple[UOp, ...], out: int) -> UOp:
   """The vectors' lanes, taken in order, combined by `op` into `out` lanes (a scalar for 1): lane j is the pairwise
   combine of the j-th of `out` equal runs of them (module docstring). len(vectors) and out: powers of two, at most the
-  vectors' width, out at most len(vectors)."""
+  vectors' width, out at most len(vectors). Each level gathers its even and odd lanes with one SHUFFLE each."""
   level = list(vectors)
-  while len(level) > 1: level = [_neighbours_combined(op, _lanes(a) + _lanes(b)) for a, b in zip(level[0::2], level[1::2])]
+  while len(level) > 1: level = [_neighbours_combined(op, (a, b)) for a, b in zip(level[0::2], level[1::2])]
   v = level[0]
-  while v.dtype.count > out: v = _neighbours_combined(op, _lanes(v))
+  while v.dtype.count > out: v = _neighbours_combined(op, (v,))
   return v
 
 

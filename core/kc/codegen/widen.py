@@ -28,7 +28,7 @@ from typing import Callable, Optional
 from kc.ir.symbolic import root_and_offset
 from kc.ir.dtype import DType
 from kc.codegen.vectorize import VECTOR_FLOATS, lane_op, passing_toposort, replaced
-from kc.ir.uop import Ops, UOp
+from kc.ir.uop import Ops, UOp, shuffle_lanes
 
 # what one op of a tree weighs against a pack of lanes: a function is an inlined polynomial, a division a slow op
 _WEIGHT = {Ops.EXP2: 16, Ops.LOG2: 16, Ops.FDIV: 4, Ops.RECIP: 4}
@@ -39,9 +39,11 @@ Nodes = tuple[UOp, ...]
 
 
 def _lanes_of(u: UOp) -> tuple[UOp, ...]:
-  """The scalar lanes of a value: a scalar itself, a VECTORIZE's sources, else a GEP per lane."""
+  """The scalar lanes of a value: a scalar itself, a VECTORIZE's sources, a SHUFFLE's lanes of its sources, else a GEP
+  per lane."""
   if u.dtype.count == 1: return (u,)
   if u.op is Ops.VECTORIZE: return u.src
+  if u.op is Ops.SHUFFLE: return tuple(UOp(Ops.GEP, u.dtype.scalar(), (x,), (i,)) for x, i in shuffle_lanes(u))
   return tuple(UOp(Ops.GEP, u.dtype.scalar(), (u,), (i,)) for i in range(u.dtype.count))
 
 

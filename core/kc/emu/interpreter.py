@@ -11,7 +11,7 @@ from kc.ir.uop import GroupOp, Ops, UOp
 from kc.emu.errors import (BarrierError, DataRaceError, EmulatorError, LaunchError, MisalignedAccessError, OutOfBoundsError,
                            UnsupportedOpError)
 from kc.emu.renderer import fragment_layout
-from kc.emu.values import _IN_FLOAT32, _where, alu_function, bitcast_function, cast_function, const_value, gep_function, vectorize
+from kc.emu.values import _IN_FLOAT32, _where, alu_function, bitcast_function, cast_function, const_value, gep_function, shuffle_function, vectorize
 
 
 _INDEX_NP = np.dtype(np.int32)  # a launch index's dtype, unless the kernel has wide (int64) indices
@@ -21,7 +21,7 @@ _INDEX_NP = np.dtype(np.int32)  # a launch index's dtype, unless the kernel has 
 
 
 _DEFINITIONS = {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL}
-_VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP}
+_VALUE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.SHUFFLE}
 _KNOWN = _VALUE_OPS | {Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.CONST, Ops.SPECIAL, Ops.RANGE, Ops.ENDRANGE,
                        Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE, Ops.IF, Ops.ENDIF, Ops.BARRIER, Ops.NOOP, Ops.WMMA}
 
@@ -98,6 +98,7 @@ class _Plan:
       if u.op is Ops.CAST: return cast_function(u.src[0].dtype, u.dtype)
       if u.op is Ops.BITCAST: return bitcast_function(u.src[0].dtype, u.dtype)
       if u.op is Ops.VECTORIZE: return vectorize
+      if u.op is Ops.SHUFFLE: return shuffle_function(u.arg)
       return gep_function(tuple(u.arg))
     except UnsupportedOpError as e: raise UnsupportedOpError(self.where(pc, str(e))) from None
 

@@ -101,3 +101,12 @@ def vectorize(*xs):
 def gep_function(lanes: tuple) -> Callable:
   if len(lanes) == 1: return lambda x: np.asarray(x)[..., lanes[0]]
   return lambda x: np.asarray(x)[..., list(lanes)]
+
+
+def shuffle_function(lanes: tuple) -> Callable:
+  """A SHUFFLE: the lanes of its one vector, or of its two vectors' concatenation (lanes last, as every vector here)."""
+  taken = list(lanes)
+  def shuffle(*xs):
+    whole = np.asarray(xs[0]) if len(xs) == 1 else np.concatenate(np.broadcast_arrays(*map(np.asarray, xs)), axis=-1)
+    return whole[..., taken]
+  return shuffle

@@ -25,6 +25,10 @@ class Ops(IntEnum):
   DEFINE_ACC = auto(); CONST = auto(); VALID = auto()
   # vector structure and expansion
   EXPAND = auto(); CONTRACT = auto(); VECTORIZE = auto(); GEP = auto()
+  # lanes of one or two vectors of one dtype, taken from their concatenation: arg the lane indices, dtype their vector
+  # (at least two lanes; one lane is a GEP). A horizontal combine's levels (kc.codegen.horizontal) are each a pair of
+  # them: one UOp per gathered vector where VECTORIZEs of GEPs took one per lane
+  SHUFFLE = auto()
   # memory
   INDEX = auto(); LOAD = auto(); STORE = auto(); ASSIGN = auto()
   # reductions and tensor cores
@@ -138,7 +142,7 @@ _UCACHE: dict[tuple, weakref.ReferenceType] = {}
 # the Python type of its value and what it stands on, the rest their op and dtype. Each signature that passed is
 # remembered. Variables (and their bindings) are checked against their values every time.
 _DTYPE_TYPED = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
-_VALUE_TYPED = frozenset({Ops.DEFINE_VAR, Ops.BIND})
+_VALUE_TYPED = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.SHUFFLE})  # (a SHUFFLE's lanes are in its arg)
 _TYPED_OK: set[tuple] = set()
 
 
@@ -200,6 +204,12 @@ def _check_typing(op, dtype, src, arg):
     if len(src) != 1: raise UOpError(f"{op} takes one source, got {len(src)}")
     if op is Ops.BITCAST and src[0].dtype.itemsize != dtype.itemsize:
       raise UOpError(f"BITCAST needs equal sizes, got {src[0].dtype} ({src[0].dtype.itemsize} B) -> {dtype} ({dtype.itemsize} B)")
+  elif op is Ops.SHUFFLE:
+    if len(src) not in (1, 2) or (w := src[0].dtype.count) < 2 or any(x.dtype != src[0].dtype for x in src):
+      raise UOpError(f"SHUFFLE takes one or two vectors of one dtype, got {[x.dtype for x in src]}")
+    if type(arg) is not tuple or len(arg) < 2 or any(type(i) is not int or not 0 <= i < w * len(src) for i in arg):
+      raise UOpError(f"SHUFFLE's arg is a tuple of at least two lanes of its sources (0 to {w * len(src) - 1}), got {arg!r}")
+    if dtype != (want := src[0].dtype.scalar().vec(len(arg))): raise UOpError(f"SHUFFLE of {len(arg)} lanes of {src[0].dtype} is a {want}, got {dtype}")
   elif op is Ops.BIND:
     if len(src) != 2 or src[0].op is not Ops.DEFINE_VAR or src[1].op is not Ops.CONST: raise UOpError("BIND takes (DEFINE_VAR, CONST)")
     v, (name, lo, hi) = src[1].arg, src[0].arg
@@ -261,6 +271,12 @@ def _toposort_iterative(root: "UOp") -> dict["UOp", None]:
       open_nodes.pop()
       out[node] = None
   return out
+
+
+def shuffle_lanes(u: "UOp") -> list[tuple["UOp", int]]:
+  """A SHUFFLE's lanes in order, each as (the source vector, its lane in that vector)."""
+  w = u.src[0].dtype.count
+  return [(u.src[i // w], i % w) for i in u.arg]
 
 
 def _as_uop(x, like: "UOp") -> "UOp":

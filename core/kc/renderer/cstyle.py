@@ -11,7 +11,7 @@ from kc.ir.dtype import FP8_FORMATS, DType, FP8Format, ImageDType, PtrDType, dty
 from kc.errors import CompileError
 from kc.renderer import Renderer
 from kc.ir.rewrite import PatternMatcher, UPat
-from kc.ir.uop import GroupOp, Ops, UOp
+from kc.ir.uop import GroupOp, Ops, UOp, shuffle_lanes
 
 
 def _negated_comparison(rendered: str) -> str:
@@ -27,7 +27,9 @@ _PARENS = re.compile(r"[()]")
 _STRUCTURE = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.CONST, Ops.SPECIAL, Ops.DEFINE_LOCAL, Ops.RANGE, Ops.ENDRANGE,
                         Ops.ENDIF, Ops.IF, Ops.BARRIER, Ops.DEFINE_ACC, Ops.ASSIGN, Ops.INDEX, Ops.LOAD, Ops.STORE})
 # the values written inline into the one expression that uses them (a lane is always inline)
-_INLINED = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE})
+_INLINED = frozenset({*GroupOp.ALU, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.SHUFFLE})
+# the values held in a `cast` variable where they are not inlined
+_CASTS = frozenset({Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.SHUFFLE})
 
 
 def _strip_parens(s: str) -> str:
@@ -342,7 +344,9 @@ class CStyleLanguage(Renderer):
     """The walk: one pass over the linear UOps, calling the render_* methods above. Backends override those, not this
     (a dialect may wrap it to set per-kernel state, as OpenCL's renderer does)."""
     names: dict[UOp, str] = {}
-    uses = Counter(s for u in uops for s in u.src)
+    # a SHUFFLE reads its sources once per lane it takes, as a VECTORIZE of GEPs would: a source read for several lanes
+    # is held in a variable, not written into each lane
+    uses = Counter(s for u in uops for s in (u.src if u.op is not Ops.SHUFFLE else [x for x, _ in shuffle_lanes(u)]))
     params: dict[UOp, list] = {}
     counters: Counter = Counter()
     body: list[str] = []
@@ -369,7 +373,7 @@ class CStyleLanguage(Renderer):
         if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op in _INLINED):
           names[u] = expr
         else:
-          names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in (Ops.CAST, Ops.BITCAST, Ops.VECTORIZE) else "alu")
+          names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in _CASTS else "alu")
           emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(expr)};")
           named.add(u)
       elif op is Ops.DEFINE_GLOBAL:
@@ -480,7 +484,9 @@ class CStyleLanguage(Renderer):
     if op is Ops.CAST: return self.render_cast_uop(u, s[0])
     if op is Ops.BITCAST: return self.render_bitcast(u.dtype, u.src[0].dtype, s[0])
     if op is Ops.VECTORIZE: return self.render_vector(u.dtype, s)
-    if op is Ops.GEP: return self.render_lane(s[0], u.src[0].dtype, u.arg[0])
+    if op is Ops.SHUFFLE:  # a vector of the lanes (the dialect's vector literal; a C compiler makes it one permute)
+      names = dict(zip(u.src, s))
+      return self.render_vector(u.dtype, [self.render_lane(names[x], x.dtype, i) for x, i in shuffle_lanes(u)])
     if op is Ops.WMMA: return self.render_wmma(u, *s)
     raise CompileError(f"{type(self).__name__} cannot render {op}")
 

@@ -322,6 +322,11 @@ class _Function:
       return self.inst(f"bitcast {ltype(src.dtype)} {self.val(src)} to {ltype(dt)}")
     if op is Ops.GEP:
       return self.inst(f"extractelement {ltype(u.src[0].dtype)} {self.val(u.src[0])}, i32 {u.arg[0]}")
+    if op is Ops.SHUFFLE:  # lanes of one vector or of two (of one type) concatenated: LLVM's own shufflevector
+      t = ltype(u.src[0].dtype)
+      second = self.val(u.src[1]) if len(u.src) == 2 else "poison"
+      mask = ", ".join(f"i32 {i}" for i in u.arg)
+      return self.inst(f"shufflevector {t} {self.val(u.src[0])}, {t} {second}, <{len(u.arg)} x i32> <{mask}>")
     if op is Ops.VECTORIZE:
       lanes = [self.val(s) for s in u.src]
       et = ltype(dt.scalar())
