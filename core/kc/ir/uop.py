@@ -209,7 +209,8 @@ def _check_typing(op, dtype, src, arg):
       raise UOpError(f"SHUFFLE takes one or two vectors of one dtype, got {[x.dtype for x in src]}")
     if type(arg) is not tuple or len(arg) < 2 or any(type(i) is not int or not 0 <= i < w * len(src) for i in arg):
       raise UOpError(f"SHUFFLE's arg is a tuple of at least two lanes of its sources (0 to {w * len(src) - 1}), got {arg!r}")
-    if dtype != (want := src[0].dtype.scalar().vec(len(arg))): raise UOpError(f"SHUFFLE of {len(arg)} lanes of {src[0].dtype} is a {want}, got {dtype}")
+    if dtype != (want := src[0].dtype.scalar().vec(len(arg))):
+      raise UOpError(f"SHUFFLE of {len(arg)} lanes of {src[0].dtype} is a {want}, got {dtype}")
   elif op is Ops.BIND:
     if len(src) != 2 or src[0].op is not Ops.DEFINE_VAR or src[1].op is not Ops.CONST: raise UOpError("BIND takes (DEFINE_VAR, CONST)")
     v, (name, lo, hi) = src[1].arg, src[0].arg
