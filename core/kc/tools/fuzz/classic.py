@@ -2,7 +2,10 @@
 
 The generator evaluates numpy as it goes and keeps only steps whose answer a correct kernel must reproduce: no NaN or
 inf in the middle, compares and float->int casts only of exact values, logs of positive values, divisions by values
-away from zero. Integer overflow is kept on purpose: numpy wraps and kc must too.
+away from zero; float products whose partial products stay normal floats in any order (products_stay_normal), and
+logs, square roots and reciprocals of inexact values only away from 0 by more than their error's scale
+(Generator.error_floor): where the answer would be the order's or the rounding's, not the kernel's. Integer overflow
+is kept on purpose: numpy wraps and kc must too.
 
 Deterministic: a recipe depends only on (seed, size). `size` scales every drawn dimension and nothing else consumes a
 different number of random draws, so a smaller size gives a smaller kernel of much the same structure (the
@@ -17,6 +20,7 @@ import numpy as np
 from kc import ast as A
 from kc.ir.dtype import dtypes, least_upper_dtype
 from kc.tools.fuzz.recipe import Node, Recipe, eval_node, input_node, is_exact, value_dtype
+from kc.tools.fuzz.tolerance import finite_max
 
 INT_DTYPES = ("int8", "uint8", "int16", "uint16", "int32", "int64", "uint64")   # the 64-bit ones come from int sums
 FLOAT_DTYPES = ("float16", "float32")
@@ -56,6 +60,26 @@ def _np(dt: str) -> str: return "np.bool_" if dt == "bool" else f"np.{dt}"
 def _kdt(dt: str) -> str: return f"dtypes.{dt}"
 def _isf(dt: str) -> bool: return dt in FLOAT_DTYPES
 def _isint(dt: str) -> bool: return dt in INT_DTYPES
+def _float_max(v: np.ndarray) -> float: return finite_max(v) if v.dtype.kind == "f" and v.size else 0.0  # ints are exact
+
+
+# the binary exponents every partial product of a float prod or cumprod must stay within: float32's normal range
+# (half accumulates in float32), less a margin
+_PRODUCT_EXPONENTS = (-120, 120)
+
+
+def products_stay_normal(x: np.ndarray, axes: Optional[tuple[int, ...]]) -> bool:
+  """Whether every product of any of x's finite factors along `axes` (None: all of them) stays a normal float32.
+  Those are the partial products of a prod or cumprod in any order: kc multiplies in its own order (pairwise,
+  interleaved, vectorized, a scan in blocks), and where one order overflows to inf before it meets a 0 (NaN) and
+  numpy's loop meets the 0 first (0), or one underflows to 0 where another stays finite, the answer is the order's,
+  not the kernel's. Ints wrap, the same in any order."""
+  if x.dtype.kind != "f" or x.size == 0: return True
+  with np.errstate(all="ignore"):
+    mag = np.abs(x.astype(np.float64))
+    logs = np.log2(np.where(np.isfinite(mag) & (mag > 0), mag, 1.0))
+    lo, hi = _PRODUCT_EXPONENTS
+    return bool(np.all(np.where(logs > 0, logs, 0).sum(axis=axes) < hi) and np.all(np.where(logs < 0, logs, 0).sum(axis=axes) > lo))
 
 
 def _kc_dtype_name(dt: np.dtype) -> str: return "bool" if dt == np.bool_ else dt.name
@@ -134,6 +158,22 @@ class Generator:
     """A step whose result is of the narrow float `narrow` gets numpy's float32 answer rounded once to it."""
     if narrow: np_ = f"rnd({np_}, {narrow!r})"
     return self.add(Node(op, kc, np_, srcs, kind, needs_exact, narrow), reduced=reduced)
+
+  def error_floor(self, x: int) -> float:
+    """The smallest magnitude an ill-conditioned op (log, a square root, a reciprocal) may take from x: 0 for an
+    exact x; else 2**-6 of the largest magnitude met on the way to x (its ancestors' values, and a matmul's products
+    of its operands' largest), which the fuzz bound takes as the scale of x's absolute error (tolerance.py). Closer
+    to 0 than that, x may be cancellation's leftover, whose error such an op turns into one the bound cannot hold:
+    log2 of a matmul's 0.06 from products of 16 carried the sum's last digits into its third."""
+    if x in self.exact: return 0.0
+    scale, seen, stack = 1.0, set(), [x]
+    while stack:
+      if (i := stack.pop()) in seen: continue
+      seen.add(i)
+      node, tops = self.nodes[i], [_float_max(self.values[s]) for s in self.nodes[i].srcs]
+      scale = max(scale, _float_max(self.values[i]), tops[0] * tops[1] if node.op == "matmul" and len(tops) == 2 else 0.0)
+      stack.extend(node.srcs)
+    return 2.0 ** -6 * scale
 
   def dt(self, i: int) -> str: return value_dtype(self.values[i], self.nodes[i])
   def narrow(self, x: int) -> str: return ""      # a narrow float (bfloat16, fp8) x is of: classic has none
@@ -248,15 +288,15 @@ class Generator:
       if "abs" in f and self.chance(0.3): return self.add(Node("abs", "abs({0})", "np.abs({0})", (x,)))
       return self.add(Node("neg", "-{0}", "-{0}", (x,)))
     lo, hi = (float(v.min()), float(v.max())) if v.size else (0.0, 0.0)
-    top = 10 if dt == "float16" else 20
+    top, floor = 10 if dt == "float16" else 20, self.error_floor(x)
     choices = [("neg", "-{0}", "-{0}", "arith")]
     if hi <= top and lo >= -20: choices.append(("exp2", "{0}.exp2()", "np.exp2({0})", "transcendental"))
-    if lo >= 2 ** -6: choices.append(("log2", "{0}.log2()", "np.log2({0})", "transcendental"))
-    if lo >= 0: choices.append(("sqrt", "{0}.sqrt()", "np.sqrt({0})", "transcendental"))
+    if lo >= max(2 ** -6, floor): choices.append(("log2", "{0}.log2()", "np.log2({0})", "transcendental"))
+    if lo >= 0 and (floor == 0 or lo >= floor): choices.append(("sqrt", "{0}.sqrt()", "np.sqrt({0})", "transcendental"))
     if max(abs(lo), abs(hi)) <= 8: choices.append(("sin", "{0}.sin()", "np.sin({0})", "transcendental"))
-    if lo >= 0.25 or hi <= -0.25: choices.append(("recip", "{0}.recip()", f"{_np(dt)}(1) / {{0}}", "arith"))
+    if lo >= max(0.25, floor) or hi <= -max(0.25, floor): choices.append(("recip", "{0}.recip()", f"{_np(dt)}(1) / {{0}}", "arith"))
     if "exp" in f and hi <= top / 1.5 and lo >= -14: choices.append(("exp", "{0}.exp()", "np.exp({0})", "transcendental"))
-    if "log" in f and lo >= 2 ** -6: choices.append(("log", "{0}.log()", "np.log({0})", "transcendental"))
+    if "log" in f and lo >= max(2 ** -6, floor): choices.append(("log", "{0}.log()", "np.log({0})", "transcendental"))
     if "abs" in f: choices.append(("abs", "abs({0})", "np.abs({0})", "arith"))
     op, k, n, kind = self.pick(choices)
     return self.add(Node(op, k, n, (x,), kind))
@@ -314,6 +354,7 @@ class Generator:
     dt, kd = self.dt(x), self.keepdims()
     keep = f", keepdims={kd}" if "keepdims" in features() else ""
     ax = f"axis={axes}, keepdims={kd}"
+    if op == "prod" and not products_stay_normal(self.values[x], axes): return None
     if op in ("sum", "prod"):
       if dt == "float16": n = f"{{0}}.astype(np.float32).{op}({ax}).astype(np.float16)"
       else: n = f"{{0}}.{op}({ax})"   # numpy widens small ints (and bools) to 64 bits, as kc.ast does
@@ -646,6 +687,7 @@ class Generator:
     if not self.shp(x): return None
     op = self.pick(sorted({"cumsum", "cumprod"} & features()))
     axis = None if self.chance(0.2) else int(self.rng.integers(len(self.shp(x))))
+    if op == "cumprod" and not products_stay_normal(self.values[x], None if axis is None else (axis,)): return None
     dt = self.dt(x)
     n = f"np.{op}({{0}}.astype(np.float32), axis={axis}).astype(np.float16)" if dt == "float16" else \
         f"np.{op}({{0}}, axis={axis})"

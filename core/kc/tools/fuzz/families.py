@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 import numpy as np
 from kc import ast as A, dtypes
 from kc.errors import KcError
-from kc.tools.fuzz.classic import Generator, _broadcasts
+from kc.tools.fuzz.classic import Generator, _broadcasts, products_stay_normal
 from kc.tools.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, special_problem
 
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface. classic is
@@ -186,11 +186,13 @@ class FamilyGenerator(Generator):
     with np.errstate(all="ignore"):
       fin = v[np.isfinite(v)]
       lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 0.0)
-      pos = fin[fin > 0]
-      small_pos = bool(pos.size and pos.min() < 2 ** -6)
-      near0 = bool(np.any((fin != 0) & (np.abs(fin) < 0.25)))
-    choices = [("neg", "-{0}", "-{0}", "arith"), ("abs", "abs({0})", "np.abs({0})", "arith"),
-               ("sqrt", "{0}.sqrt()", "np.sqrt({0})", "transcendental")]
+      pos, floor = fin[fin > 0], self.error_floor(x)
+      small_pos = bool(pos.size and pos.min() < max(2 ** -6, floor))
+      near0 = bool(np.any((fin != 0) & (np.abs(fin) < max(0.25, floor))))
+      # a square root of a value whose error may take it across 0 (NaN on one side): exact ones, or away from 0
+      signed_near0 = floor > 0 and bool(np.any(np.abs(fin) < floor))
+    choices = [("neg", "-{0}", "-{0}", "arith"), ("abs", "abs({0})", "np.abs({0})", "arith")]
+    if not signed_near0: choices.append(("sqrt", "{0}.sqrt()", "np.sqrt({0})", "transcendental"))
     if hi <= _TOP[dt] and lo >= -20: choices.append(("exp2", "{0}.exp2()", "np.exp2({0})", "transcendental"))
     if not small_pos: choices.append(("log2", "{0}.log2()", "np.log2({0})", "transcendental"))
     if max(abs(lo), abs(hi)) <= 8: choices.append(("sin", "{0}.sin()", "np.sin({0})", "transcendental"))
@@ -225,6 +227,7 @@ class FamilyGenerator(Generator):
     if not axes: return None
     dt, ax = self.dt(x), f"axis={axes}, keepdims={self.keepdims()}"
     k = f"{{0}}.{op}({ax})"
+    if op == "prod" and not products_stay_normal(self.values[x], axes): return None
     if op in ("sum", "prod", "mean"):
       if dt in ("fp8e4m3", "fp8e5m2"): return None
       if dt in ("float16", "bfloat16"):
