@@ -1,14 +1,15 @@
-"""kc.codegen.horizontal: the lane-by-lane combines of several vectors after their loops become one tree of even/odd
-shuffles and vector ops, with every result the same sum (product, max) in the same order, bit for bit. A numpy
-evaluator of the graph is the oracle; EMU runs whole kernels so rewritten against numpy."""
+"""kc.codegen.horizontal and the butterflies of kc.codegen.combine: the lane-by-lane combines of vector accumulators
+after their loops are butterflies of even/odd shuffles, and a vector of several such combines becomes one butterfly
+over all their vectors, with every result the same sum (product, max) in the same order as pairwise's scalar tree,
+bit for bit. A numpy evaluator of the graph is the oracle; EMU runs whole kernels so rewritten against numpy."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 import kc
 from kc import ast as A, dtypes
-from kc.codegen.horizontal import butterfly, combined_vectors, combines_of_many_vectors, transpose_combines
+from kc.codegen.combine import butterfly, lanes_combined, pairwise
+from kc.codegen.horizontal import combined_vectors, transposable, transpose_combines
 from kc.codegen.vectorize import vectorize_alu
-from kc.codegen.lower import pairwise
 from kc.emu import DEVICE, impersonating
 from kc.emu.renderer import EmuRenderer
 from kc.ir.uop import Ops, UOp
@@ -31,7 +32,12 @@ def vector(i: int, dt, width: int) -> UOp:
 def lanes(v: UOp) -> list[UOp]: return [UOp(Ops.GEP, v.dtype.scalar(), (v,), (i,)) for i in range(v.dtype.count)]
 
 
-def combine(op, vectors) -> UOp: return pairwise(op, [g for v in vectors for g in lanes(v)])
+def scalar_tree(op, vectors) -> UOp:
+  """pairwise's scalar tree over the vectors' lanes in order: the order every combine must keep."""
+  return pairwise(op, [g for v in vectors for g in lanes(v)])
+
+
+def combine(op, vectors) -> UOp: return lanes_combined(op, vectors, every_width)
 
 
 def evaluate(u: UOp, values: dict, memo=None):
@@ -49,6 +55,16 @@ def evaluate(u: UOp, values: dict, memo=None):
   return ret
 
 
+def random_values(vs, op, dt, rng) -> dict:
+  """Values over many magnitudes, so that another order of the sums would round differently (products near 1)."""
+  np_dt = np.float32 if dt == dtypes.float32 else np.float64
+  if op is Ops.MUL: return {v: rng.uniform(0.5, 2, v.dtype.count).astype(np_dt) for v in vs}
+  return {v: (rng.standard_normal(v.dtype.count) * 2.0 ** rng.integers(-20, 20, v.dtype.count)).astype(np_dt) for v in vs}
+
+
+def same_bits(a, b) -> bool: return np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
 def ops_count(root: UOp, op: Ops, scalar: bool) -> int:
   return sum(1 for u in root.toposort if u.op is op and (u.dtype.count == 1) == scalar)
 
@@ -60,27 +76,38 @@ def powers(lo: int, hi: int): return st.sampled_from([1 << k for k in range(lo, 
 @given(st.sampled_from([dtypes.float32, dtypes.float64]), st.sampled_from(sorted(OPS, key=str)), powers(1, 4), powers(0, 4),
        powers(0, 4), st.booleans(), st.integers(0, 2 ** 32 - 1))
 def test_the_butterfly_gives_each_combine_bit_for_bit(dt, op, width, n, m, as_vector, seed):
-  """n lanes (a VECTORIZE) or one scalar, each the pairwise combine of m vectors' lanes: the same bits after (also
-  where the vectors are more than a vector's lanes, and only parts of the tree are butterflies)."""
+  """n lanes (a VECTORIZE) or one scalar, each the combine of m vectors' lanes (a butterfly): pairwise's bits, also
+  after the transposition (and where the vectors are more than a vector's lanes, and no transposition happens)."""
   if as_vector and n < 2: return
   if not as_vector: n = 1
   rng = np.random.default_rng(seed)
   vs = [vector(i, dt, width) for i in range(n * m)]
-  np_dt = np.float32 if dt == dtypes.float32 else np.float64
-  # values over many magnitudes, so that another order of the sums would round differently
-  values = {v: (rng.standard_normal(width) * 2.0 ** rng.integers(-20, 20, width)).astype(np_dt) for v in vs}
-  if op is Ops.MUL: values = {v: rng.uniform(0.5, 2, width).astype(np_dt) for v in vs}
+  values = random_values(vs, op, dt, rng)
   combines = [combine(op, vs[j * m:(j + 1) * m]) for j in range(n)]
+  wants = [scalar_tree(op, vs[j * m:(j + 1) * m]) for j in range(n)]
   root = UOp(Ops.VECTORIZE, dt.vec(n), tuple(combines)) if as_vector else combines[0]
+  want = UOp(Ops.VECTORIZE, dt.vec(n), tuple(wants)) if as_vector else wants[0]
   sink = UOp(Ops.SINK, dtypes.void, (root,))
   after = transpose_combines(sink, every_width, frozenset({Ops.MAX}))
-  want, got = evaluate(sink, values), evaluate(after, values)
-  assert np.asarray(got[0]).tobytes() == np.asarray(want[0]).tobytes()
-  if n * m > width: return  # more vectors than lanes: combined in parts (checked above), not as one butterfly
+  assert same_bits(evaluate(sink, values)[0], evaluate(want, values))
+  assert same_bits(evaluate(after, values)[0], evaluate(want, values))
+  if n * m > width: return  # more vectors than lanes: each lane its own butterfly (checked above), no transposition
   # one op per pair of vectors, then one per halving down to the result's lanes: no scalar op per lane
   out = n if as_vector else 1
   assert ops_count(after, op, scalar=True) + ops_count(after, op, scalar=False) == n * m - 1 + (width // out).bit_length() - 1
   assert ops_count(after, op, scalar=True) == (0 if as_vector else 1 if n * m * width > 1 else 0)
+
+
+@pytest.mark.parametrize("widths", [(16, 8, 4, 2), (16, 8), (4, 2), ()])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_lanes_combined_is_a_butterfly_only_where_every_halving_is_declared(widths, m):
+  vs = [vector(i, dtypes.float32, 8) for i in range(m)]
+  got = lanes_combined(Ops.ADD, vs, lambda dt: widths)
+  is_butterfly = m != 3 and all(w in widths for w in (8, 4, 2))
+  assert any(u.op is Ops.SHUFFLE for u in got.toposort) == is_butterfly
+  if not is_butterfly: assert got is scalar_tree(Ops.ADD, vs)
+  values = random_values(vs, Ops.ADD, dtypes.float32, np.random.default_rng(m))
+  assert same_bits(evaluate(got, values), evaluate(scalar_tree(Ops.ADD, vs), values))
 
 
 def test_a_register_tiles_four_stores_take_five_vector_adds_each():
@@ -97,96 +124,106 @@ def test_a_register_tiles_four_stores_take_five_vector_adds_each():
   assert not any(u.op is Ops.GEP for u in after.toposort)  # no lane by lane
 
 
-def test_a_combine_of_a_vector_read_elsewhere_too_keeps_that_read():
-  v = vector(0, dtypes.float32, 8)
-  s = combine(Ops.ADD, [v])
-  after = transpose_combines(UOp(Ops.SINK, dtypes.void, (s, v)), every_width)
-  assert after.src[1] is v and after.src[0] is not s
+def test_a_transposed_vector_of_combines_keeps_a_read_of_its_vectors_elsewhere():
+  v, w = vector(0, dtypes.float32, 8), vector(1, dtypes.float32, 8)
+  root = UOp(Ops.VECTORIZE, dtypes.float32.vec(2), (combine(Ops.ADD, [v]), combine(Ops.ADD, [w])))
+  after = transpose_combines(UOp(Ops.SINK, dtypes.void, (root, v)), every_width)
+  assert after.src[1] is v and after.src[0] is not root and after.src[0].op is Ops.ADD
 
 
-@pytest.mark.parametrize("case", ["chain", "mixed ops", "lanes out of order", "two widths", "undeclared halving"])
+def _swapped_level(u: UOp) -> UOp:
+  """A butterfly with its top vector level's even and odd shuffles swapped: the same sums of the other neighbours."""
+  x = u.src[0].src[0]
+  even, odd = x.src
+  return u.substitute({x: UOp(x.op, x.dtype, (UOp(Ops.SHUFFLE, even.dtype, even.src, odd.arg), UOp(Ops.SHUFFLE, odd.dtype, odd.src, even.arg)))})
+
+
+@pytest.mark.parametrize("case", ["chain", "mixed ops", "lanes out of order", "two widths", "undeclared halving", "vectors past a width"])
 def test_what_is_left_as_it_is(case):
   dt = dtypes.float32
   v, w = vector(0, dt, 8), vector(1, dt, 8)
   widths = every_width
+  second = combine(Ops.ADD, [w])
   if case == "chain":  # a left-to-right sum of the lanes is another order: not the pairwise tree the butterfly keeps
     x = lanes(v)[0]
     for g in lanes(v)[1:]: x = x + g
-    root = x
-  elif case == "mixed ops": root = UOp(Ops.VECTORIZE, dt.vec(2), (combine(Ops.ADD, [v]), combine(Ops.MUL, [w])))
-  elif case == "lanes out of order": root = pairwise(Ops.ADD, lanes(v)[::-1])
-  elif case == "two widths": root = UOp(Ops.VECTORIZE, dt.vec(2), (combine(Ops.ADD, [v]), combine(Ops.ADD, [vector(2, dt, 4)])))
-  else: root, widths = combine(Ops.ADD, [v]), lambda dt: (8,)
-  sink = UOp(Ops.SINK, dtypes.void, (root,))
-  after = transpose_combines(sink, widths)
-  if case in ("mixed ops", "two widths"):  # no one vector of both lanes; each lane's own vector is still combined as one
-    assert after.src[0].op is Ops.VECTORIZE and all(s.src[0].op is Ops.GEP and s.src[0].src[0].dtype.count == 2 for s in after.src[0].src)
-  else: assert after is sink
+    first = x
+  elif case == "mixed ops": first, second = combine(Ops.ADD, [v]), combine(Ops.MUL, [w])
+  elif case == "lanes out of order": first = _swapped_level(combine(Ops.ADD, [v]))
+  elif case == "two widths": first = combine(Ops.ADD, [vector(2, dt, 4)])
+  elif case == "undeclared halving": first, widths = scalar_tree(Ops.ADD, [v]), lambda dt: (8,)
+  else: first, second = combine(Ops.ADD, [vector(i, dt, 2) for i in range(2)]), combine(Ops.ADD, [vector(i, dt, 2) for i in range(2, 4)])
+  sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.VECTORIZE, dt.vec(2), (first, second)),))
+  assert transpose_combines(sink, widths) is sink
 
 
 def test_max_is_combined_only_where_the_dialect_has_vector_max():
-  v = vector(0, dtypes.float32, 8)
-  sink = UOp(Ops.SINK, dtypes.void, (combine(Ops.MAX, [v]),))
+  v, w = vector(0, dtypes.float32, 8), vector(1, dtypes.float32, 8)
+  sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.VECTORIZE, dtypes.float32.vec(2), (combine(Ops.MAX, [v]), combine(Ops.MAX, [w]))),))
   assert transpose_combines(sink, every_width) is sink
   assert transpose_combines(sink, every_width, frozenset({Ops.MAX})) is not sink
 
 
 def test_combined_vectors_reads_the_vectors_in_order():
   vs = [vector(i, dtypes.float32, 4) for i in range(4)]
-  found = combined_vectors(combine(Ops.ADD, vs), OPS)
-  assert found is not None and found[0] == tuple(vs) and len(found[1]) == 15
-  assert combined_vectors(combine(Ops.ADD, vs[:3]), OPS) is None  # three vectors: no balanced tree of whole vectors
+  assert combined_vectors(combine(Ops.ADD, vs), OPS) == tuple(vs)
+  assert combined_vectors(combine(Ops.ADD, vs[:1]), OPS) == (vs[0],)
+  assert combined_vectors(combine(Ops.ADD, vs[:3]), OPS) is None  # three vectors: pairwise's scalar tree, no butterfly
+  assert combined_vectors(combine(Ops.ADD, vs), frozenset({Ops.MUL})) is None  # an op the caller does not take
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([(1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (2, 8), (8, 8)]), st.integers(0, 2**32 - 1))
-def test_combined_vectors_finds_exactly_the_pairwise_trees(n_width, seed):
-  # a tree of ADDs over the lanes of n vectors (at most a width's worth) is a combine exactly when it is pairwise's
-  # tree over them in order: random shapes and random orders of the leaves, pairwise's own tree among them
-  n, width = n_width
+@given(st.sampled_from(sorted(OPS, key=str)), st.sampled_from([(1, 2), (2, 2), (1, 4), (2, 4), (4, 4), (2, 8), (8, 8), (4, 16)]),
+       st.integers(0, 6), st.integers(0, 2**32 - 1))
+def test_what_combined_vectors_finds_is_pairwise_over_those_vectors(op, m_width, mutations, seed):
+  """A butterfly over m vectors is found with exactly those vectors; with its SHUFFLEs' lanes shuffled or its ops
+  changed at random nodes, whatever is found is still pairwise's tree over the vectors found, bit for bit."""
+  m, width = m_width
   rng = np.random.default_rng(seed)
-  vectors = [vector(i, dtypes.float32, width) for i in range(n)]
-  leaves = [x for v in vectors for x in lanes(v)]
-  if rng.random() < 0.3: leaves = [leaves[i] for i in rng.permutation(len(leaves))]
-
-  def random_tree(xs: list[UOp]) -> UOp:
-    if len(xs) == 1: return xs[0]
-    cut = int(rng.integers(1, len(xs)))
-    return UOp(Ops.ADD, dtypes.float32, (random_tree(xs[:cut]), random_tree(xs[cut:])))
-  # a combine's leaves are whole vectors one after another, each vector's lanes in order (the vectors themselves in
-  # any order: the combine is over them in that order)
-  runs = [leaves[i:i + width] for i in range(0, len(leaves), width)]
-  whole_vectors = all(run == lanes(run[0].src[0]) for run in runs)
-  for root in (random_tree(leaves), pairwise(Ops.ADD, leaves)):
-    found = combined_vectors(root, OPS)
-    assert (found is not None) == (whole_vectors and pairwise(Ops.ADD, leaves) is root)
-    if found is not None: assert found[0] == tuple(run[0].src[0] for run in runs)
+  vs = [vector(i, dtypes.float32, width) for i in range(m)]
+  root = combine(op, vs)
+  if mutations == 0: assert combined_vectors(root, OPS) == tuple(vs)
+  for _ in range(mutations):
+    nodes = [u for u in root.toposort if u.op is Ops.SHUFFLE or u.op in OPS and u.dtype.count > 1]
+    if not nodes: break
+    x = nodes[int(rng.integers(len(nodes)))]
+    if x.op is Ops.SHUFFLE: new = UOp(Ops.SHUFFLE, x.dtype, x.src, tuple(int(i) for i in rng.permutation(x.arg)))
+    else: new = UOp(sorted(OPS - {x.op}, key=str)[int(rng.integers(2))], x.dtype, x.src)
+    root = root.substitute({x: new})
+  if (found := combined_vectors(root, OPS)) is None: return
+  values = random_values(vs, Ops.ADD, dtypes.float32, rng)
+  with np.errstate(all="ignore"):  # a product of many large values overflows alike in both
+    assert same_bits(evaluate(root, values), evaluate(scalar_tree(root.op, found), values))
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(sorted(OPS, key=str)), powers(1, 4), powers(0, 2), st.integers(1, 12), st.integers(0, 2 ** 32 - 1))
-def test_vectorize_alu_leaves_the_combines_of_many_vectors_as_they_are(op, n, m, pool, seed):
-  # what lets vectorize_alu skip them (rewrite_lowered passes combines_of_many_vectors as `left`): walked, such a
-  # VECTORIZE comes back unchanged. Lanes are combines of m vectors drawn from a pool, so lanes share vectors,
-  # repeat, or all read one (a splat)
+def test_vectorize_then_transpose_keeps_every_vector_of_combines_bit_for_bit(op, n, m, pool, seed):
+  # rewrite_lowered's order: vectorize_alu leaves what transpose_combines takes (transposable, its `left`), then the
+  # transposition. Lanes are combines of m vectors drawn from a pool, so lanes share vectors, repeat, or all read one
   rng = np.random.default_rng(seed)
   width = 4
   vectors = [vector(i, dtypes.float32, width) for i in range(pool)]
   lanes_ = [combine(op, [vectors[int(j)] for j in rng.integers(0, pool, m)]) for _ in range(n)]
-  v = UOp(Ops.VECTORIZE, dtypes.float32.vec(n), tuple(lanes_))
-  sink = UOp(Ops.SINK, dtypes.void, (v,))
-  if combines_of_many_vectors(v, OPS): assert vectorize_alu(sink, every_width, frozenset({Ops.MAX})) is sink
+  sink = UOp(Ops.SINK, dtypes.void, (UOp(Ops.VECTORIZE, dtypes.float32.vec(n), tuple(lanes_)),))
+  functions = frozenset({Ops.MAX})
+  after = vectorize_alu(sink, every_width, functions, left=lambda v: transposable(v, OPS, every_width) is not None)
+  after = transpose_combines(after, every_width, functions)
+  values = random_values(vectors, op, dtypes.float32, rng)
+  assert same_bits(evaluate(after, values)[0], evaluate(sink, values)[0])
+  if n * m <= width: assert not any(u.op is Ops.GEP for u in after.toposort)  # one butterfly over all of them
 
 
-def test_combines_of_many_vectors_needs_more_than_two_vectors_at_each_place():
+def test_transposable_takes_lanes_of_one_op_over_as_many_vectors_within_a_width():
   vs = [vector(i, dtypes.float32, 4) for i in range(8)]
   def vec(*combines): return UOp(Ops.VECTORIZE, dtypes.float32.vec(len(combines)), combines)
-  assert combines_of_many_vectors(vec(*(combine(Ops.ADD, [v]) for v in vs[:4])), OPS)
-  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [v]) for v in vs[:2])), OPS)  # two: one permute
-  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [vs[0]]) for _ in range(4))), OPS)  # a splat
-  # the first vectors of the four lanes are only two different ones
-  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [vs[i % 2], vs[4 + i]]) for i in range(4))), OPS)
-  assert not combines_of_many_vectors(vec(*(combine(Ops.ADD, [v]) for v in vs[:3]), combine(Ops.MUL, [vs[3]])), OPS)
+  assert transposable(vec(*(combine(Ops.ADD, [v]) for v in vs[:4])), OPS, every_width) == tuple(vs[:4])
+  assert transposable(vec(*(combine(Ops.ADD, [v]) for v in vs[:2])), OPS, every_width) == tuple(vs[:2])
+  assert transposable(vec(*(combine(Ops.ADD, [vs[0]]) for _ in range(4))), OPS, every_width) == (vs[0],) * 4  # a splat
+  assert transposable(vec(*(combine(Ops.ADD, vs[2 * i:2 * i + 2]) for i in range(4))), OPS, every_width) is None  # 8 > 4 lanes
+  assert transposable(vec(*(combine(Ops.ADD, [v]) for v in vs[:3]), combine(Ops.MUL, [vs[3]])), OPS, every_width) is None
+  assert transposable(vec(combine(Ops.ADD, vs[:2]), combine(Ops.ADD, vs[2:3])), OPS, every_width) is None  # 2 and 1 vectors
+  assert transposable(vec(*(combine(Ops.ADD, [v]) for v in vs[:2])), OPS, lambda dt: (4,)) is None  # 4 -> 2 undeclared
 
 
 def test_butterfly_to_one_lane_is_a_scalar():

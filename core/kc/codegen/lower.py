@@ -24,7 +24,7 @@ from typing import Callable, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError, ShapeError
 from kc.helpers import all_int, prod, vector_registers
-from kc.codegen.combine import identity_element, pairwise
+from kc.codegen.combine import identity_element, lanes_combined, pairwise
 from kc.codegen.vectorize import VECTOR_FLOATS, accumulator_updates
 from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
@@ -779,11 +779,10 @@ class Lowering:
     """A reduce over the vector axis (and loops): the vector of its lanes' values accumulates into a vector
     accumulator (one per way of an interleaved reduce), whose lanes are combined pairwise after the loops, the ways'
     lanes one after another: what vectorize_alu makes of an accumulator per lane."""
-    op, lanes = u.arg[0], []
-    for step in self.steps(inner, plan):
-      acc = self.accumulate(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
-      lanes += [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(self.vector_width)]
-    return pairwise(op, lanes)
+    op = u.arg[0]
+    accs = [self.accumulate(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
+            for step in self.steps(inner, plan)]
+    return lanes_combined(op, accs, self.vector_widths)
 
   def lower_vector_reduce(self, u: UOp, env: Env) -> Optional[UOp]:
     """A reduce over loops and other unrolled axes, for every lane of the vector axis: its parts combined pairwise

@@ -33,7 +33,7 @@ only float32 and float64, whose C arithmetic on vectors is the same IEEE arithme
 from __future__ import annotations
 from typing import Callable, Iterable, Optional, Reversible
 from kc.ir.dtype import DType, dtypes
-from kc.codegen.combine import pairwise
+from kc.codegen.combine import lanes_combined
 from kc.ir.uop import Ops, UOp
 
 # the ops whose C operators compute lane by lane on GCC/Clang vector types with the scalar operators' results
@@ -258,7 +258,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
   dialect also computes on float32 vectors (Renderer.vector_functions); `select`: comparisons and WHERE on float32
   vectors with lane masks (Renderer.vector_select). `left`: VECTORIZEs the caller knows would stay as they are
-  (kc.codegen.horizontal.combines_of_many_vectors), not walked."""
+  (kc.codegen.horizontal.transposable), not walked."""
   topo = passing_toposort(sink)
   candidates = [u for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths) and not left(u)]
   combines = _accumulator_combines(topo, widths, {x for v in candidates for x in v.src}, accumulator_updates(functions))
@@ -271,7 +271,7 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   for u in topo:
     if u in vectors: rebuilt[u] = vz.vector(u.src)
     elif u in combines and (acc := vz.vector(combines[u])).op is Ops.ASSIGN:
-      rebuilt[u] = pairwise(u.op, [UOp(Ops.GEP, u.dtype, (acc,), (i,)) for i in range(acc.dtype.count)])
+      rebuilt[u] = lanes_combined(u.op, [acc], widths)
       if not _gathers(acc.src[1].src[1]): vz.combined.add(u)
     else:
       src = tuple(rebuilt[x] for x in u.src)

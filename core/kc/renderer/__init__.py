@@ -238,7 +238,9 @@ def estimate_ops(uops: list[UOp]) -> sint:
   for u in uops:
     if u.op is Ops.RANGE:
       stack.append(mult)
-      mult = _smul(mult, ssimplify(u.src[1] - u.src[0]))
+      lo, hi = u.src
+      # most loops run between constants: their count needs no symbolic simplification
+      mult = _smul(mult, hi.arg - lo.arg if lo.op is Ops.CONST and hi.op is Ops.CONST else ssimplify(hi - lo))
     elif u.op is Ops.ENDRANGE: mult = stack.pop()
     elif u.op is Ops.SPECIAL: mult = _smul(mult, u.arg[1])
     elif u.op in GroupOp.ALU and u not in indexing: flops = flops + _smul(mult, (2 if u.op is Ops.MULACC else 1) * u.dtype.count)
