@@ -246,8 +246,9 @@ def test_each_allowed_cycle_edge_is_a_function_level_import_that_still_exists():
 
 # A file may import its own layer or a lower one. `kc.x.*` is the package kc.x and everything in it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-  # kc.config: every environment knob, declared and read in one place (it imports kc.errors only)
-  ("base", ("kc.helpers", "kc.errors", "kc.config")),
+  # kc.config: every environment knob, declared and read in one place (it imports kc.errors only); kc.enums: enum
+  # classes whose members read fast
+  ("base", ("kc.helpers", "kc.errors", "kc.config", "kc.enums")),
   ("ir", ("kc.ir.*",)),
   # what the checkers share (isolated workers, the tolerance table): BEAM's check in the search layer uses it
   ("testing", ("kc.testing.*",)),

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 from kc.ir.dtype import FLOAT_MAX, DType, dtypes, next_float, truncate
 from kc.errors import SymbolicError, UOpError
+from kc.enums import plain_members
 from kc.helpers import c_div, c_mod
 
 
@@ -55,6 +56,9 @@ class Ops(IntEnum):
 
   def __repr__(self): return f"Ops.{self.name}"
   def __str__(self): return f"Ops.{self.name}"
+
+
+plain_members(Ops)  # `u.op is Ops.X` at a plain class attribute's speed (kc.enums)
 
 
 class GroupOp:

@@ -18,7 +18,7 @@ from kc.config import read
 from kc.helpers import all_int, all_same, dedup, prod, round_up
 from kc.kernel.heuristics import hand_coded_optimizations as run_hand_coded, required_optimizations as run_required
 from kc.codegen.naming import ansilen, colored, to_function_name
-from kc.codegen.program import check_argument_count, linearize_ast, render_program
+from kc.codegen.program import check_argument_count, collector_paused, linearize_ast, render_program
 from kc.kernel.opt import Opt, OptOps, check
 from kc.kernel.optimized_ast import get_optimized_ast
 from kc.codegen.verify import preorder, full_buffer, reduce_axes, st_arg, verify_ast
@@ -593,7 +593,7 @@ class Kernel:
     return self
 
   def hand_coded_optimizations(self) -> "Kernel":
-    run_hand_coded(self)
+    with collector_paused(): run_hand_coded(self)  # (kc.codegen.program.collector_paused: what codegen keeps alive)
     return self
 
   # ***** outputs *****
@@ -622,7 +622,7 @@ class Kernel:
   def to_program(self, name_override: Optional[str] = None) -> Program:
     """The kc.Program of this kernel with its applied opts: lowered, linearized and rendered by its renderer."""
     name = to_function_name(name_override if name_override is not None else self.name)
-    return render_program(self.get_optimized_ast(), self.renderer, name, self.ast)
+    with collector_paused(): return render_program(self.get_optimized_ast(), self.renderer, name, self.ast)
 
 
 for _field in dataclasses.fields(KernelState): setattr(Kernel, _field.name, _state_attribute(_field.name))

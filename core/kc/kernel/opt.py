@@ -3,6 +3,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Optional
+from kc.enums import plain_members
 from kc.errors import KernelOptError
 
 class OptOps(Enum):
@@ -10,6 +11,9 @@ class OptOps(Enum):
   GROUP = auto(); GROUPTOP = auto(); NOLOCALS = auto(); PADTO = auto(); SWAP = auto()  # noqa: E702
   def __lt__(self, other: "OptOps") -> bool: return self.value < other.value
   def __repr__(self): return f"OptOps.{self.name}"
+
+
+plain_members(OptOps)  # (kc.enums)
 
 
 @dataclass(frozen=True, order=True)
