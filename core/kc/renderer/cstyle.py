@@ -4,7 +4,7 @@ and overrides only its dialect: qualifiers, type names, work-item functions, bar
 render() walks the linearized UOps once. Expressions used once are inlined into their user; everything else
 becomes a named local (val0, alu1, acc0, ...). Loops and gated stores are blocks."""
 from __future__ import annotations
-import math, re, struct
+import itertools, math, re, struct
 from collections import Counter
 from typing import Callable, Optional
 from kc.ir.dtype import FP8_FORMATS, DType, FP8Format, ImageDType, PtrDType, dtypes
@@ -346,7 +346,7 @@ class CStyleLanguage(Renderer):
     names: dict[UOp, str] = {}
     # a SHUFFLE reads its sources once per lane it takes, as a VECTORIZE of GEPs would: a source read for several lanes
     # is held in a variable, not written into each lane
-    uses = Counter(s for u in uops for s in (u.src if u.op is not Ops.SHUFFLE else [x for x, _ in shuffle_lanes(u)]))
+    uses = Counter(itertools.chain.from_iterable([u.src if u.op is not Ops.SHUFFLE else [x for x, _ in shuffle_lanes(u)] for u in uops]))
     params: dict[UOp, list] = {}
     counters: Counter = Counter()
     body: list[str] = []
@@ -354,6 +354,12 @@ class CStyleLanguage(Renderer):
     named: set[UOp] = set()  # values held in a variable (not inlined expressions)
     bitcast_sources = {x for u in uops if u.op is Ops.BITCAST for x in u.src}
     depth = 1
+
+    type_names: dict[DType, str] = {}
+
+    def type_name(dt: DType) -> str:  # the dialect's name of a value's dtype, asked for most lines of the body
+      if (name := type_names.get(dt)) is None: name = type_names[dt] = self.render_dtype(dt)
+      return name
 
     def fresh(prefix: str) -> str:
       counters[prefix] += 1
@@ -367,14 +373,14 @@ class CStyleLanguage(Renderer):
       if op not in _STRUCTURE:  # values (arithmetic, casts, vectors, lanes): most of a kernel, tested first
         if op is Ops.BITCAST and u.src[0] not in named:  # reinterpreting bits needs an lvalue to take the address of
           tmp = fresh("cast")
-          emit(f"{self.render_dtype(u.src[0].dtype)} {tmp} = {_strip_parens(s[0])};")
+          emit(f"{type_name(u.src[0].dtype)} {tmp} = {_strip_parens(s[0])};")
           s = [tmp]
         expr = self._expression(u, s)
         if op is Ops.GEP or (uses[u] == 1 and u not in bitcast_sources and op in _INLINED):
           names[u] = expr
         else:
           names[u] = fresh("wmma" if op is Ops.WMMA else "cast" if op in _CASTS else "alu")
-          emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(expr)};")
+          emit(f"{type_name(u.dtype)} {names[u]} = {_strip_parens(expr)};")
           named.add(u)
       elif op is Ops.DEFINE_GLOBAL:
         names[u] = f"data{u.arg}"
@@ -386,14 +392,14 @@ class CStyleLanguage(Renderer):
       elif op is Ops.SPECIAL:
         names[u] = u.arg[0]
         # int, or the dialect's int64 in a kernel with wide indices (kc.codegen.lower.index_dtype)
-        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {self.render_special(u.arg[0], u.arg[1])}")
+        emit(f"{type_name(u.dtype)} {names[u]} = {self.render_special(u.arg[0], u.arg[1])}")
       elif op is Ops.DEFINE_LOCAL:
         names[u] = u.arg[0]
         emit(self.render_local(names[u], u.dtype.base, u.arg[1]))
       elif op is Ops.RANGE:
         names[u] = fresh("ridx")
         if (pragma := self.loop_pragma(u, uops, depth)) is not None: emit(pragma)
-        emit(f"for ({self.render_dtype(u.dtype)} {names[u]} = {s[0]}; {names[u]} < {s[1]}; {names[u]}++) {{")
+        emit(f"for ({type_name(u.dtype)} {names[u]} = {s[0]}; {names[u]} < {s[1]}; {names[u]}++) {{")
         depth += 1
       elif op in (Ops.ENDRANGE, Ops.ENDIF):
         if op is Ops.ENDIF: gates.pop()
@@ -406,7 +412,7 @@ class CStyleLanguage(Renderer):
       elif op is Ops.BARRIER: emit(self.barrier)
       elif op is Ops.DEFINE_ACC:
         names[u] = fresh("acc")
-        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {s[0]};")
+        emit(f"{type_name(u.dtype)} {names[u]} = {s[0]};")
       elif op is Ops.ASSIGN:
         names[u] = s[0]
         emit(f"{s[0]} = {_strip_parens(s[1])};")
@@ -416,7 +422,7 @@ class CStyleLanguage(Renderer):
         index = u.src[0]
         val = self.render_load(u.dtype, index, names[index.src[0]], names[index.src[1]], names[index.src[2]] if len(index.src) == 3 else None)
         names[u] = fresh("val")
-        emit(f"{self.render_dtype(u.dtype)} {names[u]} = {_strip_parens(val)};")
+        emit(f"{type_name(u.dtype)} {names[u]} = {_strip_parens(val)};")
       elif op is Ops.STORE:
         index = u.src[0]
         if index.src[0] in params: params[index.src[0]][2] = True  # a buffer written to is not const
