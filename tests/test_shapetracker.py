@@ -239,6 +239,21 @@ def test_real_strides_of_masked_views():
   assert q.unit_stride_axes(ignore_valid=True) == [1]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_real_strides_of_one_view_are_those_its_index_has(data):
+  # a tracker that simplifies to one view (padded, flipped, expanded...) answers from the view's strides; its index
+  # over a RANGE per axis, simplified, must give the same
+  from kc.shape.shapetracker import _real_strides, _strides_from_index
+  shape = tuple(data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4)))
+  t = ShapeTracker.from_shape(shape)
+  for _ in range(data.draw(st.integers(1, 4))):
+    op, arg = draw_op(data, t.shape)
+    t = apply_st(t, op, arg)
+  if len(t.simplify().views) != 1: return
+  for ignore_valid in (False, True): assert _real_strides(t.views, ignore_valid) == _strides_from_index(t.views, ignore_valid), t
+
+
 def test_real_strides_of_merged_views_are_exact():
   t = ShapeTracker.from_shape((4, 6)).permute((1, 0)).reshape((3, 8))  # two views: axis 1 unravels through // and %
   assert len(t.views) == 2

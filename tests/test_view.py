@@ -184,6 +184,24 @@ def test_reshape_is_exact_or_none(data):
   if r is not None: assert np.array_equal(offsets(r), offsets(v).reshape(new_shape)), (v, new_shape, r)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_split_of_one_dim_takes_the_short_path_to_the_same_view(data):
+  """The Kernel's reshapes split one dim in two: _split_one gives exactly _reshape_strided's view, wherever that dim
+  is unmasked (and it is taken there)."""
+  from kc.shape.view import _reshape_strided, _split_one
+  v = draw_padded_view(data, max_dims=4)
+  v = v.shrink(tuple((b := data.draw(st.integers(0, s - 1)), data.draw(st.integers(b + 1, s))) for s in v.shape))
+  i = data.draw(st.integers(0, len(v.shape) - 1))
+  k = data.draw(st.sampled_from([x for x in range(1, v.shape[i] + 1) if v.shape[i] % x == 0]))
+  new_shape = v.shape[:i] + (v.shape[i] // k, k) + v.shape[i + 1:]
+  fast = _split_one(v, new_shape)
+  # (a split by 1 or into 1s is also a split of a neighbouring dim: the first one that differs is taken)
+  if 1 < k < v.shape[i]: assert (fast is not None) == (v.mask is None or v.mask[i] == (0, v.shape[i]))
+  if fast is not None: assert fast == _reshape_strided(v, new_shape)
+  if v.reshape(new_shape) is not None: assert np.array_equal(offsets(v.reshape(new_shape)), offsets(v).reshape(new_shape))
+
+
 # ***** composition and minify *****
 
 def test_compose_with_a_contiguous_side_is_the_other_side():

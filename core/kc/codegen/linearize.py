@@ -144,6 +144,12 @@ def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: lis
   first = {item: order[item] for item in deps if item not in blocks}
   for r, members in blocks.items(): first[r] = order[members[0]]  # members keep the toposort order
   # (first is unique per item: each node belongs to one item, so the heap never compares two UOps)
+  emitted = sorted(deps, key=first.__getitem__)
+  done: set = set()
+  for item in emitted:  # the toposort's order already reads every item after what it reads: nothing to reorder
+    if not deps[item] <= done: break
+    done.add(item)
+  else: return _emit_items(emitted, blocks, depth, chain, order, out)
   users: dict[UOp, list] = {}
   waiting: dict[UOp, int] = {}
   for item, d in deps.items():
@@ -159,7 +165,12 @@ def _emit_block(nodes: list[UOp], depth: int, chain: dict, order: dict, out: lis
       waiting[user] -= 1
       if waiting[user] == 0: heapq.heappush(heap, (first[user], user))
   if len(emitted) != len(deps): raise KcError("linearize: the loops of this graph cannot be nested (a value is needed inside and after one loop)")
-  for item in emitted:
+  _emit_items(emitted, blocks, depth, chain, order, out)
+
+
+def _emit_items(items: list[UOp], blocks: dict[UOp, list[UOp]], depth: int, chain: dict, order: dict, out: list[UOp]) -> None:
+  """Emit the items of one depth in order: a node as itself, a loop as RANGE, its block, ENDRANGE."""
+  for item in items:
     if item in blocks:
       out.append(item)
       _emit_block(blocks[item], depth + 1, chain, order, out)

@@ -260,7 +260,9 @@ class Kernel:
     def move(st: ShapeTracker) -> ShapeTracker:
       if new_shape_fxn is not None: st = st.reshape(tuple(new_shape_fxn(st.shape)))
       return st.permute(tuple(axis)) if axis is not None else st
-    self.sts = [move(st) for st in self.sts]
+    # trackers repeat (a reduce's input is its buffer's view, its output the output's): each moved once
+    moved: dict[ShapeTracker, ShapeTracker] = {}
+    self.sts = [moved[st] if st in moved else moved.setdefault(st, move(st)) for st in self.sts]
 
   def upcast(self) -> None:
     check(self.full_shape[-1] != 1, "can't upcast a dimension with size 1")

@@ -52,7 +52,17 @@ def _masked_axes(views: tuple[View, ...]) -> frozenset[int]:
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
 def _real_strides(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional[sint], ...]:
-  if len(simple := ShapeTracker(views).simplify().views) == 1 and simple[0].mask is None: return simple[0].strides
+  if len(simple := ShapeTracker(views).simplify().views) == 1:
+    # one view's index is its offset plus a stride per axis: its strides, but where a mask makes the axis unknown
+    # (a padded input's strides, which the Kernel asks of every buffer, without building and simplifying its index)
+    if simple[0].mask is None: return simple[0].strides
+    unknown = frozenset() if ignore_valid else _masked_axes(views)
+    return tuple(None if i in unknown else st for i, st in enumerate(simple[0].strides))
+  return _strides_from_index(views, ignore_valid)
+
+
+def _strides_from_index(views: tuple[View, ...], ignore_valid: bool) -> tuple[Optional[sint], ...]:
+  """_real_strides read off the simplified index over a RANGE per axis: the coefficient of each axis's RANGE."""
   shape = views[-1].shape
   idx, _ = _indexed(views, axis_ranges(shape))
   ret: list[Optional[sint]] = [0] * len(shape)  # an axis the index does not use has stride 0

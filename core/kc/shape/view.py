@@ -350,6 +350,7 @@ class View:
     if self.is_void:
       # a 0-d view has no dim to hold the empty mask: the caller keeps this view under a 0-d one, so it stays void
       return View.void(new_shape) if len(new_shape) else None
+    if (split := _split_one(self, new_shape)) is not None: return split
     return _reshape_strided(self, new_shape)
 
   @functools.lru_cache(maxsize=CACHE_SIZE)  # noqa: B019
@@ -482,6 +483,20 @@ def _split_group(v: View, go: list[int], new_sizes: list[int]) -> Optional[tuple
     place *= n
   shift = sum(mask[i][0] * v.strides[i] for i in go) - sum(b * st for (b, _), st in zip(masks, strides))
   return strides[::-1], masks[::-1], shift
+
+
+def _split_one(v: View, new_shape: tuple[sint, ...]) -> Optional[View]:
+  """The reshape every opt of the Kernel starts with, without _reshape_strided's general search: one int dim that
+  is not masked split into two, (.., n, ..) -> (.., n / k, k, ..), every other dim as it was; else None."""
+  old = v.shape
+  if len(new_shape) != len(old) + 1 or not all(type(x) is int for x in old) or not all(type(x) is int for x in new_shape): return None
+  # the first dim that differs (or the last one: n -> (n, 1))
+  i = min(next((j for j, (a, b) in enumerate(zip(old, new_shape)) if a != b), len(old)), len(old) - 1)
+  if i < 0 or old[i + 1:] != new_shape[i + 2:] or new_shape[i] * new_shape[i + 1] != old[i]: return None
+  if v.mask is not None and v.mask[i] != (0, old[i]): return None
+  st = v.strides[i]
+  mask = None if v.mask is None else v.mask[:i] + ((0, new_shape[i]), (0, new_shape[i + 1])) + v.mask[i + 1:]
+  return _create(new_shape, v.strides[:i] + (st * new_shape[i + 1], st) + v.strides[i + 1:], v.offset, mask)
 
 
 def _reshape_strided(v: View, new_shape: tuple[sint, ...]) -> Optional[View]:
