@@ -146,7 +146,7 @@ _UCACHE: dict[tuple, weakref.ReferenceType] = {}
 # the Python type of its value and what it stands on, the rest their op and dtype. Each signature that passed is
 # remembered. Variables (and their bindings) are checked against their values every time.
 _DTYPE_TYPED = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
-_VALUE_TYPED = frozenset({Ops.DEFINE_VAR, Ops.BIND, Ops.SHUFFLE})  # (a SHUFFLE's lanes are in its arg)
+_VALUE_TYPED = frozenset({Ops.DEFINE_VAR, Ops.BIND})
 _TYPED_OK: set[tuple] = set()
 
 
@@ -160,6 +160,9 @@ def _check(op, dtype, src, arg):
     # most ALU ops take two sources: their signature without a list built per UOp
     signature: tuple = (op, dtype, src[0].dtype, src[1].dtype) if len(src) == 2 else (op, dtype, *[s.dtype for s in src])
   elif op is Ops.CONST: signature = (op, dtype, type(arg), *[s.op for s in src])
+  elif op is Ops.SHUFFLE:  # its lanes are part of its typing: remembered only as exact ints (1.0 and True equal 1)
+    if type(arg) is not tuple or not all(type(i) is int for i in arg): return _check_typing(op, dtype, src, arg)
+    signature = (op, dtype, arg, *[s.dtype for s in src])
   else: signature = (op, dtype)
   if signature not in _TYPED_OK:
     _check_typing(op, dtype, src, arg)
