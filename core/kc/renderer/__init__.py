@@ -113,8 +113,9 @@ class Renderer(ABC):
   # vector_alu: the dialect computes on the vectors vector_widths declares (GCC/Clang vector extensions: `a*b+c` of
   # float16 values). The lowering then keeps lanes that line up as one vector value through their arithmetic and in
   # vector accumulators (kc.codegen.vectorize says which lanes do); the dialect must render ADD SUB MUL MULACC NEG
-  # FDIV RECIP of float32/float64 vectors, a VECTORIZE of one value (a splat) and DEFINE_ACC/ASSIGN of a vector dtype.
-  # False: every value is computed lane by lane, only loads and stores are vectors.
+  # FDIV RECIP of float32/float64 vectors, a VECTORIZE of one value (a splat), DEFINE_ACC/ASSIGN of a vector dtype and
+  # SHUFFLE (lanes of one or two vectors: the butterflies that combine vector accumulators, docs/IR.md; the C-style
+  # base renders it). False: every value is computed lane by lane, only loads and stores are vectors.
   vector_alu: bool = False
   # vector_functions: with vector_alu, the unary ops of float32 (EXP2, ...) the dialect also computes on those
   # vectors; its code_for_op renders them for a vector dtype (a vector function of its own). Others stay per lane.
