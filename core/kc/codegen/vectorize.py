@@ -257,8 +257,8 @@ def vectorize_alu(sink: UOp, widths: Callable[[DType], tuple[int, ...]], functio
   """`sink` with each VECTORIZE of scalars of a declared vector width rebuilt as a vector computation where its
   lanes line up (see the module's docstring); nothing else changes. `functions`: the unary ops (EXP2, ...) the
   dialect also computes on float32 vectors (Renderer.vector_functions); `select`: comparisons and WHERE on float32
-  vectors with lane masks (Renderer.vector_select). `left`: VECTORIZEs the caller knows would stay as they are
-  (kc.codegen.horizontal.transposable), not walked."""
+  vectors with lane masks (Renderer.vector_select). `left`: VECTORIZEs left as they are, not walked (those a later
+  pass replaces whole: kc.codegen.horizontal.transposable)."""
   topo = passing_toposort(sink)
   candidates = [u for u in topo if u.op is Ops.VECTORIZE and _vectorizable(u, widths) and not left(u)]
   combines = _accumulator_combines(topo, widths, {x for v in candidates for x in v.src}, accumulator_updates(functions))
