@@ -1,14 +1,13 @@
 """Enum members read at a plain class attribute's speed.
 
-On Python 3.10 and 3.11 the metaclass of every Enum (enum.EnumType) defines `__getattr__`, and a metaclass that
+On Python 3.10 and 3.11 the metaclass of every Enum (enum.EnumMeta) defines `__getattr__`, and a metaclass that
 defines one routes every attribute read of its classes through a slower hook: `Ops.ADD` costs four times a plain
 class attribute (54 ns against 14), and codegen tests `u.op is Ops.X` hundreds of thousands of times per kernel (a
 tenth of a compile). `plain_members` gives an enum a metaclass of its own without the hook, keeping what kc and
 pickle use of an enum class: iteration in definition order, len, `E[name]`, `E(value)`, membership,
 `__members__`, and members that cannot be reassigned. The members are the same objects with the same methods. On
-a Python whose EnumType has no `__getattr__` (3.12 on) the enum is left as it is."""
+a Python whose EnumMeta has no `__getattr__` the enum is left as it is."""
 from __future__ import annotations
-import enum
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -43,7 +42,12 @@ class PlainMembersType(type):
     super().__delattr__(name)
 
 
+def has_getattr_hook(meta: type) -> bool:
+  """Whether a metaclass (or one of its bases) defines `__getattr__`: enum.EnumMeta on Python 3.10 and 3.11."""
+  return any("__getattr__" in vars(m) for m in meta.__mro__ if m is not type and m is not object)
+
+
 def plain_members(cls: E) -> E:
-  """`cls` (an Enum) with PlainMembersType as its metaclass where enum.EnumType has a `__getattr__`."""
-  if "__getattr__" in vars(enum.EnumType): cls.__class__ = PlainMembersType
+  """`cls` (an Enum) with PlainMembersType as its metaclass where its own metaclass has a `__getattr__`."""
+  if has_getattr_hook(type(cls)): cls.__class__ = PlainMembersType
   return cls
