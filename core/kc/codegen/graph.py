@@ -15,7 +15,7 @@ from kc.ir.rewrite import PatternMatcher, UPat, graph_rewrite
 from kc.ir.symbolic import root_and_offset, symbolic
 from kc.codegen.fma import fuse_accumulations
 from kc.codegen.lower import aligned_root
-from kc.codegen.horizontal import transposable, transpose_combines, vector_ops
+from kc.codegen.horizontal import combines_found, transposable, transpose_combines, vector_ops
 from kc.codegen.transcendental import transcendental_rules
 from kc.codegen.vectorize import passing_toposort, vectorize_alu
 from kc.codegen.widen import widen_stores
@@ -194,7 +194,8 @@ def rewrite_lowered(sink: UOp, renderer) -> UOp:
     widths, functions = _declared_widths(renderer), frozenset(renderer.vector_functions)
     ops = vector_ops(functions)
     # a VECTORIZE of combines the next pass transposes is left as it is: nothing vectorize_alu makes of it is better
-    sink = vectorize_alu(sink, widths, functions, renderer.vector_select, left=lambda v: transposable(v, ops, widths) is not None)
+    combined = combines_found(ops)
+    sink = vectorize_alu(sink, widths, functions, renderer.vector_select, left=lambda v: transposable(v, ops, widths, combined) is not None)
     sink = transpose_combines(sink, widths, functions)
     # the stores' own arithmetic last: the combines above leave each tile's stores at their own width
     sink = widen_stores(sink, widths, functions, renderer.vector_select)

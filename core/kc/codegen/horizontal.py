@@ -49,6 +49,17 @@ def combined_vectors(u: UOp, ops: frozenset, combined: Optional[Callable[[UOp], 
   return left + right
 
 
+def combines_found(ops: frozenset) -> Callable[[UOp], Optional[tuple[UOp, ...]]]:
+  """combined_vectors, memoized for one walk: a combine can be a lane of many VECTORIZEs (a softmax's row max is splat
+  into every vector that reads it), and a scalar combine of combines asks for its halves."""
+  walked: dict[UOp, Optional[tuple[UOp, ...]]] = {}
+
+  def combined(x: UOp) -> Optional[tuple[UOp, ...]]:
+    if x not in walked: walked[x] = combined_vectors(x, ops, combined)
+    return walked[x]
+  return combined
+
+
 def vector_ops(functions: frozenset) -> frozenset:
   """The ops whose combines are transposed: ADD and MUL, and MAX where the dialect computes it on float vectors."""
   return frozenset({Ops.ADD, Ops.MUL}) | (functions & {Ops.MAX})
@@ -60,7 +71,7 @@ def transposable(v: UOp, ops: frozenset, widths: Callable[[DType], tuple[int, ..
   each over as many vectors, at most a vector's width of them in all, where every width of the butterfly over them is
   declared (`widths`); else None. `combined`: combined_vectors memoized by the caller."""
   if v.op is not Ops.VECTORIZE or v.dtype.scalar() not in VECTOR_FLOATS or not power_of_two(n := v.dtype.count) or n < 2: return None
-  if combined is None: combined = lambda x: combined_vectors(x, ops)  # noqa: E731
+  if combined is None: combined = combines_found(ops)
   if combined(v.src[0]) is None: return None  # most VECTORIZEs are no combines (a splat of a load): one look
   lanes = [combined(x) for x in v.src]
   if len({x.op for x in v.src}) != 1 or len({len(vs) if vs is not None else 0 for vs in lanes}) != 1: return None
@@ -76,12 +87,7 @@ def transpose_combines(sink: UOp, widths: Callable[[DType], tuple[int, ...]], fu
   on float vectors beside ADD and MUL (Renderer.vector_functions: MAX)."""
   ops = vector_ops(functions)
   topo = passing_toposort(sink)
-  walked: dict[UOp, Optional[tuple[UOp, ...]]] = {}
-
-  def combined(x: UOp) -> Optional[tuple[UOp, ...]]:
-    # once per node: a combine is a lane of many VECTORIZEs where every lane reads it (a softmax's row max, splat)
-    if x not in walked: walked[x] = combined_vectors(x, ops, combined)
-    return walked[x]
+  combined = combines_found(ops)
 
   found: dict[UOp, UOp] = {}
   for u in topo:
