@@ -126,3 +126,32 @@ def test_an_inconsistent_tensor_core_is_reported():
   bad = TensorCore(dims=(4, 4, 4), dtype_in=dtypes.half, dtype_out=dtypes.float, threads=[(0, 2), (1, 2)], reduce_axes=[(0, 4)],
                    upcast_axes=([(0, 4)], [(0, 4), (1, 2)], [(1, 2), (2, 2)]))
   with pytest.raises(KcError, match="fragments of A hold 8 of its 16"): derive_fragment_layout(bad)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_every_tensor_core_choice_on_broadcast_operands_runs_as_numpy(dtype):
+  """kc fuzz --device EMU --seed 9900, case 515: out[m, n] = sum_k A[n, k] * B[k], B broadcast along m and n (so is
+  A along m), with Opt(TC, 1, 2): m, which neither operand walks, was taken as both N and M, and the output's lanes
+  came in repeated pairs. The class: every TC choice (axis) and level (amt) of matmuls whose operands are broadcast
+  along M, N or both, on EMU's tensor cores, gives numpy's answer or is refused."""
+  import numpy as np
+  import kc
+  rng = np.random.default_rng(515)
+  dt = getattr(dtypes, dtype)
+  ran = 0
+  for M, N, K in [(4, 4, 10), (4, 8, 8), (8, 4, 6), (2, 2, 4)]:
+    for a_m, b_n in [(False, False), (True, False), (False, True), (True, True)]:  # A varies along m? B along n?
+      a = rng.integers(-4, 5, (M if a_m else 1, K)).astype(dtype)
+      b = rng.integers(-4, 5, (K, N if b_n else 1)).astype(dtype)
+      xa = A.arg(1, dt, a.shape).reshape(a.shape[0], 1, K).expand(M, N, K)
+      xb = A.arg(2, dt, b.shape).permute(1, 0).reshape(1, b.shape[1], K).expand(M, N, K)
+      prod = (xa * xb).cast(dtypes.float32) if dtype == "float16" else xa * xb
+      sink = A.sink(A.store(0, prod.sum(axis=2)))
+      want = np.broadcast_to(a.astype(np.float32), (M, K)) @ np.broadcast_to(b.astype(np.float32), (K, N))
+      for axis in range(4):
+        for amt in range(3):
+          try: got = kc.run(sink, {1: a, 2: b}, device="EMU", opts=[Opt(OptOps.TC, axis, amt)])[0].reshape(M, N)
+          except KernelOptError: continue
+          np.testing.assert_array_equal(got, want, err_msg=str((M, N, K, a_m, b_n, axis, amt)))
+          ran += 1
+  assert ran >= 10  # (choices that apply exist: else this checks nothing)

@@ -526,7 +526,9 @@ class Kernel:
     axis_buf0 = [(i, self.full_shape[i], strides1[i]) for i, s in enumerate(strides0[:self.first_reduce]) if s == 0]
     axis_buf1 = [(i, self.full_shape[i], strides0[i]) for i, s in enumerate(strides1[:self.first_reduce]) if s == 0]
     if not (axis_buf0 and axis_buf1 and ((self.shape_len - self.first_reduce) == 1 or opt_level >= 1)): return None
-    choices = list(itertools.product(axis_buf0, axis_buf1, range(self.first_reduce, self.shape_len)))
+    # N and M are two different axes: an axis that neither operand walks (a broadcast of the whole product) is a
+    # candidate for both, and taking it as both made one axis do the work of two (the output's lanes repeated)
+    choices = [c for c in itertools.product(axis_buf0, axis_buf1, range(self.first_reduce, self.shape_len)) if c[0][0] != c[1][0]]
     if not axis < len(choices): return None
     s0, s1, s2 = choices[-(axis + 1)][0][0], choices[-(axis + 1)][1][0], choices[-(axis + 1)][2]  # N, M, K
     axis_pads = tuple((x, tc.dims[i]) for i, x in enumerate([s0, s1, s2]) if resolve(self.full_shape[x] % tc.dims[i] != 0))
