@@ -66,6 +66,19 @@ def test_every_float_product_is_the_same_in_another_order():
   assert found >= 15  # the generator makes float products (else this tests nothing)
 
 
+def test_the_generators_ask_the_product_rule(monkeypatch):
+  # with the rule refusing every product, no float prod or cumprod is generated (classic and families alike); with
+  # it as it is, some are (the checks above then see them)
+  from kc.tools.fuzz import classic, families
+  def float_products(recipes):
+    return sum(1 for r in recipes for i, v in evaluate(r).items() if i in r.live() and r.nodes[i].op in ("prod", "cumprod")
+               and v.dtype.kind == "f")
+  assert float_products(RECIPES) > 0
+  monkeypatch.setattr(classic, "products_stay_normal", lambda x, axes: x.dtype.kind != "f")
+  monkeypatch.setattr(families, "products_stay_normal", lambda x, axes: x.dtype.kind != "f")
+  assert float_products([generate(case_seed(seed, i)) for seed in (11, 12, 13, 14) for i in range(400)]) == 0
+
+
 ILL_CONDITIONED = {"log2": 2.0 ** -6, "log": 2.0 ** -6, "sqrt": 0.0, "recip": 0.25}
 
 

@@ -99,8 +99,9 @@ def vectorize(*xs):
 
 
 def gep_function(lanes: tuple) -> Callable:
-  if len(lanes) == 1: return lambda x: np.asarray(x)[..., lanes[0]]
-  return lambda x: np.asarray(x)[..., list(lanes)]
+  """A GEP: one lane (several lanes at once are a SHUFFLE)."""
+  (lane,) = lanes
+  return lambda x: np.asarray(x)[..., lane]
 
 
 def shuffle_function(lanes: tuple) -> Callable:
