@@ -24,7 +24,7 @@ from typing import Callable, Optional
 from kc.ir.dtype import DType, dtypes
 from kc.errors import KcError, KernelOptError, ShapeError
 from kc.helpers import all_int, prod, vector_registers
-from kc.codegen.combine import identity_element, lanes_combined, pairwise
+from kc.codegen.combine import butterfly, declared_butterfly, identity_element, lanes_combined, pairwise, power_of_two
 from kc.codegen.vectorize import VECTOR_FLOATS, accumulator_updates
 from kc.codegen.verify import st_arg, verify_ast
 from kc.shape.shapetracker import ShapeTracker, axis_ranges
@@ -367,15 +367,19 @@ class Lowering:
   # ***** the lowering *****
 
   def lower(self, u: UOp, env: Env) -> UOp:
-    # a value is the same for every lane of an upcast axis it does not vary along (a load whose view does not walk
-    # it, a row's max read by every lane of the row): one key for all of them, so it is lowered once, not per lane
-    if (ignored := self.ignores.get(u)) is None: ignored = self.ignores[u] = self.ignored_axes(u)
-    # (an upcast axis's index is a constant from _index_const: lane 0 is one object)
-    if ignored and any(env[a] is not self.zero for a in ignored): env = self.with_axes(env, dict.fromkeys(ignored, self.zero))
-    key = (u, env)
+    key = (u, env := self.lowered_env(u, env))
     if (ret := self.memo.get(key)) is None:
       ret = self.memo[key] = self._lower(u, env)
     return ret
+
+  def lowered_env(self, u: UOp, env: Env) -> Env:
+    """env as `u` is lowered at: a value is the same for every lane of an upcast axis it does not vary along (a load
+    whose view does not walk it, a row's max read by every lane of the row), so the axis is at lane 0: one key for
+    all of its lanes, and `u` is lowered once, not per lane."""
+    if (ignored := self.ignores.get(u)) is None: ignored = self.ignores[u] = self.ignored_axes(u)
+    # (an upcast axis's index is a constant from _index_const: lane 0 is one object)
+    if ignored and any(env[a] is not self.zero for a in ignored): env = self.with_axes(env, dict.fromkeys(ignored, self.zero))
+    return env
 
   def ignored_axes(self, u: UOp) -> tuple[int, ...]:
     """The upcast axes `u`'s lowering does not read from its environment: its value is the same at every lane of
@@ -407,6 +411,7 @@ class Lowering:
     # arithmetic first: most of a kernel's nodes, lowered per lane
     if u.op in _ELEMENTWISE: return UOp(u.op, u.dtype, tuple([self.lower(s, env) for s in u.src]), u.arg)
     if u.op is Ops.SINK:
+      if len(u.src) == 1 and (tiled := self.tile_store(u.src[0], env)) is not None: return UOp(Ops.SINK, dtypes.void, (tiled,))
       stores = []
       for e in self.store_lanes(env, u.src):
         for s in u.src: stores += self.lower_stores(s, e)
@@ -570,8 +575,7 @@ class Lowering:
     plan = self.plan_of(u, env)
     unrolled, ranges = plan.unrolled, plan.ranges
     inner = self.with_axes(env, dict(zip(plan.loops, ranges)))
-    if self.vector_marker is not None and unrolled == [self.vector_axis] and self.lanes_reducible(u, plan):
-      return self.lower_lanes_reduce(u, inner, plan)
+    if self.lanes_reduced(u, plan): return lanes_combined(op, self.lane_accumulators(u, inner, plan), self.vector_widths)
     if src.op is Ops.EXPAND and src.src[0].op is Ops.WMMA and op is Ops.ADD and ranges:
       return self.lower_wmma_reduce(u, src, [self.with_axes(inner, c) for c in self.combos(unrolled)], env, ranges)
     if plan.ways > 1:
@@ -775,14 +779,49 @@ class Lowering:
     return (plan.per_lane or plan.ways > 1) and bool(plan.ranges) and u.src[0].op is not Ops.EXPAND and self.vector_op(u.arg[0], u.dtype) \
       and u.arg[0] in accumulator_updates(self.vector_functions) and self.vector_axis in self.varies_along(u.src[0])
 
-  def lower_lanes_reduce(self, u: UOp, inner: Env, plan: ReducePlan) -> UOp:
+  def lanes_reduced(self, u: UOp, plan: ReducePlan) -> bool:
+    """Whether reduce `u` (under `plan`) reduces the vector axis into vector accumulators (lane_accumulators)."""
+    return self.vector_marker is not None and plan.unrolled == [self.vector_axis] and self.lanes_reducible(u, plan)
+
+  def lane_accumulators(self, u: UOp, inner: Env, plan: ReducePlan) -> list[UOp]:
     """A reduce over the vector axis (and loops): the vector of its lanes' values accumulates into a vector
-    accumulator (one per way of an interleaved reduce), whose lanes are combined pairwise after the loops, the ways'
-    lanes one after another: what vectorize_alu makes of an accumulator per lane."""
+    accumulator (one per way of an interleaved reduce). The reduce's value is their lanes combined pairwise after the
+    loops, the ways' lanes one after another (lanes_combined): what vectorize_alu makes of an accumulator per lane."""
     op = u.arg[0]
-    accs = [self.accumulate(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
+    return [self.accumulate(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
             for step in self.steps(inner, plan)]
-    return lanes_combined(op, accs, self.vector_widths)
+
+  def tile_store(self, store: UOp, env: Env) -> Optional[UOp]:
+    """The one STORE of a kernel whose value is a reduce over the vector axis, stored along one other upcast axis
+    (the tile's rows: a row sum's, a matmul's with both operands contiguous along K), as one vector store of all the
+    rows' vector accumulators combined at once: one butterfly over them down to the tile's lanes. It is what the
+    stores lane by lane become after fold_vector_accesses makes them one vector store and transpose_combines one
+    butterfly of their combines (kc.codegen.horizontal), built here without the rows' own butterflies; None where
+    those passes would not make it (the tile is no aligned vector of a declared width, the butterfly passes through
+    an undeclared width, the rows' vectors are more lanes than one vector)."""
+    if self.vector_marker is None or store.op is not Ops.STORE or (r := store.src[2]).op is not Ops.REDUCE_AXIS: return None
+    st, op, dt = st_arg(store), r.arg[0], r.dtype
+    axes = [a for a in range(self.first_upcast, len(self.full_shape)) if st.shape[a] != 1]
+    if len(axes) != 1 or (t := axes[0]) == self.vector_axis or store.src[0].op is not Ops.DEFINE_GLOBAL: return None
+    strides, masked = self.view_facts(st)
+    n = self.full_shape[t]
+    if strides[t] != 1 or t in masked or not power_of_two(n) or n not in self.vector_widths(dt) or t not in self.varies_along(r) or \
+       any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in r.arg[1]):
+      return None
+    rows, lanes = [], self.store_lanes(env, (store,))
+    for e in lanes:
+      e = self.lowered_env(r, e)
+      if not self.lanes_reduced(r, plan := self.plan_of(r, e)): return None
+      rows.append(self.lane_accumulators(r, self.with_axes(e, dict(zip(plan.loops, plan.ranges))), plan))
+    vectors = [acc for row in rows for acc in row]
+    w = vectors[0].dtype.count
+    if not power_of_two(len(rows[0])) or len(vectors) > w or not declared_butterfly(self.vector_widths, dt, w, 1) or \
+       not declared_butterfly(self.vector_widths, dt, w, n):
+      return None
+    idx, valid = self.indexed(st, lanes[0])
+    root, off = root_and_offset(idx)
+    if off % n or not aligned_root(root, n): return None
+    return UOp(Ops.STORE, dtypes.void, (_index(store.src[0], idx, self.guarded(valid).simplify()), butterfly(op, vectors, n)))
 
   def lower_vector_reduce(self, u: UOp, env: Env) -> Optional[UOp]:
     """A reduce over loops and other unrolled axes, for every lane of the vector axis: its parts combined pairwise
