@@ -231,14 +231,16 @@ class View:
     """(index, valid) of this view at the coordinates `idxs`, unsimplified; `valid` is and-ed onto what is given. The
     index is computed in the coordinates' dtype (int32, or int64 where indices are wide)."""
     dt = idxs[0].dtype if len(idxs) else dtypes.int32
-    idx = sint_to_uop(self.offset, dt)
+    idx: Optional[UOp] = None if _is0(self.offset) else sint_to_uop(self.offset, dt)
     conds = [] if valid is None else [valid]
     for i, s, st, m in zip(idxs, self.shape, self.strides, self.mask or [None] * len(self.shape)):
-      if not _is1(s) and not _is0(st): idx = idx + i * sint_to_uop(st, dt)
+      # a coordinate of 0 (an upcast lane the lowering puts 0 at) adds nothing: no term for the simplifier to fold
+      if not _is1(s) and not _is0(st) and not (i.op is Ops.CONST and i.arg == 0):
+        idx = i * sint_to_uop(st, dt) if idx is None else idx + i * sint_to_uop(st, dt)
       if m is not None:
         if not _is0(m[0]): conds.append(i >= sint_to_uop(m[0], dt))
         if not _same(m[1], s): conds.append(i < sint_to_uop(m[1], dt))
-    return idx, functools.reduce(operator.and_, conds) if conds else UOp.const(dtypes.bool, True)
+    return sint_to_uop(0, dt) if idx is None else idx, functools.reduce(operator.and_, conds) if conds else UOp.const(dtypes.bool, True)
 
   def offset_of(self, coords: Sequence[int], ev) -> Optional[int]:
     """The buffer offset at integer coords, None where masked; `ev` turns an sint into an int."""
