@@ -302,7 +302,7 @@ class CStyleLanguage(Renderer):
       else: args.append(f"{self.arg_int_prefix} {name}")
     src = f"{self.render_kernel_prefix(uops)}void {function_name}({', '.join(args + self.extra_args)}) {{\n" + "\n".join(body) + "\n}"
     if self.fp8_as_bits or self.half_as_bits:  # after the dialect's own lines (includes, typedefs): the helpers use only its basic types
-      used = {(u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar() for u in uops}
+      used = {(dt.base if isinstance(dt, PtrDType) else dt).scalar() for dt in {u.dtype for u in uops}}
       held = [dt for dt in (*dtypes.fp8s, dtypes.float16) if dt in used and self._fp8_bits(dt)]
       prefix = (prefix or []) + [line for dt in held for line in self.bits_helpers(dt)]
       if any(u.op is Ops.CAST and self._fp8_bits(u.dtype) and u.src[0].dtype.scalar() == dtypes.float64 for u in uops):

@@ -282,22 +282,25 @@ class ClangRenderer(CStyleLanguage):
 
   def render_kernel(self, function_name, body, params, uops, prefix=None) -> str:
     lines = ["#include <math.h>", "#include <string.h>"]
-    vectors = [u for u in uops if u.dtype.count > 1 and not isinstance(u.dtype, PtrDType)]
+    # what the prelude depends on, asked of each distinct (op, dtype) in the order of first use (the lines' order)
+    kinds = dict.fromkeys([(u.op, u.dtype) for u in uops])
+    vectors = [(op, dt) for op, dt in kinds if dt.count > 1 and not isinstance(dt, PtrDType)]
     # kc_int<n>: the masks of bool vectors, and the bits of float vectors in their functions
-    lines += [_int_vector(n) for n in dict.fromkeys(u.dtype.count for u in vectors if u.dtype.scalar() == dtypes.bool
-                                                     or u.op in VECTOR_FUNCTIONS or u.op is Ops.WHERE)]
-    for dt in dict.fromkeys(u.dtype for u in vectors if u.dtype.scalar() != dtypes.bool):
+    lines += [_int_vector(n) for n in dict.fromkeys(dt.count for op, dt in vectors if dt.scalar() == dtypes.bool
+                                                     or op in VECTOR_FUNCTIONS or op is Ops.WHERE)]
+    for dt in dict.fromkeys(dt for _, dt in vectors if dt.scalar() != dtypes.bool):
       scalar = self.render_dtype(dt.scalar())
       # aligned to the scalar: a vector access through a buffer view at any element offset stays legal
       lines.append(f"typedef {scalar} {self.render_dtype(dt)} __attribute__((vector_size({dt.itemsize}), aligned({dt.scalar().itemsize})));")
-    functions = dict.fromkeys((u.op, u.dtype) for u in vectors if u.op in VECTOR_FUNCTIONS or u.op is Ops.WHERE)
+    functions = [(op, dt) for op, dt in vectors if op in VECTOR_FUNCTIONS or op is Ops.WHERE]
     for dt in dict.fromkeys(dt for op, dt in functions if op in (Ops.WHERE, Ops.MAX)): lines += _vector_where(self.render_dtype(dt), dt.count)
     for op, dt in functions:
       if op is not Ops.WHERE: lines += VECTOR_FUNCTIONS[op](self.render_dtype(dt), dt.count, self.vector_fma(dt))
-    scalar_maxes = [u for u in uops if u.op is Ops.MAX and u.dtype.count == 1]
-    lines += [_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in scalar_maxes if not _selects_max(u))]
-    lines += [_select_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in scalar_maxes if _selects_max(u))]
-    if any(dt.scalar() == dtypes.bfloat16 for dt in {u.dtype for u in uops} if not isinstance(dt, PtrDType)):
+    if any(op is Ops.MAX and dt.count == 1 for op, dt in kinds):
+      scalar_maxes = [u for u in uops if u.op is Ops.MAX and u.dtype.count == 1]
+      lines += [_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in scalar_maxes if not _selects_max(u))]
+      lines += [_select_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in scalar_maxes if _selects_max(u))]
+    if any(dt.scalar() == dtypes.bfloat16 for dt in dict.fromkeys(dt for _, dt in kinds) if not isinstance(dt, PtrDType)):
       lines += ["static inline float __kc_bf2f(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f; memcpy(&f, &u, 4); return f; }",
                 "static inline unsigned short __kc_f2bf(float f) { unsigned int u; memcpy(&u, &f, 4);"
                 " if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 64);"
