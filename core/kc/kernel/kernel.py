@@ -283,6 +283,7 @@ class Kernel:
     """Drop axes that are 1 in every tracker. True if any was dropped."""
     if self.shape_len == 0: return False
     ones = [s == 1 for s in self.full_shape]
+    if not any(ones): return False  # (a reshape to the same shape: every tracker as it is)
     self.local_dims -= sum(ones[self.first_reduce - self.local_dims:self.first_reduce])
     self.upcasted -= sum(ones[self.first_upcast:])
     self.reshape_and_permute(lambda shape: [x for i, x in enumerate(shape) if not ones[i]], None)
