@@ -7,11 +7,12 @@ kernel it has never compiled: with a cold disk cache, with the binary cached but
 Program cache), and with the Program cache warm (kc.runtime.program_cache: nothing rendered)."""
 from __future__ import annotations
 import argparse, json, os, pathlib, statistics, subprocess, sys, tempfile, time
+from typing import Optional
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import kc  # noqa: E402
 from kc import ast as A, dtypes  # noqa: E402
 from kc.renderer.cstyle import CStyleLanguage  # noqa: E402
-from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
+from anchors import tinygrad_python, TINYGRAD_VERSION  # noqa: E402
 from compile_cases import CASES, STAGE_SIZES, WARMUP  # noqa: E402
 from results import write_section  # noqa: E402
 
@@ -47,24 +48,68 @@ def build(kind, shape):
 RENDERERS = (("CLANG", kc.Device.renderer("CLANG")), ("GPU", GPULike()))
 
 
-def measure(repeats: int) -> dict:
+def kc_compile(ren, name: str, i: int) -> dict:
+  """One compile of case `name` at size index i: its seconds and linear UOps."""
+  sink = build(*CASES[name](i))
+  t0 = time.perf_counter()
+  prg = kc.Kernel(sink, ren).hand_coded_optimizations().to_program()
+  return {"s": time.perf_counter() - t0, "kernels": 1, "uops": len(prg.uops)}
+
+
+class TinygradCompiles:
+  """tinygrad's side: benchmarks/tinygrad_compile.py serving in tinygrad's venv, asked for one compile at a time."""
+  def __init__(self):
+    self.proc: Optional[subprocess.Popen] = None
+    py, self.why = tinygrad_python()
+    if py is None: return
+    self.proc = subprocess.Popen([str(py), str(pathlib.Path(__file__).parent / "tinygrad_compile.py")], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if self._line() != "ready": self._fail()
+
+  def _line(self) -> str:
+    assert self.proc is not None and self.proc.stdout is not None
+    return self.proc.stdout.readline().strip()
+
+  def _fail(self) -> None:
+    assert self.proc is not None and self.proc.stderr is not None
+    self.proc.kill()
+    self.why, self.proc = f"tinygrad_compile.py failed: {self.proc.stderr.read().strip()[-300:]}", None
+
+  def compile(self, rname: str, name: str, i: int) -> Optional[dict]:
+    if self.proc is None: return None
+    assert self.proc.stdin is not None
+    self.proc.stdin.write(f"{rname} {name} {i}\n")
+    self.proc.stdin.flush()
+    if not (line := self._line()): return self._fail()
+    return json.loads(line)
+
+  def close(self) -> None:
+    if self.proc is not None: self.proc.communicate("")
+
+
+def measure(repeats: int) -> tuple[dict, Optional[dict], str]:
+  """Each case compiled at `repeats` fresh sizes by kc and by tinygrad, one compile each in turn (so that a slow
+  stretch of this shared machine falls on both sides alike): per side and case the median seconds, kernels and linear
+  UOps; tinygrad's side None where it cannot run (and why)."""
+  tg = TinygradCompiles()
   # every case compiled once, untimed, at a size no repeat uses: what a process pays once (imports, rule tables, a
-  # CPU waking up) is not a compile
+  # CPU waking up) is not a compile (tinygrad's side did the same before it answered)
   for _, ren in RENDERERS:
-    for case in CASES.values(): kc.Kernel(build(*case(WARMUP)), ren).hand_coded_optimizations().to_program()
-  out = {}
+    for name in CASES: kc_compile(ren, name, WARMUP)
+  ours: dict = {}
+  theirs: Optional[dict] = {} if tg.proc is not None else None
   for rname, ren in RENDERERS:
-    for name, case in CASES.items():
-      times, uops = [], 0
+    for name in CASES:
+      runs, other = [], []
       for i in range(repeats):
-        kind, shape = case(i)
-        sink = build(kind, shape)
-        t0 = time.perf_counter()
-        prg = kc.Kernel(sink, ren).hand_coded_optimizations().to_program()
-        times.append(time.perf_counter() - t0)
-        uops = len(prg.uops)
-      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": 1, "uops": uops}
-  return out
+        runs.append(kc_compile(ren, name, i))
+        if theirs is not None: other.append(tg.compile(rname, name, i))
+      ours[f"{rname}/{name}"] = {"median_s": statistics.median(r["s"] for r in runs), "kernels": 1, "uops": runs[-1]["uops"]}
+      if theirs is not None and all(other):
+        theirs[f"{rname}/{name}"] = {"median_s": statistics.median(r["s"] for r in other), "kernels": other[-1]["kernels"], "uops": other[-1]["uops"]}
+      elif theirs is not None: theirs = None
+  tg.close()
+  return ours, theirs, tg.why
 
 
 STAGES = ("opts", "lower", "rewrite", "linearize", "render")
@@ -156,8 +201,7 @@ def main():
   args = ap.parse_args()
   if args.child: return child_compile(*args.child, render=args.render)
   if args.warm_process: return print("\n".join(warm_process_times(args.repeats)))
-  ours = measure(args.repeats)
-  theirs, why = run_tinygrad("tinygrad_compile.py", args.repeats)
+  ours, theirs, why = measure(args.repeats)
   rows = ["| renderer / kernel | kc ms | tinygrad ms | tinygrad kernels | tg/kc | kc linear UOps | tinygrad linear UOps | "
           "kc us/UOp | tinygrad us/UOp | per UOp tg/kc |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
   ratios, per_uop = [], []
@@ -172,7 +216,8 @@ def main():
                 f"{t['uops']} | {ours_per:.1f} | {theirs_per:.1f} | {per_uop[-1]:.2f}x |" if t else
                 f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - | {k['uops']} | - | {ours_per:.1f} | - | - |")
   lines = [f"## Compile speed: AST to rendered source (`python benchmarks/bench_compile.py --repeats {args.repeats}`)", "",
-           f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides); "
+           f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides), "
+           "kc's and tinygrad's compiles taking turns one by one (a slow stretch of this shared machine falls on both); "
            f"hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
            "venv on the same math (its conv2d AST comes from its own Tensor.conv2d, and counts every kernel it schedules).", "", *rows, ""]
   if ratios:

@@ -1,7 +1,8 @@
 """Times tinygrad 0.10.0's Kernel -> Program (every kernel its scheduler makes for the case: softmax is several)
 (hand-coded opts, CLANG and OpenCL renderers) on benchmarks/compile_cases.py.
-Runs inside the benchmark's own venv; prints JSON. kc never imports tinygrad."""
-import json, os, statistics, sys, time
+Runs inside the benchmark's own venv as a process bench_compile.py asks for one compile at a time (serve), so that
+the two sides' compiles alternate; answers in JSON. kc never imports tinygrad."""
+import json, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_cases import CASES, WARMUP  # noqa: E402
 from tinygrad import Tensor  # noqa: E402
@@ -22,28 +23,35 @@ def build(kind, shape):
   raise ValueError(kind)
 
 
-def main(repeats):
-  out = {}
-  renderers = (("CLANG", ClangRenderer()), ("GPU", OpenCLRenderer()))
-  for _, ren in renderers:  # every case once, untimed, as in bench_compile.py
-    for case in CASES.values():
-      for si in create_schedule([build(*case(WARMUP)).lazydata]):
-        if si.ast.op is Ops.SINK: k = Kernel(si.ast, opts=ren); k.hand_coded_optimizations(); k.to_program()
-  for rname, ren in renderers:
-    for name, case in CASES.items():
-      times, uops = [], 0
-      for i in range(repeats):
-        kind, shape = case(i)
-        asts = [si.ast for si in create_schedule([build(kind, shape).lazydata]) if si.ast.op is Ops.SINK]
-        t0 = time.perf_counter()
-        programs = []
-        for ast in asts:
-          k = Kernel(ast, opts=ren); k.hand_coded_optimizations(); programs.append(k.to_program())
-        times.append(time.perf_counter() - t0)
-        uops = sum(len(p.uops) for p in programs)  # the linear UOps rendered, every kernel together
-      out[f"{rname}/{name}"] = {"median_s": statistics.median(times), "kernels": len(asts), "uops": uops}
-  print(json.dumps(out))
+RENDERERS = {"CLANG": ClangRenderer(), "GPU": OpenCLRenderer()}
+
+
+def compile_case(rname: str, name: str, i: int) -> dict:
+  """One compile of case `name` at size index i with renderer `rname`: its seconds, kernels and linear UOps."""
+  kind, shape = CASES[name](i)
+  asts = [si.ast for si in create_schedule([build(kind, shape).lazydata]) if si.ast.op is Ops.SINK]
+  t0 = time.perf_counter()
+  programs = []
+  for ast in asts:
+    k = Kernel(ast, opts=RENDERERS[rname]); k.hand_coded_optimizations(); programs.append(k.to_program())
+  # the linear UOps rendered, every kernel together
+  return {"s": time.perf_counter() - t0, "kernels": len(asts), "uops": sum(len(p.uops) for p in programs)}
+
+
+def warm_up() -> None:
+  for rname in RENDERERS:  # every case once, untimed, as in bench_compile.py
+    for name in CASES: compile_case(rname, name, WARMUP)
+
+
+def serve():
+  """bench_compile's interleaved measurement: after the warm-up, one compile per line `RENDERER CASE I` read from
+  stdin, its JSON on one line of stdout."""
+  warm_up()
+  print("ready", flush=True)
+  for line in sys.stdin:
+    rname, name, i = line.split()
+    print(json.dumps(compile_case(rname, name, int(i))), flush=True)
 
 
 if __name__ == "__main__":
-  main(int(sys.argv[1]))
+  serve()
