@@ -851,10 +851,13 @@ class Lowering:
     lanes) gets a vector accumulator, an accumulator number per lane: what vectorize_alu makes of the lanes' own."""
     # the same value is accumulated once per lane that reduces it (a row's max, read by every lane of the row): the
     # update is built once, since a float identity constant alone costs its conversion each time it is made
-    if (ret := self.memo.get(key := ("acc", op, dtype, value, tuple(ranges)))) is None:
+    if (ret := self.memo.get(key := ("acc", op, dtype, value, loops := tuple(ranges)))) is None:
       lanes = (None,) if value.dtype.count == 1 else range(value.dtype.count)
-      ids = tuple(self.acc_ids.setdefault((op, value, tuple(ranges), lane), len(self.acc_ids)) for lane in lanes)
-      acc = UOp(Ops.DEFINE_ACC, value.dtype, (UOp.const(value.dtype, identity_element(op, dtype)), *ranges), ids)
+      ids = tuple([self.acc_ids.setdefault((op, value, loops, lane), len(self.acc_ids)) for lane in lanes])
+      # (the identity once per op and dtype: a vector's is a VECTORIZE of a lane's constant per lane)
+      if (start := self.memo.get(start_key := ("identity", op, dtype, value.dtype))) is None:
+        start = self.memo[start_key] = UOp.const(value.dtype, identity_element(op, dtype))
+      acc = UOp(Ops.DEFINE_ACC, value.dtype, (start, *ranges), ids)
       ret = self.memo[key] = UOp(Ops.ASSIGN, value.dtype, (acc, acc.alu(op, value)))
     return ret
 
