@@ -57,7 +57,7 @@ def kc_compile(ren, name: str, i: int) -> dict:
 
 
 class TinygradCompiles:
-  """tinygrad's side: benchmarks/tinygrad_compile.py serving in tinygrad's venv, asked for one compile at a time."""
+  """tinygrad's side: benchmarks/tinygrad_compile.py serving in tinygrad's venv, asked for one case at a time."""
   def __init__(self):
     self.proc: Optional[subprocess.Popen] = None
     py, self.why = tinygrad_python()
@@ -75,10 +75,11 @@ class TinygradCompiles:
     self.proc.kill()
     self.why, self.proc = f"tinygrad_compile.py failed: {self.proc.stderr.read().strip()[-300:]}", None
 
-  def compile(self, rname: str, name: str, i: int) -> Optional[dict]:
+  def compile(self, rname: str, name: str, repeats: int) -> Optional[list]:
+    """Case `name` compiled at size indices 0 .. repeats-1: each compile's seconds, kernels and linear UOps."""
     if self.proc is None: return None
     assert self.proc.stdin is not None
-    self.proc.stdin.write(f"{rname} {name} {i}\n")
+    self.proc.stdin.write(f"{rname} {name} {repeats}\n")
     self.proc.stdin.flush()
     if not (line := self._line()): return self._fail()
     return json.loads(line)
@@ -88,9 +89,11 @@ class TinygradCompiles:
 
 
 def measure(repeats: int) -> tuple[dict, Optional[dict], str]:
-  """Each case compiled at `repeats` fresh sizes by kc and by tinygrad, one compile each in turn (so that a slow
-  stretch of this shared machine falls on both sides alike): per side and case the median seconds, kernels and linear
-  UOps; tinygrad's side None where it cannot run (and why)."""
+  """Each case compiled at `repeats` fresh sizes by kc, then by tinygrad, case after case: per side and case the median
+  seconds, kernels and linear UOps; tinygrad's side None where it cannot run (and why). The sides take turns case by
+  case, so that a slow stretch of this shared machine (its speed changes by half from one stretch of seconds to the
+  next) falls on both sides of a case alike; not compile by compile, which would start every compile in caches the
+  other process has just filled."""
   tg = TinygradCompiles()
   # every case compiled once, untimed, at a size no repeat uses: what a process pays once (imports, rule tables, a
   # CPU waking up) is not a compile (tinygrad's side did the same before it answered)
@@ -100,12 +103,10 @@ def measure(repeats: int) -> tuple[dict, Optional[dict], str]:
   theirs: Optional[dict] = {} if tg.proc is not None else None
   for rname, ren in RENDERERS:
     for name in CASES:
-      runs, other = [], []
-      for i in range(repeats):
-        runs.append(kc_compile(ren, name, i))
-        if theirs is not None: other.append(tg.compile(rname, name, i))
+      runs = [kc_compile(ren, name, i) for i in range(repeats)]
+      other = tg.compile(rname, name, repeats) if theirs is not None else None
       ours[f"{rname}/{name}"] = {"median_s": statistics.median(r["s"] for r in runs), "kernels": 1, "uops": runs[-1]["uops"]}
-      if theirs is not None and all(other):
+      if theirs is not None and other:
         theirs[f"{rname}/{name}"] = {"median_s": statistics.median(r["s"] for r in other), "kernels": other[-1]["kernels"], "uops": other[-1]["uops"]}
       elif theirs is not None: theirs = None
   tg.close()
@@ -217,7 +218,7 @@ def main():
                 f"| {key} | {k['median_s'] * 1e3:.1f} | - | - | - | {k['uops']} | - | {ours_per:.1f} | - | - |")
   lines = [f"## Compile speed: AST to rendered source (`python benchmarks/bench_compile.py --repeats {args.repeats}`)", "",
            f"Median over {args.repeats} compiles, each of a fresh size, after one untimed compile of every case (both sides), "
-           "kc's and tinygrad's compiles taking turns one by one (a slow stretch of this shared machine falls on both); "
+           "kc's and tinygrad's compiles taking turns case by case (a slow stretch of this shared machine falls on both); "
            f"hand-coded opts; tinygrad {TINYGRAD_VERSION} from PyPI in its own "
            "venv on the same math (its conv2d AST comes from its own Tensor.conv2d, and counts every kernel it schedules).", "", *rows, ""]
   if ratios:

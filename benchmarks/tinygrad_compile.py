@@ -1,7 +1,7 @@
 """Times tinygrad 0.10.0's Kernel -> Program (every kernel its scheduler makes for the case: softmax is several)
 (hand-coded opts, CLANG and OpenCL renderers) on benchmarks/compile_cases.py.
-Runs inside the benchmark's own venv as a process bench_compile.py asks for one compile at a time (serve), so that
-the two sides' compiles alternate; answers in JSON. kc never imports tinygrad."""
+Runs inside the benchmark's own venv as a process bench_compile.py asks for one case at a time (serve), so that the
+two sides' compiles alternate case by case; answers in JSON. kc never imports tinygrad."""
 import json, os, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compile_cases import CASES, WARMUP  # noqa: E402
@@ -44,13 +44,13 @@ def warm_up() -> None:
 
 
 def serve():
-  """bench_compile's interleaved measurement: after the warm-up, one compile per line `RENDERER CASE I` read from
-  stdin, its JSON on one line of stdout."""
+  """bench_compile's interleaved measurement: after the warm-up, for each line `RENDERER CASE N` read from stdin the
+  case compiled at size indices 0 .. N-1, their JSON list on one line of stdout."""
   warm_up()
   print("ready", flush=True)
   for line in sys.stdin:
-    rname, name, i = line.split()
-    print(json.dumps(compile_case(rname, name, int(i))), flush=True)
+    rname, name, n = line.split()
+    print(json.dumps([compile_case(rname, name, i) for i in range(int(n))]), flush=True)
 
 
 if __name__ == "__main__":
