@@ -23,6 +23,10 @@ match whatever it does with NaN. The families here give those cases a numpy answ
   the weight gradient (reduced along the padded rows that the window shifts) and the input gradient, over rows as wide
   as one or several vectors and odd widths, with their padding masked lane by lane.
 
+- rows: one reduce along the rows of x, stored as it is (a sum or max of x, of x * y, of x * x, or x @ W.T with few
+  outputs), rows and lengths multiples of the vector widths: a register tile of rows whose vector accumulators are
+  combined and stored as one vector (kc.codegen.lower.Lowering.tile_store); now and then scaled after the reduce.
+
 A recipe's family is drawn from its seed with a random stream of its own, and a classic recipe is drawn from the seed
 exactly as before the families existed, so an old seed whose family is classic still makes the same kernel.
 """
@@ -39,9 +43,9 @@ from kc.tools.fuzz.recipe import NARROW_FLOATS, Node, Recipe, narrow_round, spec
 # the share of each family among drawn seeds; classic keeps most, so a run still covers the whole surface. classic is
 # drawn first and keeps 0.6 of the total, so a seed that drew classic still does when a family is added (its share
 # comes out of the others')
-FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.06, "intdiv": 0.05, "computed": 0.05, "compare": 0.04,
+FAMILIES: dict[str, float] = {"classic": 0.6, "specials": 0.05, "intdiv": 0.04, "computed": 0.04, "compare": 0.04,
                               "lowp_matmul": 0.04, "bigsum": 0.03, "bigindex": 0.03, "window": 0.04, "epilogue": 0.03,
-                              "siblings": 0.03}
+                              "siblings": 0.03, "rows": 0.03}
 FLOATS = ("float32", "float16", "bfloat16", "fp8e4m3", "fp8e5m2")
 INTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
 _SUMMABLE = ("float32", "float16", "bfloat16")   # fp8 sums accumulate in fp8: their rounding depends on the order
@@ -481,6 +485,27 @@ class FamilyGenerator(Generator):
         nxt = None if c is None or a is None else self.where_of(c, a, v)
       else: nxt = self.binop("maximum", v, scalar=0.0)
       v = nxt if nxt is not None else v
+    return [] if v is None else [v]
+
+  def family_rows(self) -> list[int]:
+    """x (R, K) reduced along its rows and stored: sum or max of x, the sum of x * y (y of x's shape or one row) or of
+    x * x, or x @ W.T for a few outputs (float32); R and K multiples of the vector widths, so that the hand-coded opts
+    keep a vector accumulator per row of a tile and store the rows as one vector. Now and then scaled after the
+    reduce (the rows then stored lane by lane)."""
+    R, K = self.pick((2, 4, 8, 12, 16, 32)), self.pick((16, 32, 48, 64, 128, 256))
+    kind = self.pick(("sum", "max", "xy", "xx", "linear"))
+    x = self.input("float32" if kind == "linear" else self.pick(("float32", "float32", "float16")), (R, K))
+    if x is None: return []
+    v: Optional[int] = None
+    if kind == "linear":
+      w = self.input("float32", (self.pick((1, 2, 4, 8, 16)), K))
+      if w is not None: v = self.node("matmul", "{0} @ {1}.T", "np.matmul({0}, {1}.T)", (x, w), "arith", reduced=True)
+    elif kind in ("sum", "max"): v = self.reduce_any(x, kind, (1,))
+    else:
+      y = x if kind == "xx" else self.input(self.dt(x), (R, K) if self.chance(0.5) else (1, K))
+      prod = None if y is None else self.binop("mul", x, y)
+      v = None if prod is None else self.reduce_any(prod, "sum", (1,))
+    if v is not None and self.chance(0.3): v = self.binop("mul", v, scalar=0.5) or v
     return [] if v is None else [v]
 
   def family_siblings(self) -> list[int]:
