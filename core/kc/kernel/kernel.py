@@ -69,19 +69,16 @@ class KernelState:
   dont_use_locals: bool = False
 
   def copy(self) -> "KernelState":
-    """A copy that shares nothing mutable with this one (trackers, opts and UOps are immutable values)."""
-    return KernelState(**{name: _unshared(getattr(self, name)) for name in _STATE_FIELDS})
+    """A copy that shares nothing mutable with this one (trackers, opts and UOps are immutable values). Taken on
+    every opt and heuristic step: the fields as they are, the containers and records the Kernel changes in place
+    copied, without the dataclass's __init__."""
+    new = object.__new__(KernelState)
+    new.__dict__.update({name: _UNSHARED[type(v)](v) if type(v) in _UNSHARED else v for name, v in self.__dict__.items()})
+    return new
 
 
-_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(KernelState))  # copied on every opt and heuristic step
-
-
-def _unshared(value: Any) -> Any:
-  """`value`, or a copy of it where it is a container or record the Kernel changes in place."""
-  if isinstance(value, list): return list(value)
-  if isinstance(value, dict): return dict(value)
-  if isinstance(value, TensorCoreOptions): return dataclasses.replace(value)
-  return value
+# how a field's value of each type the Kernel changes in place is copied (every other value is shared)
+_UNSHARED: dict[type, Callable[[Any], Any]] = {list: list, dict: dict, TensorCoreOptions: dataclasses.replace}
 
 
 def _state_attribute(name: str) -> property:
