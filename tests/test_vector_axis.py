@@ -136,7 +136,7 @@ def test_the_vector_axis_on_fuzzed_kernels(monkeypatch):
 
 
 def _tile_kernels(kind: str, rows: int, k: int, dt):
-  """Kernels whose one store is a reduce over contiguous lanes (what Lowering.tile_store builds), and neighbours
+  """Kernels whose one store is a reduce over contiguous lanes (what Lowering.tile_stores builds), and neighbours
   that are not: the value changed after the reduce, an input padded or shifted along the reduce, a store along an
   axis of another stride."""
   X = A.arg(1, dt, (rows, k))
@@ -158,7 +158,7 @@ def _with_and_without_tiles(ast, renderer, monkeypatch) -> tuple[str, str]:
   render = lambda: renderer.render("k", linearize(rewrite_lowered(lowering.lower(ast, renderer), renderer)))  # noqa: E731
   tiled = render()
   with monkeypatch.context() as m:
-    m.setattr(lowering.Lowering, "tile_store", lambda self, store, env: None)
+    m.setattr(lowering.Lowering, "tile_stores", lambda self, store, env: None)
     return tiled, render()
 
 
@@ -169,7 +169,7 @@ TILE_KINDS = ["sum", "max", "prod", "products", "linear", "scaled", "padded", "s
 @given(st.sampled_from(TILE_KINDS), st.sampled_from([4, 8, 12, 16, 32, 48]), st.sampled_from([16, 24, 32, 64, 80]),
        st.sampled_from([dtypes.float32, dtypes.float16]), st.sampled_from([16, 8, 4]), st.integers(0, 2 ** 16))
 def test_a_tile_of_reduces_is_stored_as_its_lanes_would_be(monkeypatch, kind, rows, k, dt, lanes, seed):
-  """Lowering.tile_store builds the rows' vector accumulators into one stored butterfly: exactly the kernel that
+  """Lowering.tile_stores builds the rows' vector accumulators into one stored butterfly: exactly the kernel that
   storing row by row becomes after fold_vector_accesses and transpose_combines. Hand-coded and random opts (the
   search's actions) on CLANG's dialect at three vector widths, the row tile's neighbours included."""
   import random
@@ -193,14 +193,14 @@ def test_a_tile_of_reduces_is_stored_as_its_lanes_would_be(monkeypatch, kind, ro
 
 
 def _counting_tiles(monkeypatch) -> list:
-  """The tile_store results of every lowering from now on (None where it built nothing)."""
+  """The tile_stores results of every lowering from now on (None where it built nothing)."""
   from kc.codegen import lower as lowering
-  built, tile = [], lowering.Lowering.tile_store
+  built, tile = [], lowering.Lowering.tile_stores
 
   def counted(self, store, env):
     built.append(ret := tile(self, store, env))
     return ret
-  monkeypatch.setattr(lowering.Lowering, "tile_store", counted)
+  monkeypatch.setattr(lowering.Lowering, "tile_stores", counted)
   return built
 
 
@@ -220,6 +220,22 @@ def test_a_row_tile_is_built_as_one_store(kind, lanes, monkeypatch):
   # 4 rows of one vector each: 2 + 1 combines of pairs of vectors, then log2(lanes / 4) levels inside one vector down
   # to 4 lanes; a pair of shuffles per combine, no lane read alone
   assert sum(u.op is Ops.SHUFFLE for u in uops) == 2 * (3 + (lanes.bit_length() - 1) - 2)
+  assert not any(u.op is Ops.GEP for u in uops)
+
+
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_a_linear_layers_register_tile_is_a_vector_store_per_row_of_outputs(lanes, monkeypatch):
+  # x @ W.T hand-coded: a tile of outputs 4 wide along N (stride 1) and 4 (16 lanes) or 2 (8) rows along M, each
+  # row of 4 outputs a tile of its own, its 4 accumulators combined into one float4 store; none lane by lane
+  clang = pytest.importorskip("kc_clang.renderer").ClangRenderer(native=False)
+  clang.float_lanes = lanes
+  built = _counting_tiles(monkeypatch)
+  kern = Kernel(_tile_kernels("linear", 64, 128, dtypes.float32).replace(
+    src=(A.store(0, A.arg(1, dtypes.float32, (64, 128)) @ A.arg(2, dtypes.float32, (32, 128)).T),)), clang).hand_coded_optimizations()
+  uops = kern.linearize()
+  assert [b is not None and len(b) for b in built] == [{16: 4, 8: 2}[lanes]], kern.applied_opts
+  stores = [u for u in uops if u.op is Ops.STORE]
+  assert len(stores) == {16: 4, 8: 2}[lanes] and all(s.src[1].dtype.count == 4 for s in stores)
   assert not any(u.op is Ops.GEP for u in uops)
 
 

@@ -411,7 +411,7 @@ class Lowering:
     # arithmetic first: most of a kernel's nodes, lowered per lane
     if u.op in _ELEMENTWISE: return UOp(u.op, u.dtype, tuple([self.lower(s, env) for s in u.src]), u.arg)
     if u.op is Ops.SINK:
-      if len(u.src) == 1 and (tiled := self.tile_store(u.src[0], env)) is not None: return UOp(Ops.SINK, dtypes.void, (tiled,))
+      if len(u.src) == 1 and (tiled := self.tile_stores(u.src[0], env)) is not None: return UOp(Ops.SINK, dtypes.void, tuple(tiled))
       stores = []
       for e in self.store_lanes(env, u.src):
         for s in u.src: stores += self.lower_stores(s, e)
@@ -791,37 +791,48 @@ class Lowering:
     return [self.accumulate(op, u.dtype, self.lower(u.src[0], self.with_axes(step, {self.vector_axis: self.vector_marker})), plan.ranges)
             for step in self.steps(inner, plan)]
 
-  def tile_store(self, store: UOp, env: Env) -> Optional[UOp]:
-    """The one STORE of a kernel whose value is a reduce over the vector axis, stored along one other upcast axis
-    (the tile's rows: a row sum's, a matmul's with both operands contiguous along K), as one vector store of all the
-    rows' vector accumulators combined at once: one butterfly over them down to the tile's lanes. It is what the
-    stores lane by lane become after fold_vector_accesses makes them one vector store and transpose_combines one
-    butterfly of their combines (kc.codegen.horizontal), built here without the rows' own butterflies; None where
-    those passes would not make it (the tile is no aligned vector of a declared width, the butterfly passes through
-    an undeclared width, the rows' vectors are more lanes than one vector)."""
+  def tile_stores(self, store: UOp, env: Env) -> Optional[list[UOp]]:
+    """The one STORE of a kernel whose value is a reduce over the vector axis, stored along an upcast axis of stride 1
+    (the tile's rows: a row sum's; a Linear layer's x @ W.T, whose other upcast axis gives a tile per lane), as one
+    vector store per tile of all its rows' vector accumulators combined at once: one butterfly over them down to the
+    tile's lanes. It is what the stores lane by lane become after fold_vector_accesses makes each tile one vector
+    store and transpose_combines one butterfly of its combines (kc.codegen.horizontal), built here without the rows'
+    own butterflies; None where those passes would not make that (a tile that is no aligned vector of a declared
+    width, tiles the fold would join into wider vectors, a butterfly through an undeclared width, rows whose vectors
+    are more lanes than one vector)."""
     if self.vector_marker is None or store.op is not Ops.STORE or (r := store.src[2]).op is not Ops.REDUCE_AXIS: return None
     st, op, dt = st_arg(store), r.arg[0], r.dtype
     axes = [a for a in range(self.first_upcast, len(self.full_shape)) if st.shape[a] != 1]
-    if len(axes) != 1 or (t := axes[0]) == self.vector_axis or store.src[0].op is not Ops.DEFINE_GLOBAL: return None
     strides, masked = self.view_facts(st)
-    n = self.full_shape[t]
-    if strides[t] != 1 or t in masked or not power_of_two(n) or n not in self.vector_widths(dt) or t not in self.varies_along(r) or \
+    if self.vector_axis in axes or store.src[0].op is not Ops.DEFINE_GLOBAL or len(tile := [a for a in axes if strides[a] == 1]) != 1: return None
+    t, n, widths = tile[0], self.full_shape[tile[0]], self.vector_widths(dt)
+    others = [a for a in axes if a != t]
+    if any(a in masked for a in axes) or not power_of_two(n) or n not in widths or t not in self.varies_along(r) or \
        any(isinstance(self.full_shape[a], int) and self.full_shape[a] == 0 for a in r.arg[1]):
       return None
-    rows, lanes = [], self.store_lanes(env, (store,))
-    for e in lanes:
-      e = self.lowered_env(r, e)
-      if not self.lanes_reduced(r, plan := self.plan_of(r, e)): return None
-      rows.append(self.lane_accumulators(r, self.with_axes(e, dict(zip(plan.loops, plan.ranges))), plan))
-    vectors = [acc for row in rows for acc in row]
-    w = vectors[0].dtype.count
-    if not power_of_two(len(rows[0])) or len(vectors) > w or not declared_butterfly(self.vector_widths, dt, w, 1) or \
-       not declared_butterfly(self.vector_widths, dt, w, n):
-      return None
-    idx, valid = self.indexed(st, lanes[0])
-    root, off = root_and_offset(idx)
-    if off % n or not aligned_root(root, n): return None
-    return UOp(Ops.STORE, dtypes.void, (_index(store.src[0], idx, self.guarded(valid).simplify()), butterfly(op, vectors, n)))
+    # the fold joins neighbouring tiles into a wider vector: only where no tile starts n after another (the other axes
+    # step by multiples of the widest vector, or the tile is the widest vector itself)
+    if n != widths[0] and not all(isinstance(strides[a], int) and strides[a] % widths[0] == 0 for a in others): return None
+    # the rows in the order the lanes are lowered in (the accumulators are numbered so), grouped by tile
+    tiles: dict[tuple, list[tuple[Env, list[UOp]]]] = {}
+    for e in self.store_lanes(env, (store,)):
+      at = self.lowered_env(r, e)
+      if not self.lanes_reduced(r, plan := self.plan_of(r, at)): return None
+      accs = self.lane_accumulators(r, self.with_axes(at, dict(zip(plan.loops, plan.ranges))), plan)
+      tiles.setdefault(tuple(e[a] for a in others), []).append((e, accs))
+    stores = []
+    for rows in tiles.values():
+      vectors = [acc for _, accs in rows for acc in accs]
+      w, k = vectors[0].dtype.count, len(rows[0][1])
+      if not power_of_two(k) or any(len(accs) != k for _, accs in rows) or len(vectors) > w or \
+         not declared_butterfly(self.vector_widths, dt, w, 1) or not declared_butterfly(self.vector_widths, dt, w, n):
+        return None
+      first = next(e for e, _ in rows if e[t] is self.zero)
+      idx, valid = self.indexed(st, first)
+      root, off = root_and_offset(idx)
+      if off % n or not aligned_root(root, n): return None
+      stores.append(UOp(Ops.STORE, dtypes.void, (_index(store.src[0], idx, self.guarded(valid).simplify()), butterfly(op, vectors, n))))
+    return stores
 
   def lower_vector_reduce(self, u: UOp, env: Env) -> Optional[UOp]:
     """A reduce over loops and other unrolled axes, for every lane of the vector axis: its parts combined pairwise

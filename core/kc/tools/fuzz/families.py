@@ -25,7 +25,7 @@ match whatever it does with NaN. The families here give those cases a numpy answ
 
 - rows: one reduce along the rows of x, stored as it is (a sum or max of x, of x * y, of x * x, or x @ W.T with few
   outputs), rows and lengths multiples of the vector widths: a register tile of rows whose vector accumulators are
-  combined and stored as one vector (kc.codegen.lower.Lowering.tile_store); now and then scaled after the reduce.
+  combined and stored as one vector (kc.codegen.lower.Lowering.tile_stores); now and then scaled after the reduce.
 
 A recipe's family is drawn from its seed with a random stream of its own, and a classic recipe is drawn from the seed
 exactly as before the families existed, so an old seed whose family is classic still makes the same kernel.
