@@ -80,3 +80,14 @@ def test_a_malformed_shuffle_is_a_uop_error(why):
   else: arg = [0, 1]
   with pytest.raises(UOpError):
     UOp(Ops.SHUFFLE, dt, srcs, arg)
+
+
+def test_a_renderers_remembered_lanes_are_render_lanes_and_stay_bounded():
+  # the C-style renderers remember each vector name's lane spellings (CStyleLanguage._lanes_of): the same strings as
+  # render_lane gives, in CLANG's, OpenCL's and CUDA's spellings, and a bounded memo however many names come by
+  from kc.renderer.cstyle import CStyleLanguage
+  for r in (kc.Device.renderer("CLANG"), CStyleLanguage()):
+    for dt in (dtypes.float32.vec(4), dtypes.float32.vec(16), dtypes.bool.vec(8)):
+      assert r._lanes_of("alu3", dt) == tuple(r.render_lane("alu3", dt, i) for i in range(dt.count))
+    for i in range(5000): r._lanes_of(f"alu{i}", dtypes.float32.vec(2))
+    assert len(r.__dict__["_lane_names"]) <= 4096

@@ -286,6 +286,16 @@ class CStyleLanguage(Renderer):
     if self.vector_index == "bracket" or dt.count > 4: return f"{vec}[{lane}]"
     return f"{vec}.{'xyzw'[lane]}"
 
+  def _lanes_of(self, vec: str, dt: DType) -> tuple[str, ...]:
+    """Every lane of the vector `vec` of `dt` as render_lane spells it (a function of its arguments), remembered per
+    renderer: the SHUFFLEs of a kernel's butterflies read the lanes of a few names (acc0, alu3) of a few dtypes, the
+    same from one kernel to the next."""
+    memo = self.__dict__.setdefault("_lane_names", {})
+    if (ret := memo.get(key := (vec, dt))) is None:
+      if len(memo) >= 4096: memo.clear()  # names are numbered per kernel: a bound, not an eviction policy
+      ret = memo[key] = tuple([self.render_lane(vec, dt, i) for i in range(dt.count)])
+    return ret
+
   def render_special(self, name: str, size) -> str:
     """The initializer of a launch index (gidx0, lidx1, idx2: the kind is the first letter, the dimension the last
     digit), from code_for_workitem, with the dimension's size as a comment."""
@@ -491,8 +501,8 @@ class CStyleLanguage(Renderer):
     if op is Ops.BITCAST: return self.render_bitcast(u.dtype, u.src[0].dtype, s[0])
     if op is Ops.VECTORIZE: return self.render_vector(u.dtype, s)
     if op is Ops.SHUFFLE:  # a vector of the lanes (the dialect's vector literal; a C compiler makes it one permute)
-      names = dict(zip(u.src, s))
-      return self.render_vector(u.dtype, [self.render_lane(names[x], x.dtype, i) for x, i in shuffle_lanes(u)])
+      lanes = {x: self._lanes_of(name, x.dtype) for x, name in zip(u.src, s)}
+      return self.render_vector(u.dtype, [lanes[x][i] for x, i in shuffle_lanes(u)])
     if op is Ops.WMMA: return self.render_wmma(u, *s)
     raise CompileError(f"{type(self).__name__} cannot render {op}")
 
