@@ -90,4 +90,10 @@ def test_a_renderers_remembered_lanes_are_render_lanes_and_stay_bounded():
     for dt in (dtypes.float32.vec(4), dtypes.float32.vec(16), dtypes.bool.vec(8)):
       assert r._lanes_of("alu3", dt) == tuple(r.render_lane("alu3", dt, i) for i in range(dt.count))
     for i in range(5000): r._lanes_of(f"alu{i}", dtypes.float32.vec(2))
-    assert len(r.__dict__["_lane_names"]) <= 4096
+    assert len(r.__dict__["_lane_spellings"].names) <= 4096
+  # and no setting of the renderer: the Program cache's key of a renderer is the same before and after it rendered
+  from kc.runtime.program_cache import renderer_text
+  r = type(kc.Device.renderer("CLANG"))()
+  before = renderer_text(r)
+  r._lanes_of("acc0", dtypes.float32.vec(16))
+  assert renderer_text(r) == before

@@ -4,7 +4,7 @@ and overrides only its dialect: qualifiers, type names, work-item functions, bar
 render() walks the linearized UOps once. Expressions used once are inlined into their user; everything else
 becomes a named local (val0, alu1, acc0, ...). Loops and gated stores are blocks."""
 from __future__ import annotations
-import itertools, math, re, struct
+import itertools, math, re, struct, threading
 from collections import Counter
 from typing import Callable, Optional
 from kc.ir.dtype import FP8_FORMATS, DType, FP8Format, ImageDType, PtrDType, dtypes
@@ -288,9 +288,11 @@ class CStyleLanguage(Renderer):
 
   def _lanes_of(self, vec: str, dt: DType) -> tuple[str, ...]:
     """Every lane of the vector `vec` of `dt` as render_lane spells it (a function of its arguments), remembered per
-    renderer: the SHUFFLEs of a kernel's butterflies read the lanes of a few names (acc0, alu3) of a few dtypes, the
-    same from one kernel to the next."""
-    memo = self.__dict__.setdefault("_lane_names", {})
+    renderer and thread: the SHUFFLEs of a kernel's butterflies read the lanes of a few names (acc0, alu3) of a few
+    dtypes, the same from one kernel to the next. (Kept in a threading.local, which is scratch, not a setting: the
+    Program cache's key leaves it out.)"""
+    if (local := self.__dict__.get("_lane_spellings")) is None: local = self.__dict__.setdefault("_lane_spellings", threading.local())
+    if (memo := getattr(local, "names", None)) is None: memo = local.names = {}
     if (ret := memo.get(key := (vec, dt))) is None:
       if len(memo) >= 4096: memo.clear()  # names are numbered per kernel: a bound, not an eviction policy
       ret = memo[key] = tuple([self.render_lane(vec, dt, i) for i in range(dt.count)])
