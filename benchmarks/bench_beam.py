@@ -7,7 +7,7 @@ core, as tinygrad does. Last, the cost of a repeated kc.compile(opts="beam") of 
 and in a fresh one. Writes its section of benchmarks/RESULTS.md (not with --quick).
 Run: python benchmarks/bench_beam.py [--quick] [--widths 2,4] [--devices CLANG,OPENCL]"""
 from __future__ import annotations
-import argparse, atexit, os, pathlib, platform, shutil, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, os, pathlib, shutil, statistics, subprocess, sys, tempfile, time
 if __name__ == "__main__":  # before kc is imported: one thread for CLANG kernels, a fresh cache for this run
   os.environ["KC_CLANG_THREADS"] = "1"
   os.environ["KC_CACHE_DIR"] = tempfile.mkdtemp(prefix="kc-bench-beam-")
@@ -20,7 +20,7 @@ from anchors import run_tinygrad, TINYGRAD_VERSION  # noqa: E402
 from bench_backends import tinygrad_on_pocl_wheel  # noqa: E402
 from bench_clang import kc_ast, reference  # noqa: E402
 from clang_workloads import WORKLOADS  # noqa: E402
-from results import write_section  # noqa: E402
+from results import cpu, write_section  # noqa: E402
 
 NAMES = ("matmul_1024", "conv2d_3x3_32ch_64px", "softmax_1024x1024")
 TINYGRAD_DEVICE = {"CLANG": "CLANG", "OPENCL": "GPU"}
@@ -42,11 +42,6 @@ def interleaved_seconds(kernels: dict, xs, want, repeats: int) -> dict:
       ck(out, *xs)
       times[label].append(time.perf_counter() - t0)
   return {label: statistics.median(t) for label, t in times.items()}
-
-
-def cpu_name() -> str:
-  try: return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-  except (OSError, StopIteration): return platform.processor() or platform.machine()
 
 
 def repeat_compile_ms(sink, device: str) -> tuple[float, float]:
@@ -103,7 +98,7 @@ def main():
   same, fresh = repeat_compile_ms(sink, "CLANG")
   rate = lambda r, k: f"{r['amount'] / r[k] / 1e9:.1f}" if k in r else "n/a"  # noqa: E731
   lines = ["## BEAM search (`python benchmarks/bench_beam.py`)", "",
-           f"CPU: {cpu_name()} ({platform.machine()}, {os.cpu_count()} cores); kc CLANG arch: {kc.Device['CLANG'].renderer.arch}. "
+           f"CPU: {cpu()}; kc CLANG arch: {kc.Device['CLANG'].renderer.arch}. "
            "Kernel speed: median of whole calls, the hand-coded and searched kernels taking turns call by call, each result "
            "checked against numpy first; CLANG kernels on one thread "
            "(kc and tinygrad), OPENCL on PoCL for both (tinygrad's GPU device). Search: wall seconds from the AST to the "

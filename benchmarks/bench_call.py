@@ -7,7 +7,7 @@ KC_LLVM_THREADS=1) so that thread scheduling on a shared machine does not drown 
 figures are medians of whole calls. Writes its section of benchmarks/RESULTS.md.
 Run: python benchmarks/bench_call.py [--repeats 9] [--devices CLANG,LLVM,EMU,OPENCL,CUDA]"""
 from __future__ import annotations
-import argparse, os, pathlib, platform, sys
+import argparse, os, pathlib, sys
 os.environ.setdefault("KC_CLANG_THREADS", "1")
 os.environ.setdefault("KC_LLVM_THREADS", "1")
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
@@ -15,23 +15,7 @@ import numpy as np  # noqa: E402
 import kc  # noqa: E402
 from kc import Buffer, dtypes  # noqa: E402
 from kc import ast as A  # noqa: E402
-from results import median_time, write_section  # noqa: E402
-
-SIMD = ("avx512f", "avx2", "avx", "sse4_2", "asimd", "neon", "sve")
-
-
-def cpu() -> str:
-  """The CPU model and its widest vector extensions, from /proc/cpuinfo where there is one."""
-  model, flags = platform.processor() or platform.machine(), set()
-  try:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-      key, _, value = line.partition(":")
-      if key.strip() in ("model name", "Model") and model in ("", platform.machine(), platform.processor()): model = value.strip()
-      if key.strip() in ("flags", "Features"): flags |= set(value.split())
-  except OSError: pass
-  isa = "+".join(f for f in SIMD if f in flags) or "no SIMD flags listed"
-  return f"{model}, {platform.machine()} ({isa}), {os.cpu_count()} cores"
-
+from results import cpu, median_time, write_section  # noqa: E402
 
 def gpu_line(devices: list[str], skipped: dict) -> str:
   """The GPU (or OpenCL device) a CUDA or OPENCL row ran on, as its device names itself."""

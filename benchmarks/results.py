@@ -1,7 +1,7 @@
 """benchmarks/RESULTS.md is shared by every benchmark script: each one owns one section, between
 markers, and rewrites only that section."""
 from __future__ import annotations
-import pathlib, platform, statistics, time
+import os, pathlib, platform, statistics, time
 from typing import Callable
 
 RESULTS = pathlib.Path(__file__).with_name("RESULTS.md")
@@ -20,8 +20,25 @@ def write_section(name: str, body: str) -> None:
   RESULTS.write_text(text)
 
 
+SIMD = ("avx512f", "avx2", "avx", "sse4_2", "asimd", "neon", "sve")
+
+
+def cpu() -> str:
+  """The CPU model and its widest vector extensions, from /proc/cpuinfo where there is one."""
+  model, flags = platform.processor() or platform.machine(), set()
+  try:
+    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+      key, _, value = line.partition(":")
+      if key.strip() in ("model name", "Model") and model in ("", platform.machine(), platform.processor()): model = value.strip()
+      if key.strip() in ("flags", "Features"): flags |= set(value.split())
+  except OSError: pass
+  isa = "+".join(f for f in SIMD if f in flags) or "no SIMD flags listed"
+  return f"{model}, {platform.machine()} ({isa}), {os.cpu_count()} cores"
+
+
 def machine() -> str:
-  return f"{platform.machine()}, {platform.python_implementation()} {platform.python_version()}, {platform.system()}"
+  """What every section's figures ran on: the CPU and its vector extensions, the Python, the OS."""
+  return f"{cpu()}, {platform.python_implementation()} {platform.python_version()}, {platform.system()}"
 
 
 def median_time(fn: Callable[[], object], repeats: int = 7, number: int = 1) -> float:
