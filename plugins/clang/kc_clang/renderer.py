@@ -300,7 +300,7 @@ class ClangRenderer(CStyleLanguage):
       scalar_maxes = [u for u in uops if u.op is Ops.MAX and u.dtype.count == 1]
       lines += [_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in scalar_maxes if not _selects_max(u))]
       lines += [_select_scalar_max(self.render_dtype(dt), dt) for dt in dict.fromkeys(u.dtype for u in scalar_maxes if _selects_max(u))]
-    if any(dt.scalar() == dtypes.bfloat16 for dt in dict.fromkeys(dt for _, dt in kinds) if not isinstance(dt, PtrDType)):
+    if any(dt.scalar() == dtypes.bfloat16 and not isinstance(dt, PtrDType) for _, dt in kinds):
       lines += ["static inline float __kc_bf2f(unsigned short b) { unsigned int u = ((unsigned int)b) << 16; float f; memcpy(&f, &u, 4); return f; }",
                 "static inline unsigned short __kc_f2bf(float f) { unsigned int u; memcpy(&u, &f, 4);"
                 " if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 64);"
